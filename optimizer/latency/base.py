@@ -1,0 +1,61 @@
+"""The contract between the simulator and every latency model.
+
+The simulator describes each engine iteration on one instance as a `StepLoad`
+and asks a `StepLatency` what it costs. A latency model is fixed to one
+(model shape, accelerator, tensor-parallel degree); a `LatencySource` hands out
+the right one for each role of a `ServingConfig`.
+
+Implementations must be cheap to call (microseconds: table lookups, never
+scikit-learn `predict`) and pure, so `simulate` stays deterministic and safe in
+a process pool (implementations must be picklable).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(slots=True)
+class StepLoad:
+    """What one iteration of one instance computes.
+
+    num_tokens: query tokens in the step (prefill chunk tokens + decode tokens,
+        counting K+1 per sequence when verifying speculation).
+    num_logits: rows that reach the LM head (one per sequence that samples,
+        K+1 per verifying sequence).
+    prefill_q / prefill_kv: per prefill chunk, its query length and the KV
+        length it attends to (tokens already cached + the chunk itself).
+    num_decode_seqs: sequences in their decode phase this step.
+    decode_kv_tokens: sum of their KV lengths.
+    decode_q: query positions per decoding sequence (1, or K+1 when verifying).
+    """
+
+    num_tokens: int
+    num_logits: int
+    prefill_q: tuple[int, ...] = ()
+    prefill_kv: tuple[int, ...] = ()
+    num_decode_seqs: int = 0
+    decode_kv_tokens: int = 0
+    decode_q: int = 1
+
+
+class StepLatency(Protocol):
+    """Prices iterations for one (model shape, accelerator, TP degree)."""
+
+    @property
+    def is_estimate(self) -> bool:
+        """True when the figures come from a roofline, not from measurements."""
+        ...
+
+    def step_time_s(self, load: StepLoad) -> float:
+        """Wall time of one iteration, in seconds (always > 0)."""
+        ...
+
+
+class LatencySource(Protocol):
+    """Hands out the latency model for one role's accelerator and TP degree."""
+
+    def for_instance(self, accelerator: str, tp: int) -> StepLatency:
+        """Raise `LookupError` with a clear message when none is available."""
+        ...

@@ -1,0 +1,154 @@
+"""Core records that cross the storage boundary.
+
+Every query in `storage/` returns these frozen dataclasses, never ORM rows.
+This module imports nothing of the project and no SQLAlchemy, so any layer may
+use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+import numpy as np
+
+STATS_SCHEMA_VERSION = 1
+
+
+class TraceFormat(StrEnum):
+    AZURE = "azure"
+    SPLITWISE = "splitwise"
+    MOONCAKE = "mooncake"
+    BURSTGPT = "burstgpt"
+    QWEN = "qwen"
+    GENERIC = "generic"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenStats:
+    mean: float
+    p50: int
+    p90: int
+    p99: int
+    max: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class TraceStats:
+    """Figures computed once at ingest (DOMAIN.md §2, §7); percentiles by nearest rank."""
+
+    num_requests: int
+    duration_s: float
+    mean_rate: float  # requests/s over the span
+    interarrival_cv: float  # burstiness: CV of inter-arrival times
+    peak_rate_1s: float
+    peak_rate_10s: float
+    peak_rate_60s: float
+    input_tokens: TokenStats
+    output_tokens: TokenStats
+    prefix_hit_ratio: float | None = None  # ideal prefix-cache hit, when hash_ids exist
+    num_dropped: int = 0  # rows dropped by a documented repair (e.g. BurstGPT failures)
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TraceColumns:
+    """A trace as columnar arrays, sorted by arrival (stable), arrival_s from 0."""
+
+    arrival_s: np.ndarray  # float64
+    input_tokens: np.ndarray  # int64, > 0
+    output_tokens: np.ndarray  # int64, > 0
+    prefix_hashes: list[np.ndarray] | None = None  # per request, int64 block hashes
+    session_ids: list[str | None] | None = None
+    acceptance_length: np.ndarray | None = None  # float64, tokens per spec step; nan = unknown
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.shape[0])
+
+
+@dataclass(frozen=True, slots=True)
+class TraceInfo:
+    id: int
+    name: str
+    source_format: TraceFormat
+    content_hash: str
+    created_at: datetime
+    stats: TraceStats
+
+
+class OpKind(StrEnum):
+    """Operators the profiler measures and importers bring in (DOMAIN.md §9)."""
+
+    GEMM = "gemm"  # generic GEMM by (m=num_tokens, n, k)
+    QKV_PROJ = "qkv_proj"
+    ATTN_OUT_PROJ = "attn_out_proj"
+    MLP_UP = "mlp_up"  # gate+up when gated
+    MLP_DOWN = "mlp_down"
+    NORM = "norm"
+    ACTIVATION = "activation"
+    ROPE = "rope"
+    ADD = "add"
+    EMBEDDING = "embedding"
+    LM_HEAD = "lm_head"
+    PREFILL_ATTN = "prefill_attn"  # batch, q_len, kv_len
+    DECODE_ATTN = "decode_attn"  # batch, kv_len (q_len = 1)
+    VERIFY_ATTN = "verify_attn"  # batch, q_len = K+1, kv_len
+    ALL_REDUCE = "all_reduce"  # num_gpus, message_bytes
+    MIXED_ITERATION = "mixed_iteration"  # ground truth: one prefill chunk + batch_size decodes
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """Where a profile was measured."""
+
+    kind: str  # "cuda" | "cpu" | "imported"
+    name: str  # GPU name or CPU model
+    memory_gb: float | None = None
+    compute_capability: str | None = None
+    driver: str | None = None
+    cuda_version: str | None = None
+    torch_version: str | None = None
+    num_threads: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSample:
+    """One measured operator timing. Unused parameters stay 0.
+
+    For per-model ops (QKV_PROJ ...), num_tokens is the token count and n/k the
+    GEMM shape it implies; attention ops use batch_size, q_len, kv_len and the
+    head counts; ALL_REDUCE uses num_gpus and message_bytes.
+    """
+
+    op: OpKind
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    num_repeats: int = 1
+    model: str = ""  # shape name for per-model ops, "" for generic ones
+    dtype: str = "bfloat16"
+    tp: int = 1
+    num_tokens: int = 0
+    n: int = 0
+    k: int = 0
+    batch_size: int = 0
+    q_len: int = 0
+    kv_len: int = 0
+    num_heads: int = 0
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    num_gpus: int = 0
+    message_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRunInfo:
+    id: int
+    name: str
+    source: str  # "profiler" | "aiconfigurator" | "vidur"
+    accelerator: str  # accelerator preset name, e.g. "h100", or "cpu"
+    device: DeviceInfo
+    created_at: datetime
+    num_samples: int
