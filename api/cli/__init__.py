@@ -1,0 +1,20 @@
+"""The `servetune` command line. Sub-commands live one module per resource."""
+
+from __future__ import annotations
+
+import typer
+
+from api.cli import db, traces
+
+app = typer.Typer(
+    name="servetune",
+    help="Trace-driven Pareto optimizer for LLM serving configs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(db.app, name="db")
+app.add_typer(traces.app, name="traces")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,45 @@
+"""Helpers shared by CLI commands: the console, the database, error exits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@lru_cache
+def engine() -> Engine:
+    """The configured database, migrated to the newest schema."""
+    from pydantic import ValidationError
+
+    from api.settings import get_settings
+    from storage.db import make_engine, upgrade_database
+
+    try:
+        settings = get_settings()
+    except ValidationError as exc:
+        fail(str(exc.errors()[0]["msg"]))
+    upgrade_database(settings.database_url)
+    return make_engine(settings.database_url)
+
+
+@contextmanager
+def session() -> Iterator[Session]:
+    from storage.db import session_scope
+
+    with session_scope(engine()) as s:
+        yield s

@@ -1,0 +1,103 @@
+"""Engines, sessions and migrations.
+
+`make_engine(url)` builds an engine for SQLite (WAL, foreign keys on, a busy
+timeout so concurrent writers wait instead of failing) or PostgreSQL.
+`upgrade_database(url)` applies the Alembic migrations shipped in
+`storage/migrations`. Nothing here runs at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+
+
+class StorageError(RuntimeError):
+    """The database cannot be reached or is not in the expected state."""
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001 - DBAPI types
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()
+
+
+def make_engine(url: str, *, echo: bool = False) -> Engine:
+    """An engine for `url`; creates the SQLite file's parent folder when needed."""
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        db = parsed.database
+        if db and db != ":memory:":
+            Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(url, echo=echo, connect_args={"timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return sa.create_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """One transaction: commit on success, roll back on any error."""
+    with Session(engine, expire_on_commit=False) as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+def _alembic_config(url: str):  # noqa: ANN202 - alembic type imported lazily
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def upgrade_database(url: str, revision: str = "head") -> None:
+    """Apply migrations up to `revision` (idempotent)."""
+    from alembic import command
+
+    command.upgrade(_alembic_config(url), revision)
+
+
+def current_revision(url: str) -> str | None:
+    """The applied migration revision, or None for an empty database."""
+    from alembic.runtime.migration import MigrationContext
+
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_alembic_config("sqlite://")).get_current_head()
+    if head is None:
+        raise StorageError("no migrations found")
+    return head

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, LargeBinary, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from storage.models.base import Base
+
+
+class TraceRow(Base):
+    __tablename__ = "traces"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    source_format: Mapped[str] = mapped_column(String(32))
+    content_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    num_requests: Mapped[int] = mapped_column(Integer)
+    stats: Mapped[dict] = mapped_column(JSON)  # TraceStats with schema_version
+
+
+class TraceRequestRow(Base):
+    __tablename__ = "trace_requests"
+
+    trace_id: Mapped[int] = mapped_column(
+        ForeignKey("traces.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    arrival_s: Mapped[float] = mapped_column(Float)
+    input_tokens: Mapped[int] = mapped_column(Integer)
+    output_tokens: Mapped[int] = mapped_column(Integer)
+    prefix_hashes: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # int64 LE
+    session_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    acceptance_length: Mapped[float | None] = mapped_column(Float, nullable=True)

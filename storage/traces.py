@@ -1,0 +1,326 @@
+"""Trace persistence: atomic, idempotent ingest and fast columnar load.
+
+Bulk paths: SQLite uses one `executemany` on the raw connection inside the
+session's transaction; PostgreSQL uses `COPY ... FROM STDIN` and
+`COPY (SELECT ...) TO STDOUT`. Both stay inside the caller's transaction, so a
+failure leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from datetime import UTC, datetime
+
+import numpy as np
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from storage.models import TraceRequestRow, TraceRow
+from storage.records import (
+    STATS_SCHEMA_VERSION,
+    TokenStats,
+    TraceColumns,
+    TraceFormat,
+    TraceInfo,
+    TraceStats,
+)
+
+_COLS = (
+    "trace_id",
+    "seq",
+    "arrival_s",
+    "input_tokens",
+    "output_tokens",
+    "prefix_hashes",
+    "session_id",
+    "acceptance_length",
+)
+
+
+class TraceNotFound(LookupError):
+    def __init__(self, trace_id: int) -> None:
+        super().__init__(f"trace {trace_id} not found")
+        self.trace_id = trace_id
+
+
+def stats_to_json(stats: TraceStats) -> dict:
+    data = dataclasses.asdict(stats)
+    data["warnings"] = list(stats.warnings)
+    data["schema_version"] = STATS_SCHEMA_VERSION
+    return data
+
+
+def stats_from_json(data: dict) -> TraceStats:
+    data = dict(data)
+    version = data.pop("schema_version", None)
+    if version != STATS_SCHEMA_VERSION:
+        raise ValueError(f"trace stats schema_version {version!r}, expected {STATS_SCHEMA_VERSION}")
+    data["input_tokens"] = TokenStats(**data["input_tokens"])
+    data["output_tokens"] = TokenStats(**data["output_tokens"])
+    data["warnings"] = tuple(data.get("warnings", ()))
+    return TraceStats(**data)
+
+
+def _info(row: TraceRow) -> TraceInfo:
+    created = row.created_at
+    if created.tzinfo is None:  # SQLite drops the zone; we always store UTC
+        created = created.replace(tzinfo=UTC)
+    return TraceInfo(
+        id=row.id,
+        name=row.name,
+        source_format=TraceFormat(row.source_format),
+        content_hash=row.content_hash,
+        created_at=created,
+        stats=stats_from_json(row.stats),
+    )
+
+
+def find_trace_by_hash(session: Session, content_hash: str) -> TraceInfo | None:
+    row = session.scalar(sa.select(TraceRow).where(TraceRow.content_hash == content_hash))
+    return None if row is None else _info(row)
+
+
+def get_trace(session: Session, trace_id: int) -> TraceInfo:
+    row = session.get(TraceRow, trace_id)
+    if row is None:
+        raise TraceNotFound(trace_id)
+    return _info(row)
+
+
+def list_traces(session: Session, *, limit: int = 100, offset: int = 0) -> list[TraceInfo]:
+    rows = session.scalars(sa.select(TraceRow).order_by(TraceRow.id).limit(limit).offset(offset))
+    return [_info(r) for r in rows]
+
+
+def count_traces(session: Session) -> int:
+    return int(session.scalar(sa.select(sa.func.count()).select_from(TraceRow)) or 0)
+
+
+def delete_trace(session: Session, trace_id: int) -> None:
+    row = session.get(TraceRow, trace_id)
+    if row is None:
+        raise TraceNotFound(trace_id)
+    # Explicit child delete: fast on both back-ends and independent of FK pragmas.
+    session.execute(sa.delete(TraceRequestRow).where(TraceRequestRow.trace_id == trace_id))
+    session.delete(row)
+    session.flush()
+
+
+def store_trace(
+    session: Session,
+    *,
+    name: str,
+    source_format: TraceFormat,
+    content_hash: str,
+    columns: TraceColumns,
+    stats: TraceStats,
+) -> tuple[TraceInfo, bool]:
+    """Store a trace and its requests; return (info, created).
+
+    Idempotent by content hash: when the same content is already stored, the
+    existing trace is returned with created=False and nothing is written. The
+    caller's transaction (see `session_scope`) makes the insert atomic.
+    """
+    existing = find_trace_by_hash(session, content_hash)
+    if existing is not None:
+        return existing, False
+    row = TraceRow(
+        name=name,
+        source_format=str(source_format),
+        content_hash=content_hash,
+        created_at=datetime.now(UTC),
+        num_requests=len(columns),
+        stats=stats_to_json(stats),
+    )
+    try:
+        with session.begin_nested():
+            session.add(row)
+            session.flush()
+    except IntegrityError:
+        # A concurrent ingest of the same file won the race.
+        existing = find_trace_by_hash(session, content_hash)
+        if existing is None:
+            raise
+        return existing, False
+    _bulk_insert_requests(session, row.id, columns)
+    return _info(row), True
+
+
+def _hash_blobs(columns: TraceColumns) -> list[bytes | None]:
+    if columns.prefix_hashes is None:
+        return [None] * len(columns)
+    return [np.asarray(h, dtype="<i8").tobytes() for h in columns.prefix_hashes]
+
+
+def _optional(columns: TraceColumns) -> tuple[list, list, list]:
+    n = len(columns)
+    hashes = _hash_blobs(columns)
+    sessions = list(columns.session_ids) if columns.session_ids is not None else [None] * n
+    if columns.acceptance_length is None:
+        accept: list = [None] * n
+    else:
+        accept = [None if np.isnan(v) else float(v) for v in columns.acceptance_length.tolist()]
+    return hashes, sessions, accept
+
+
+def _bulk_insert_requests(session: Session, trace_id: int, columns: TraceColumns) -> None:
+    conn = session.connection()
+    raw = conn.connection.driver_connection
+    n = len(columns)
+    seqs = range(n)
+    arrivals = columns.arrival_s.tolist()
+    inputs = columns.input_tokens.tolist()
+    outputs = columns.output_tokens.tolist()
+    plain = (
+        columns.prefix_hashes is None
+        and columns.session_ids is None
+        and columns.acceptance_length is None
+    )
+    if conn.dialect.name == "postgresql":
+        _copy_in(raw, trace_id, columns, plain)
+        return
+    cur = raw.cursor()
+    try:
+        if plain:
+            cur.executemany(
+                "INSERT INTO trace_requests (trace_id, seq, arrival_s, input_tokens, output_tokens)"
+                " VALUES (?, ?, ?, ?, ?)",
+                zip([trace_id] * n, seqs, arrivals, inputs, outputs, strict=True),
+            )
+        else:
+            hashes, sessions, accept = _optional(columns)
+            cur.executemany(
+                f"INSERT INTO trace_requests ({', '.join(_COLS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                zip(
+                    [trace_id] * n,
+                    seqs,
+                    arrivals,
+                    inputs,
+                    outputs,
+                    hashes,
+                    sessions,
+                    accept,
+                    strict=True,
+                ),
+            )
+    finally:
+        cur.close()
+
+
+def _copy_in(raw, trace_id: int, columns: TraceColumns, plain: bool) -> None:  # noqa: ANN001
+    import polars as pl
+
+    n = len(columns)
+    frame = {
+        "trace_id": np.full(n, trace_id, dtype=np.int64),
+        "seq": np.arange(n, dtype=np.int64),
+        "arrival_s": columns.arrival_s,
+        "input_tokens": columns.input_tokens,
+        "output_tokens": columns.output_tokens,
+    }
+    if not plain:
+        hashes, sessions, accept = _optional(columns)
+        frame["prefix_hashes"] = [None if b is None else "\\x" + b.hex() for b in hashes]
+        frame["session_id"] = sessions
+        frame["acceptance_length"] = accept
+    df = pl.DataFrame(frame, schema_overrides={"session_id": pl.String} if not plain else None)
+    buf = io.BytesIO()
+    df.write_csv(buf, include_header=False, float_precision=None)
+    names = ", ".join(df.columns)
+    with raw.cursor() as cur, cur.copy(f"COPY trace_requests ({names}) FROM STDIN (FORMAT csv)") as cp:
+        cp.write(buf.getvalue())
+
+
+def load_trace_columns(session: Session, trace_id: int) -> TraceColumns:
+    """The stored requests as columnar arrays, in stored (arrival) order."""
+    row = session.get(TraceRow, trace_id)
+    if row is None:
+        raise TraceNotFound(trace_id)
+    conn = session.connection()
+    raw = conn.connection.driver_connection
+    if conn.dialect.name == "postgresql":
+        arrival, inp, out = _copy_out_core(raw, trace_id)
+    else:
+        cur = raw.cursor()
+        cur.execute(
+            "SELECT arrival_s, input_tokens, output_tokens FROM trace_requests"
+            " WHERE trace_id = ? ORDER BY seq",
+            (trace_id,),
+        )
+        rows = cur.fetchall()
+        cur.close()
+        arr = np.array(rows, dtype=np.float64).reshape(-1, 3)
+        arrival = arr[:, 0].copy()
+        inp = arr[:, 1].astype(np.int64)
+        out = arr[:, 2].astype(np.int64)
+    hashes, sessions, accept = _load_optional(session, trace_id, len(arrival))
+    return TraceColumns(
+        arrival_s=arrival,
+        input_tokens=inp,
+        output_tokens=out,
+        prefix_hashes=hashes,
+        session_ids=sessions,
+        acceptance_length=accept,
+    )
+
+
+def _copy_out_core(raw, trace_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001
+    import polars as pl
+
+    buf = io.BytesIO()
+    sql = (
+        "COPY (SELECT arrival_s, input_tokens, output_tokens FROM trace_requests"
+        f" WHERE trace_id = {int(trace_id)} ORDER BY seq) TO STDOUT (FORMAT csv)"
+    )
+    with raw.cursor() as cur, cur.copy(sql) as cp:
+        for chunk in cp:
+            buf.write(chunk)
+    if buf.tell() == 0:
+        empty = np.zeros(0)
+        return empty, empty.astype(np.int64), empty.astype(np.int64)
+    buf.seek(0)
+    df = pl.read_csv(
+        buf,
+        has_header=False,
+        new_columns=["arrival_s", "input_tokens", "output_tokens"],
+        schema_overrides={"arrival_s": pl.Float64, "input_tokens": pl.Int64, "output_tokens": pl.Int64},
+    )
+    return (
+        df["arrival_s"].to_numpy(),
+        df["input_tokens"].to_numpy(),
+        df["output_tokens"].to_numpy(),
+    )
+
+
+def _load_optional(
+    session: Session, trace_id: int, n: int
+) -> tuple[list[np.ndarray] | None, list[str | None] | None, np.ndarray | None]:
+    t = TraceRequestRow
+    present = session.execute(
+        sa.select(
+            sa.func.count(t.prefix_hashes),
+            sa.func.count(t.session_id),
+            sa.func.count(t.acceptance_length),
+        ).where(t.trace_id == trace_id)
+    ).one()
+    if not any(present):
+        return None, None, None
+    rows = session.execute(
+        sa.select(t.prefix_hashes, t.session_id, t.acceptance_length)
+        .where(t.trace_id == trace_id)
+        .order_by(t.seq)
+    ).all()
+    hashes = (
+        [np.frombuffer(r[0] or b"", dtype="<i8").astype(np.int64) for r in rows]
+        if present[0]
+        else None
+    )
+    sessions = [r[1] for r in rows] if present[1] else None
+    accept = (
+        np.array([np.nan if r[2] is None else r[2] for r in rows], dtype=np.float64)
+        if present[2]
+        else None
+    )
+    return hashes, sessions, accept
