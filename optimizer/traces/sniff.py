@@ -1,0 +1,199 @@
+"""One streaming pass over the raw bytes: size limit, content hash, binary and encoding checks.
+
+Also reads the column names (CSV header, first JSONL record's keys, Parquet
+schema) that format detection needs. Nothing here parses data rows.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from optimizer.traces.errors import TraceFormatError
+from optimizer.traces.formats import FileKind
+
+_CHUNK_BYTES = 8 << 20
+_HEAD_BYTES = 1 << 20  # enough for a header line or a first JSONL record
+_JSONL_SUFFIXES = {".jsonl", ".ndjson", ".json"}
+_PARQUET_SUFFIXES = {".parquet", ".pq"}
+_PARQUET_MAGIC = b"PAR1"
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZIP_MAGIC = b"PK\x03\x04"
+_BOM = "\ufeff"
+
+
+@dataclass(frozen=True, slots=True)
+class FileFacts:
+    """What the byte-level pass learned about a trace file."""
+
+    kind: FileKind
+    num_bytes: int
+    content_hash: str  # sha256 hex of the file bytes
+    columns: tuple[str, ...]  # header names / first record's keys / parquet columns
+
+
+def inspect_file(path: Path, max_bytes: int) -> FileFacts:
+    """Check the raw file and return its kind, hash and column names (TraceFormatError if bad)."""
+    if not path.is_file():
+        raise TraceFormatError(path, "no such file (expected a readable trace file)")
+    num_bytes = path.stat().st_size
+    if num_bytes > max_bytes:
+        raise TraceFormatError(
+            path, f"file is {num_bytes:,} bytes; the size limit is {max_bytes:,} bytes"
+        )
+    if num_bytes == 0:
+        raise TraceFormatError(path, "empty file (0 bytes); expected a header and data rows")
+    with path.open("rb") as fh:
+        head = fh.read(_HEAD_BYTES)
+    if head.startswith(_PARQUET_MAGIC):
+        return FileFacts(FileKind.PARQUET, num_bytes, _hash_only(path), _parquet_columns(path))
+    if head.startswith(_GZIP_MAGIC) or head.startswith(_ZIP_MAGIC):
+        raise TraceFormatError(
+            path, "file is compressed (gzip/zip); decompress it to CSV or JSONL first"
+        )
+    content_hash = _hash_text(path)
+    text_head = head.decode("utf-8", errors="ignore").lstrip(_BOM)
+    if not text_head.strip():
+        raise TraceFormatError(path, "empty file (only whitespace); expected data rows")
+    kind = _text_kind(path, text_head)
+    columns = _jsonl_keys(path) if kind is FileKind.JSONL else _csv_header(path, text_head)
+    return FileFacts(kind, num_bytes, content_hash, columns)
+
+
+def _hash_only(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _hash_text(path: Path) -> str:
+    """sha256 of the bytes, rejecting NUL bytes (binary data) and invalid UTF-8 on the way."""
+    digest = hashlib.sha256()
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    num_lines = 0
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK_BYTES):
+            digest.update(chunk)
+            nul = chunk.find(b"\x00")
+            if nul >= 0:
+                line = num_lines + chunk.count(b"\n", 0, nul) + 1
+                raise TraceFormatError(
+                    path,
+                    f"binary data: NUL byte at byte offset {offset + nul} (line {line}); "
+                    "expected a UTF-8 text CSV/JSONL file or a Parquet file",
+                )
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as exc:
+                line = num_lines + chunk.count(b"\n", 0, exc.start) + 1
+                bad = chunk[exc.start : exc.start + 1].hex()
+                raise TraceFormatError(
+                    path,
+                    f"not UTF-8: byte 0x{bad} at byte offset {offset + exc.start} "
+                    f"(line {line}); expected UTF-8 text (re-encode the file, e.g. from "
+                    "Latin-1 or UTF-16)",
+                ) from None
+            num_lines += chunk.count(b"\n")
+            offset += len(chunk)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise TraceFormatError(
+            path, "not UTF-8: the file ends inside a multi-byte character; expected UTF-8 text"
+        ) from None
+    return digest.hexdigest()
+
+
+def _text_kind(path: Path, text_head: str) -> FileKind:
+    suffix = path.suffix.lower()
+    if suffix in _JSONL_SUFFIXES:
+        return FileKind.JSONL
+    if suffix == ".csv":
+        return FileKind.CSV
+    return FileKind.JSONL if text_head.lstrip().startswith("{") else FileKind.CSV
+
+
+def _first_line(text_head: str) -> str:
+    return text_head.splitlines()[0] if text_head else ""
+
+
+def _csv_header(path: Path, text_head: str) -> tuple[str, ...]:
+    line = _first_line(text_head)
+    names = tuple(next(csv.reader([line]), []))
+    if not any(name.strip() for name in names):
+        raise TraceFormatError(path, "the first line is blank; expected a CSV header line")
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise TraceFormatError(
+                path,
+                f"duplicate column {name!r} in the header {list(names)}; "
+                "expected each column name once",
+                column=name,
+            )
+        seen.add(name)
+    return names
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    keys = [key for key, _ in pairs]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise _DuplicateKeyError(key)
+    return dict(pairs)
+
+
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _first_record_line(path: Path) -> str:
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                return line.lstrip(_BOM)
+    return ""
+
+
+def _jsonl_keys(path: Path) -> tuple[str, ...]:
+    line = _first_record_line(path)
+    try:
+        record = json.loads(line, object_pairs_hook=_reject_duplicate_keys)
+    except _DuplicateKeyError as exc:
+        raise TraceFormatError(
+            path,
+            f"duplicate key {exc.key!r} in the first record; expected each key once",
+            row=1,
+            column=exc.key,
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(
+            path, f"invalid JSON ({exc.msg}); expected one JSON object per line", row=1
+        ) from None
+    if not isinstance(record, dict):
+        raise TraceFormatError(
+            path,
+            f"found a JSON {type(record).__name__}; expected one JSON object per line",
+            row=1,
+        )
+    return tuple(record)
+
+
+def _parquet_columns(path: Path) -> tuple[str, ...]:
+    try:
+        return tuple(pl.read_parquet_schema(path))
+    except Exception as exc:  # any reader failure means "not readable parquet"
+        raise TraceFormatError(
+            path, f"not a readable Parquet file ({type(exc).__name__}: {exc})"
+        ) from None
