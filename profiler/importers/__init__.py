@@ -1,0 +1,62 @@
+"""Importers of public GPU kernel measurements into the project's sample schema.
+
+Two sources are understood (DOMAIN.md §9, ../shared/data/README.md):
+
+- NVIDIA AIConfigurator's Parquet performance database, one folder per GPU
+  (`.../aiconfigurator/h100_sxm`): generic GEMMs by (m, n, k), context
+  (prefill) and generation (decode) attention, NCCL all-reduce.
+- Vidur's per-operator CSVs (`mlp.csv`, `attention.csv`, `all_reduce.csv`), a
+  single file or a folder searched recursively.
+
+Both map onto `storage.records.KernelSample` so the latency model trains on
+imported and self-measured profiles alike. Only 16-bit rows are kept (bf16 /
+fp16 weights and activations, 16-bit KV cache); see each module for the exact
+filter. This package never imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from storage.records import DeviceInfo, KernelSample
+
+
+class ImportFormat(StrEnum):
+    AICONFIGURATOR = "aiconfigurator"
+    VIDUR = "vidur"
+
+
+class ProfileImportError(ValueError):
+    """A profile file or folder is missing, unreadable or lacks expected columns."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedProfile:
+    source: str  # the ImportFormat value
+    accelerator: str  # accelerator preset name, e.g. "h100"
+    device: DeviceInfo
+    samples: list[KernelSample]
+
+
+def import_profile(path: Path, fmt: ImportFormat, gpu: str | None = None) -> ImportedProfile:
+    """Read public measurements at `path` in format `fmt`.
+
+    `gpu` names the accelerator when it cannot be inferred from the path (or to
+    override the inferred name). Raises `ProfileImportError` on bad input.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ProfileImportError(f"{path}: no such file or folder")
+    fmt = ImportFormat(fmt)
+    if fmt is ImportFormat.AICONFIGURATOR:
+        from profiler.importers.aiconfigurator import import_aiconfigurator
+
+        return import_aiconfigurator(path, gpu)
+    from profiler.importers.vidur import import_vidur
+
+    return import_vidur(path, gpu)
+
+
+__all__ = ["ImportFormat", "ImportedProfile", "ProfileImportError", "import_profile"]

@@ -1,0 +1,60 @@
+"""Helpers shared by the importers: guarded Parquet/CSV reads, accelerator names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import polars as pl
+
+from profiler.hardware import HardwareError, get_accelerator
+from profiler.importers import ProfileImportError
+
+
+def require_columns(df: pl.DataFrame, columns: Iterable[str], where: Path) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ProfileImportError(f"{where}: missing columns {missing}; found {sorted(df.columns)}")
+
+
+def read_parquet(path: Path, columns: Iterable[str]) -> pl.DataFrame:
+    try:
+        df = pl.read_parquet(path)
+    except Exception as exc:
+        raise ProfileImportError(f"{path}: cannot read Parquet table: {exc}") from exc
+    require_columns(df, columns, path)
+    return df
+
+
+def read_csv(path: Path) -> pl.DataFrame:
+    try:
+        return pl.read_csv(path, infer_schema_length=10_000)
+    except Exception as exc:
+        raise ProfileImportError(f"{path}: cannot read CSV file: {exc}") from exc
+
+
+def accelerator_name(candidates: Iterable[str], gpu: str | None, where: Path) -> str:
+    """The preset name for `gpu` if given, else for the first path part naming a preset."""
+    if gpu is not None:
+        try:
+            return get_accelerator(gpu).name
+        except HardwareError as exc:
+            raise ProfileImportError(f"{where}: --gpu {gpu!r}: {exc}") from exc
+    for part in candidates:
+        for key in (part, part.split("_")[0]):
+            try:
+                return get_accelerator(key).name
+            except HardwareError:
+                continue
+    raise ProfileImportError(
+        f"{where}: cannot infer the accelerator from the path; pass gpu= (e.g. 'h100')"
+    )
+
+
+def version_key(text: str) -> tuple[int, ...]:
+    """Sort key for version folder names like '0.24.0' or '2.27.3'."""
+    parts = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)

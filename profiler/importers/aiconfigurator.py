@@ -1,0 +1,175 @@
+"""NVIDIA AIConfigurator performance database (one folder per GPU) -> KernelSamples.
+
+Layout read (newest version folder of each table):
+  <gpu>/gemm/vllm/<ver>/gemm_perf.parquet            GEMM by (m, n, k), latency ms
+  <gpu>/attention/vllm/<ver>/context_attention_perf.parquet     prefill attention
+  <gpu>/attention/vllm/<ver>/generation_attention_perf.parquet  decode attention
+  <gpu>/comm/nccl/<ver>/nccl_perf.parquet            collectives, message_size in elements
+  <gpu>/<gpu>.yaml                                   system spec (memory, preferred NCCL)
+
+Filters (the project's default is a bf16 model with a bf16 KV cache):
+- GEMM: `gemm_dtype == "bfloat16"` (fp8 variants dropped).
+- Attention: `attn_dtype` and `kv_cache_dtype` both "bfloat16"/"float16",
+  full attention only (`window_size == 0`), `beam_width == 1`.
+- NCCL: `op_name == "all_reduce"`, `nccl_dtype == "half"`; the version named
+  by the spec YAML's `misc.nccl_version` when it holds all-reduce rows, else the
+  newest such version. message_bytes = message_size x 2.
+
+Mapping: KV length attended = isl + step (context: step = cached prefix;
+generation: isl = 1, step = tokens already in the cache). Head counts are per
+GPU, as measured.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import yaml
+
+from profiler.importers import ImportedProfile, ImportFormat, ProfileImportError
+from profiler.importers._common import accelerator_name, read_parquet, version_key
+from storage.records import DeviceInfo, KernelSample, OpKind
+
+SIXTEEN_BIT = ("bfloat16", "float16")
+GEMM_COLUMNS = ("gemm_dtype", "m", "n", "k", "latency")
+ATTN_COLUMNS = (
+    "batch_size",
+    "isl",
+    "num_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "beam_width",
+    "attn_dtype",
+    "kv_cache_dtype",
+    "step",
+    "latency",
+)
+NCCL_COLUMNS = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
+
+
+def _version_dirs(root: Path, table: str) -> list[Path]:
+    """Version folders under `root` holding `table`, newest first."""
+    if not root.is_dir():
+        return []
+    dirs = [d for d in root.iterdir() if (d / table).is_file()]
+    return sorted(dirs, key=lambda d: version_key(d.name), reverse=True)
+
+
+def _newest(root: Path, table: str) -> Path:
+    dirs = _version_dirs(root, table)
+    if not dirs:
+        raise ProfileImportError(
+            f"{root}: no <version>/{table} found (expected an AIConfigurator GPU folder "
+            "such as .../aiconfigurator/h100_sxm)"
+        )
+    return dirs[0] / table
+
+
+def _read_spec(folder: Path) -> dict:
+    spec_path = folder / f"{folder.name}.yaml"
+    if not spec_path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProfileImportError(f"{spec_path}: cannot parse system spec: {exc}") from exc
+    return data if isinstance(data, dict) else {}
+
+
+def _gemm_samples(path: Path) -> list[KernelSample]:
+    df = read_parquet(path, GEMM_COLUMNS).filter(pl.col("gemm_dtype") == "bfloat16")
+    return [
+        KernelSample(OpKind.GEMM, lat, lat, lat, dtype="bfloat16", num_tokens=m, n=n, k=k)
+        for m, n, k, lat in df.select("m", "n", "k", "latency").iter_rows()
+    ]
+
+
+def _attention_samples(path: Path, op: OpKind) -> list[KernelSample]:
+    df = read_parquet(path, ATTN_COLUMNS)
+    if (
+        "window_size" not in df.columns
+    ):  # older tables (e.g. A100 vLLM 0.14) hold full attention only
+        df = df.with_columns(pl.lit(0).alias("window_size"))
+    df = df.filter(
+        pl.col("attn_dtype").is_in(SIXTEEN_BIT),
+        pl.col("kv_cache_dtype").is_in(SIXTEEN_BIT),
+        pl.col("window_size") == 0,
+        pl.col("beam_width") == 1,
+    )
+    cols = ("batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim")
+    out = []
+    for b, isl, step, heads, kv_heads, head_dim, lat, dtype in df.select(
+        *cols, "latency", "attn_dtype"
+    ).iter_rows():
+        out.append(
+            KernelSample(
+                op,
+                lat,
+                lat,
+                lat,
+                dtype=dtype,
+                num_tokens=b * isl,
+                batch_size=b,
+                q_len=isl,
+                kv_len=isl + step,
+                num_heads=heads,
+                num_kv_heads=kv_heads,
+                head_dim=head_dim,
+            )
+        )
+    return out
+
+
+def _nccl_samples(root: Path, spec: dict) -> list[KernelSample]:
+    preferred = str((spec.get("misc") or {}).get("nccl_version") or "")
+    dirs = _version_dirs(root, "nccl_perf.parquet")
+    dirs.sort(key=lambda d: d.name != preferred)  # stable: preferred first, then newest
+    for d in dirs:
+        path = d / "nccl_perf.parquet"
+        df = read_parquet(path, NCCL_COLUMNS).filter(
+            pl.col("op_name") == "all_reduce", pl.col("nccl_dtype") == "half"
+        )
+        if df.height:
+            return [
+                KernelSample(
+                    OpKind.ALL_REDUCE,
+                    lat,
+                    lat,
+                    lat,
+                    dtype="float16",
+                    tp=g,
+                    num_gpus=g,
+                    message_bytes=2 * size,
+                )
+                for g, size, lat in df.select("num_gpus", "message_size", "latency").iter_rows()
+            ]
+    return []
+
+
+def import_aiconfigurator(folder: Path, gpu: str | None = None) -> ImportedProfile:
+    """Import one AIConfigurator GPU folder (GEMM, attention and, if present, NCCL)."""
+    if not folder.is_dir():
+        raise ProfileImportError(
+            f"{folder}: expected an AIConfigurator GPU folder (e.g. .../aiconfigurator/h100_sxm)"
+        )
+    accelerator = accelerator_name([folder.name], gpu, folder)
+    spec = _read_spec(folder)
+    gemm_path = _newest(folder / "gemm" / "vllm", "gemm_perf.parquet")
+    ctx_path = _newest(folder / "attention" / "vllm", "context_attention_perf.parquet")
+    gen_path = _newest(folder / "attention" / "vllm", "generation_attention_perf.parquet")
+    samples = _gemm_samples(gemm_path)
+    samples += _attention_samples(ctx_path, OpKind.PREFILL_ATTN)
+    samples += _attention_samples(gen_path, OpKind.DECODE_ATTN)
+    samples += _nccl_samples(folder / "comm" / "nccl", spec)
+    if not samples:
+        raise ProfileImportError(f"{folder}: no bf16/fp16 rows found in the tables")
+    device_name = str(read_parquet(gemm_path, ("device",))["device"][0])
+    mem = (spec.get("gpu") or {}).get("mem_capacity")
+    device = DeviceInfo(
+        kind="imported",
+        name=device_name,
+        memory_gb=round(float(mem) / 1e9, 1) if mem else None,
+        compute_capability=str((spec.get("gpu") or {}).get("sm_version") or "") or None,
+    )
+    return ImportedProfile(ImportFormat.AICONFIGURATOR.value, accelerator, device, samples)
