@@ -10,6 +10,7 @@ import codecs
 import csv
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ _PARQUET_MAGIC = b"PAR1"
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZIP_MAGIC = b"PK\x03\x04"
 _BOM = "\ufeff"
+_CONTROL_CHARS = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,13 @@ def inspect_file(path: Path, max_bytes: int) -> FileFacts:
         )
     content_hash = _hash_text(path)
     text_head = head.decode("utf-8", errors="ignore").lstrip(_BOM)
+    control = _CONTROL_CHARS.search(text_head)
+    if control is not None:
+        raise TraceFormatError(
+            path,
+            f"binary data: control character {control.group()!r} at character "
+            f"{control.start()}; expected a UTF-8 text CSV/JSONL file or a Parquet file",
+        )
     if not text_head.strip():
         raise TraceFormatError(path, "empty file (only whitespace); expected data rows")
     kind = _text_kind(path, text_head)
