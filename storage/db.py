@@ -24,13 +24,22 @@ class StorageError(RuntimeError):
     """The database cannot be reached or is not in the expected state."""
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001 - DBAPI types
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    # Let SQLAlchemy, not pysqlite, decide where transactions begin (see _sqlite_begin):
+    # pysqlite's own handling breaks SAVEPOINTs and so atomic ingest.
+    dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA busy_timeout=30000")
     cur.close()
+
+
+def _sqlite_begin(conn) -> None:
+    # IMMEDIATE takes the write lock up front: SQLite has a single writer, and a
+    # deferred transaction that upgrades later can fail instead of waiting.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def make_engine(url: str, *, echo: bool = False) -> Engine:
@@ -42,6 +51,7 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
             Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine = sa.create_engine(url, echo=echo, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
         return engine
     return sa.create_engine(url, echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
@@ -66,7 +76,7 @@ def session_scope(engine: Engine) -> Iterator[Session]:
             raise
 
 
-def _alembic_config(url: str):  # noqa: ANN202 - alembic type imported lazily
+def _alembic_config(url: str):
     from alembic.config import Config
 
     cfg = Config()

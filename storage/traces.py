@@ -209,7 +209,7 @@ def _bulk_insert_requests(session: Session, trace_id: int, columns: TraceColumns
         cur.close()
 
 
-def _copy_in(raw, trace_id: int, columns: TraceColumns, plain: bool) -> None:  # noqa: ANN001
+def _copy_in(raw, trace_id: int, columns: TraceColumns, plain: bool) -> None:
     import polars as pl
 
     n = len(columns)
@@ -229,7 +229,10 @@ def _copy_in(raw, trace_id: int, columns: TraceColumns, plain: bool) -> None:  #
     buf = io.BytesIO()
     df.write_csv(buf, include_header=False, float_precision=None)
     names = ", ".join(df.columns)
-    with raw.cursor() as cur, cur.copy(f"COPY trace_requests ({names}) FROM STDIN (FORMAT csv)") as cp:
+    with (
+        raw.cursor() as cur,
+        cur.copy(f"COPY trace_requests ({names}) FROM STDIN (FORMAT csv)") as cp,
+    ):
         cp.write(buf.getvalue())
 
 
@@ -266,7 +269,7 @@ def load_trace_columns(session: Session, trace_id: int) -> TraceColumns:
     )
 
 
-def _copy_out_core(raw, trace_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001
+def _copy_out_core(raw, trace_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     import polars as pl
 
     buf = io.BytesIO()
@@ -285,7 +288,11 @@ def _copy_out_core(raw, trace_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
         buf,
         has_header=False,
         new_columns=["arrival_s", "input_tokens", "output_tokens"],
-        schema_overrides={"arrival_s": pl.Float64, "input_tokens": pl.Int64, "output_tokens": pl.Int64},
+        schema_overrides={
+            "arrival_s": pl.Float64,
+            "input_tokens": pl.Int64,
+            "output_tokens": pl.Int64,
+        },
     )
     return (
         df["arrival_s"].to_numpy(),

@@ -69,7 +69,7 @@ def _postgres_error() -> str | None:
                 conn.execute(sa.text("select 1"))
             engine.dispose()
             _pg_checked["err"] = None
-        except Exception as exc:  # noqa: BLE001 - any failure means "not available"
+        except Exception as exc:
             _pg_checked["err"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
     return _pg_checked["err"]
 

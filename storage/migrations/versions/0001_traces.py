@@ -30,7 +30,9 @@ def upgrade() -> None:
         sa.Column(
             "trace_id",
             sa.Integer(),
-            sa.ForeignKey("traces.id", ondelete="CASCADE", name="fk_trace_requests_trace_id_traces"),
+            sa.ForeignKey(
+                "traces.id", ondelete="CASCADE", name="fk_trace_requests_trace_id_traces"
+            ),
             primary_key=True,
         ),
         sa.Column("seq", sa.Integer(), primary_key=True),

@@ -1,0 +1,51 @@
+"""Trace ingest: parse and validate a file, then store it in one transaction.
+
+Used by the CLI and the REST API alike. Parsing happens before any database
+work, so a bad file never touches stored data; storing is atomic and
+idempotent by content hash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from optimizer.traces import ColumnMapping, IngestLimits, parse_trace
+from storage.records import TraceFormat, TraceInfo
+from storage.traces import find_trace_by_hash, store_trace
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    trace: TraceInfo
+    created: bool  # False: the same content was already stored
+    warnings: tuple[str, ...]
+    num_dropped: int
+
+
+def ingest_trace(
+    session: Session,
+    path: str | Path,
+    *,
+    name: str | None = None,
+    format: TraceFormat | None = None,
+    mapping: ColumnMapping | None = None,
+    limits: IngestLimits | None = None,
+) -> IngestResult:
+    """Parse `path` and store it; return the stored (or already existing) trace."""
+    path = Path(path)
+    parsed = parse_trace(path, format=format, mapping=mapping, limits=limits or IngestLimits())
+    existing = find_trace_by_hash(session, parsed.content_hash)
+    if existing is not None:
+        return IngestResult(existing, False, parsed.warnings, parsed.num_dropped)
+    info, created = store_trace(
+        session,
+        name=name or path.stem,
+        source_format=parsed.format,
+        content_hash=parsed.content_hash,
+        columns=parsed.columns,
+        stats=parsed.stats,
+    )
+    return IngestResult(info, created, parsed.warnings, parsed.num_dropped)

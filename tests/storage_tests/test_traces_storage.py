@@ -1,0 +1,118 @@
+"""Trace storage on every back-end (SQLite and PostgreSQL via the `db_url` fixture)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from storage.db import current_revision, head_revision, make_engine, session_scope, upgrade_database
+from storage.records import TraceFormat
+from storage.traces import (
+    TraceNotFound,
+    count_traces,
+    delete_trace,
+    get_trace,
+    list_traces,
+    load_trace_columns,
+    store_trace,
+)
+from tests.factories import make_columns, make_stats
+
+
+@pytest.fixture
+def engine(db_url: str):
+    upgrade_database(db_url)
+    eng = make_engine(db_url)
+    yield eng
+    eng.dispose()
+
+
+def _store(engine, columns, content_hash="h1", name="t"):
+    with session_scope(engine) as s:
+        return store_trace(
+            s,
+            name=name,
+            source_format=TraceFormat.AZURE,
+            content_hash=content_hash,
+            columns=columns,
+            stats=make_stats(len(columns)),
+        )
+
+
+def test_migrations_reach_head_and_are_idempotent(db_url: str) -> None:
+    upgrade_database(db_url)
+    upgrade_database(db_url)
+    assert current_revision(db_url) == head_revision()
+
+
+def test_round_trip_plain_columns(engine) -> None:
+    cols = make_columns(50, seed=1)
+    info, created = _store(engine, cols)
+    assert created
+    with session_scope(engine) as s:
+        back = load_trace_columns(s, info.id)
+        stored = get_trace(s, info.id)
+    np.testing.assert_array_equal(back.arrival_s, cols.arrival_s)
+    np.testing.assert_array_equal(back.input_tokens, cols.input_tokens)
+    np.testing.assert_array_equal(back.output_tokens, cols.output_tokens)
+    assert back.prefix_hashes is None and back.session_ids is None
+    assert back.acceptance_length is None
+    assert stored.stats == make_stats(50)
+    assert stored.source_format is TraceFormat.AZURE
+    assert stored.created_at.tzinfo is not None
+
+
+def test_round_trip_optional_columns(engine) -> None:
+    cols = make_columns(7, seed=2, hashes=True)
+    info, _ = _store(engine, cols)
+    with session_scope(engine) as s:
+        back = load_trace_columns(s, info.id)
+    assert back.prefix_hashes is not None and cols.prefix_hashes is not None
+    for got, want in zip(back.prefix_hashes, cols.prefix_hashes, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert back.session_ids == cols.session_ids
+    np.testing.assert_allclose(back.acceptance_length, cols.acceptance_length)
+
+
+def test_same_content_is_stored_once(engine) -> None:
+    first, created1 = _store(engine, make_columns(5), content_hash="same")
+    second, created2 = _store(engine, make_columns(5), content_hash="same", name="other")
+    assert created1 and not created2
+    assert second.id == first.id and second.name == "t"
+    with session_scope(engine) as s:
+        assert count_traces(s) == 1
+
+
+def test_failed_transaction_leaves_nothing(engine) -> None:
+    with pytest.raises(RuntimeError, match="boom"), session_scope(engine) as s:
+        _info, _ = store_trace(
+            s,
+            name="t",
+            source_format=TraceFormat.AZURE,
+            content_hash="x",
+            columns=make_columns(100),
+            stats=make_stats(100),
+        )
+        raise RuntimeError("boom")
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("select count(*) from traces")).scalar() == 0
+        assert conn.execute(sa.text("select count(*) from trace_requests")).scalar() == 0
+
+
+def test_list_and_delete(engine) -> None:
+    a, _ = _store(engine, make_columns(3), content_hash="a", name="a")
+    b, _ = _store(engine, make_columns(4), content_hash="b", name="b")
+    with session_scope(engine) as s:
+        assert [t.name for t in list_traces(s)] == ["a", "b"]
+        assert [t.name for t in list_traces(s, limit=1, offset=1)] == ["b"]
+        delete_trace(s, a.id)
+    with session_scope(engine) as s:
+        assert [t.id for t in list_traces(s)] == [b.id]
+        with pytest.raises(TraceNotFound):
+            load_trace_columns(s, a.id)
+        with pytest.raises(TraceNotFound, match=f"trace {a.id} not found"):
+            delete_trace(s, a.id)
+    with engine.connect() as conn:
+        left = conn.execute(sa.text("select count(*) from trace_requests")).scalar()
+    assert left == 4
