@@ -92,7 +92,7 @@ def get_accelerator(name: str) -> Accelerator:
 
 
 def load_accelerator(path: str | Path) -> Accelerator:
-    """Read a spec file with keys name, bf16_tflops, hbm_gb, hbm_tb_s [, link_gb_s, price_per_hour]."""
+    """Read a spec file: name, bf16_tflops, hbm_gb, hbm_tb_s [, link_gb_s, price_per_hour]."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -102,7 +102,7 @@ def load_accelerator(path: str | Path) -> Accelerator:
             import yaml
 
             data = yaml.safe_load(text)
-    except Exception as exc:  # noqa: BLE001 - any parse failure is the user's file
+    except Exception as exc:
         raise HardwareError(f"{path}: cannot parse accelerator spec: {exc}") from exc
     if not isinstance(data, dict):
         raise HardwareError(f"{path}: expected a mapping of spec fields")
