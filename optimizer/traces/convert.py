@@ -18,6 +18,7 @@ DATETIME_FORMATS = (
     "%Y-%m-%d %H:%M:%S%.f%#z",
     "%Y-%m-%dT%H:%M:%S%.f%#z",
 )
+_MAX_TOKENS = 1e12  # far above any context length; keeps the int64 cast exact
 _UNIT_SCALE = {TimeUnit.S: 1.0, TimeUnit.MS: 1e-3, TimeUnit.US: 1e-6}
 
 
@@ -61,9 +62,9 @@ def token_counts(path: Path, frame: pl.DataFrame, column: str) -> np.ndarray:
     """Whole-number token counts as int64 (positivity is checked after documented drops)."""
     expected = "a positive whole number of tokens"
     values = numbers(path, frame, column, expected)
-    fractional = values != values.floor()
-    if fractional.any():
-        _raise_at(path, frame, fractional, column, expected)
+    bad = (values != values.floor()) | (values.abs() > _MAX_TOKENS)
+    if bad.any():
+        _raise_at(path, frame, bad, column, expected)
     return values.cast(pl.Int64).to_numpy()
 
 

@@ -74,9 +74,10 @@ def test_empty_value(tmp_path: Path) -> None:
     assert (err.row, err.column) == (2, "GeneratedTokens") and "empty" in err.message
 
 
-def test_fractional_tokens(tmp_path: Path) -> None:
-    err = reject(write(tmp_path, "t.csv", AZURE_HEADER + AZURE_ROWS.replace("100", "10.5")))
-    assert (err.row, err.column) == (3, "ContextTokens")
+@pytest.mark.parametrize("value", ["10.5", "1e30", "nan", "inf"])
+def test_fractional_huge_or_non_finite_tokens(tmp_path: Path, value: str) -> None:
+    err = reject(write(tmp_path, "t.csv", AZURE_HEADER + AZURE_ROWS.replace("100", value)))
+    assert (err.row, err.column) == (3, "ContextTokens") and repr(value) in err.message
 
 
 @pytest.mark.parametrize(("value", "shown"), [("0", "found 0 tokens"), ("-3", "found -3 tokens")])
