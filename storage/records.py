@@ -22,6 +22,7 @@ class TraceFormat(StrEnum):
     MOONCAKE = "mooncake"
     BURSTGPT = "burstgpt"
     QWEN = "qwen"
+    SERVETUNE = "servetune"  # our own export: arrival_s, input_tokens, output_tokens, ...
     GENERIC = "generic"
 
 

@@ -133,8 +133,36 @@ FORMAT_SPECS: dict[TraceFormat, FormatSpec] = {
                 block_size=16,
             ),
         ),
+        FormatSpec(
+            TraceFormat.SERVETUNE,
+            ColumnMapping("arrival_s", "input_tokens", "output_tokens", TimeUnit.S),
+        ),
     )
 }
+
+NATIVE_OPTIONAL_ACCEPT = "acceptance_length"
+
+
+def with_native_optionals(spec: FormatSpec, names: Sequence[str]) -> FormatSpec:
+    """The native format's spec extended with the optional columns the file has."""
+    if spec.format is not TraceFormat.SERVETUNE:
+        return spec
+    present = set(names)
+    m = spec.mapping
+    return FormatSpec(
+        spec.format,
+        ColumnMapping(
+            m.arrival,
+            m.input_tokens,
+            m.output_tokens,
+            m.time_unit,
+            hash_ids="hash_ids" if "hash_ids" in present else None,
+            session_id="session_id" if "session_id" in present else None,
+            acceptance_length=(
+                NATIVE_OPTIONAL_ACCEPT if NATIVE_OPTIONAL_ACCEPT in present else None
+            ),
+        ),
+    )
 
 
 def generic_spec(mapping: ColumnMapping) -> FormatSpec:

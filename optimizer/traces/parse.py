@@ -24,6 +24,7 @@ from optimizer.traces.formats import (
     check_columns,
     detect_format,
     generic_spec,
+    with_native_optionals,
 )
 from optimizer.traces.frames import ROW, load_frame
 from optimizer.traces.sniff import FileFacts, inspect_file
@@ -86,7 +87,7 @@ def _resolve_spec(
             raise ValueError(f"a column mapping describes a generic trace, not format {format}")
         spec = generic_spec(mapping)
     elif format is None:
-        return detect_format(path, facts.columns)
+        return with_native_optionals(detect_format(path, facts.columns), facts.columns)
     elif format is TraceFormat.GENERIC:
         raise TraceFormatError(
             path,
@@ -94,7 +95,7 @@ def _resolve_spec(
             f"the file has columns {list(facts.columns)}",
         )
     else:
-        spec = FORMAT_SPECS[TraceFormat(format)]
+        spec = with_native_optionals(FORMAT_SPECS[TraceFormat(format)], facts.columns)
     check_columns(path, spec, facts.columns)
     return spec
 
