@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from api.cli import db, traces
+from api.cli.quickstart import quickstart
 
 app = typer.Typer(
     name="servetune",
@@ -14,6 +15,7 @@ app = typer.Typer(
 )
 app.add_typer(db.app, name="db")
 app.add_typer(traces.app, name="traces")
+app.command("quickstart")(quickstart)
 
 
 def main() -> None:

@@ -1,0 +1,62 @@
+"""`servetune quickstart`: the main job on the embedded default, no set-up needed.
+
+Generates a seeded sample trace shaped like a production chat service, stores
+it in the default database (SQLite in the user's data directory unless
+SERVETUNE_DATABASE_URL says otherwise) and prints its summary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from api.cli.common import console
+
+SAMPLE_NAME = "sample-chat"
+
+
+def write_sample_trace(path: Path, *, num_requests: int = 3000, seed: int = 7) -> Path:
+    """A chat-like trace: bursty Gamma arrivals (CV 2) at 5 req/s, lognormal lengths."""
+    from api.export import write_trace
+    from optimizer.workload import ArrivalProcess, LognormalLength, synthetic_workload
+    from storage.records import TraceColumns
+
+    wl = synthetic_workload(
+        num_requests,
+        5.0,
+        input_lengths=LognormalLength(mean=1150, sigma=0.9, max_tokens=14000),
+        output_lengths=LognormalLength(mean=210, sigma=0.9, max_tokens=1000),
+        arrival=ArrivalProcess.GAMMA,
+        cv=2.0,
+        seed=seed,
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns = TraceColumns(wl.arrival_s, wl.input_tokens, wl.output_tokens)
+    write_trace(columns, path, csv=True)
+    return path
+
+
+def quickstart(
+    out_dir: Annotated[
+        Path | None, typer.Option(help="where to write the sample trace (default: data dir)")
+    ] = None,
+) -> None:
+    """Generate a sample trace, store it, and print its summary."""
+    from platformdirs import user_data_dir
+
+    from api.cli.common import session
+    from api.cli.traces import _summary_table
+    from api.ingest import ingest_trace
+    from api.settings import get_settings
+
+    folder = out_dir or Path(user_data_dir("servetune", appauthor=False))
+    path = write_sample_trace(folder / f"{SAMPLE_NAME}.csv")
+    console.print(f"sample trace written to {path}")
+    console.print(f"database: {get_settings().database_url}")
+    with session() as s:
+        result = ingest_trace(s, path, name=SAMPLE_NAME)
+    verb = "stored as" if result.created else "already stored as"
+    console.print(f"{verb} trace [bold]{result.trace.id}[/]")
+    console.print(_summary_table(result.trace))
