@@ -1,0 +1,469 @@
+"""`ServingConfig`: the one serving-config schema (simulator, search, storage, API).
+
+A config describes a fleet serving one model: colocated replicas, or
+disaggregated prefill and decode instances (each role on its own accelerator
+type and TP degree, as Splitwise proposes), plus speculation, prefix caching,
+the KV link and routing. Construction validates everything (vLLM's rules from
+DOMAIN.md §5 and KV capacity from §3); an invalid config raises `ConfigError`,
+never yields a silent result.
+
+JSON round trip: `to_dict()` / `ServingConfig.from_dict()` carry
+`schema_version`; unknown keys and wrong types are rejected with the dotted
+path of the offending field.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
+from enum import StrEnum
+
+from profiler.hardware import Accelerator, HardwareError, get_accelerator
+from profiler.shapes import ModelShape, ShapeError, get_shape
+
+CONFIG_SCHEMA_VERSION = 1
+GIB = 1024**3
+# Fixed per-GPU reserve (CUDA context, CUDA graphs, allocator slack) on top of activations.
+FIXED_RESERVE_BYTES = int(0.5 * GIB)
+
+
+class ConfigError(ValueError):
+    """A serving config is invalid: bad field, vLLM rule broken, or the model does not fit."""
+
+
+class ServingMode(StrEnum):
+    COLOCATED = "colocated"
+    DISAGGREGATED = "disaggregated"
+
+
+class SpecMethod(StrEnum):
+    NONE = "none"
+    DRAFT = "draft"
+    EAGLE = "eagle"
+    NGRAM = "ngram"
+
+
+class RoutingPolicy(StrEnum):
+    ROUND_ROBIN = "round_robin"
+    LEAST_OUTSTANDING_TOKENS = "least_outstanding_tokens"
+
+
+class Role(StrEnum):
+    REPLICA = "replica"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+def _positive_int(where: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{where}: expected a positive integer, got {value!r}")
+
+
+def _positive_number(where: str, value: object, *, allow_zero: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not allow_zero):
+        expected = "a non-negative number" if allow_zero else "a positive number"
+        raise ConfigError(f"{where}: expected {expected}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceConfig:
+    """One serving instance (a replica, or one prefill/decode server): engine knobs per role."""
+
+    accelerator: str = "h100"
+    tp: int = 1
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    enable_chunked_prefill: bool = True
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    price_per_gpu_hour: float | None = None  # USD; None = the accelerator's own price, if any
+
+    def check(self, where: str) -> None:
+        if not isinstance(self.accelerator, str) or not self.accelerator:
+            raise ConfigError(f"{where}.accelerator: expected a name, got {self.accelerator!r}")
+        for name in ("tp", "max_num_batched_tokens", "max_num_seqs", "block_size"):
+            _positive_int(f"{where}.{name}", getattr(self, name))
+        if self.tp & (self.tp - 1):
+            raise ConfigError(f"{where}.tp: expected a power of two, got {self.tp}")
+        if not isinstance(self.enable_chunked_prefill, bool):
+            raise ConfigError(f"{where}.enable_chunked_prefill: expected a bool")
+        u = self.gpu_memory_utilization
+        _positive_number(f"{where}.gpu_memory_utilization", u)
+        if u > 1.0:
+            raise ConfigError(
+                f"{where}.gpu_memory_utilization: expected a value in (0, 1], got {u}"
+            )
+        if self.block_size & (self.block_size - 1) or self.block_size > 256:
+            raise ConfigError(
+                f"{where}.block_size: expected a power of two <= 256, got {self.block_size}"
+            )
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ConfigError(
+                f"{where}: max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                f"max_num_seqs ({self.max_num_seqs}) (vLLM rule)"
+            )
+        if self.price_per_gpu_hour is not None:
+            _positive_number(
+                f"{where}.price_per_gpu_hour", self.price_per_gpu_hour, allow_zero=True
+            )
+
+    def resolve_accelerator(self, where: str = "instance") -> Accelerator:
+        try:
+            return get_accelerator(self.accelerator)
+        except HardwareError as exc:
+            raise ConfigError(f"{where}.accelerator: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculationConfig:
+    """Speculative decoding. Acceptance is i.i.d. per token with rate `acceptance_rate` (α),
+    or per request from the trace's acceptance lengths when `use_trace_acceptance`."""
+
+    method: SpecMethod = SpecMethod.NONE
+    num_speculative_tokens: int = 0  # K
+    acceptance_rate: float = 0.7  # α in [0, 1]
+    use_trace_acceptance: bool = False
+    draft_model: str | None = None  # a model shape name, for method=draft
+    draft_relative_cost: float = 0.05  # one draft step / one target decode step
+
+    @property
+    def enabled(self) -> bool:
+        return self.method is not SpecMethod.NONE
+
+    def check(self, where: str) -> None:
+        if not isinstance(self.method, SpecMethod):
+            raise ConfigError(f"{where}.method: expected one of {[m.value for m in SpecMethod]}")
+        k = self.num_speculative_tokens
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            raise ConfigError(f"{where}.num_speculative_tokens: expected an int >= 0, got {k!r}")
+        if self.enabled and k == 0:
+            raise ConfigError(f"{where}: method {self.method} needs num_speculative_tokens >= 1")
+        if not self.enabled and k != 0:
+            raise ConfigError(f"{where}: num_speculative_tokens={k} given but method is none")
+        a = self.acceptance_rate
+        _positive_number(f"{where}.acceptance_rate", a, allow_zero=True)
+        if a > 1.0:
+            raise ConfigError(f"{where}.acceptance_rate: expected a value in [0, 1], got {a}")
+        _positive_number(f"{where}.draft_relative_cost", self.draft_relative_cost, allow_zero=True)
+        if self.draft_model is not None:
+            if self.method is not SpecMethod.DRAFT:
+                raise ConfigError(f"{where}.draft_model: only used with method=draft")
+            try:
+                get_shape(self.draft_model)
+            except ShapeError as exc:
+                raise ConfigError(f"{where}.draft_model: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class KVLinkConfig:
+    """The link KV caches cross from prefill to decode instances (one per prefill instance)."""
+
+    bandwidth_gb_s: float = 50.0  # per direction, 1e9 bytes/s (InfiniBand NDR ≈ 50)
+    latency_ms: float = 0.02
+
+    def check(self, where: str) -> None:
+        _positive_number(f"{where}.bandwidth_gb_s", self.bandwidth_gb_s)
+        _positive_number(f"{where}.latency_ms", self.latency_ms, allow_zero=True)
+
+
+@dataclass(frozen=True, slots=True)
+class RolePlan:
+    """One role of a config as the simulator sees it."""
+
+    role: Role
+    instance: InstanceConfig
+    count: int
+    kv_blocks: int  # KV blocks per instance
+
+
+@dataclass(frozen=True, slots=True)
+class ServingConfig:
+    """A fleet serving `model` (a `profiler.shapes` preset or HF config path).
+
+    Colocated: `replica` x `num_replicas`. Disaggregated: `prefill` x
+    `num_prefill` plus `decode` x `num_decode`; `kv_link` prices the KV hand-off.
+    `routing` spreads arrivals over replicas (or prefill instances) and
+    prefilled requests over decode instances. Validated on construction.
+    """
+
+    model: str
+    mode: ServingMode = ServingMode.COLOCATED
+    replica: InstanceConfig | None = None
+    num_replicas: int = 1
+    prefill: InstanceConfig | None = None
+    num_prefill: int = 0
+    decode: InstanceConfig | None = None
+    num_decode: int = 0
+    speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
+    enable_prefix_caching: bool = False
+    kv_link: KVLinkConfig = field(default_factory=KVLinkConfig)
+    routing: RoutingPolicy = RoutingPolicy.ROUND_ROBIN
+    max_model_len: int | None = None  # None: limited by KV capacity (and the budget if unchunked)
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @classmethod
+    def colocated(
+        cls,
+        model: str,
+        instance: InstanceConfig | None = None,
+        num_replicas: int = 1,
+        **kw: typing.Any,
+    ) -> ServingConfig:
+        return cls(
+            model=model, replica=instance or InstanceConfig(), num_replicas=num_replicas, **kw
+        )
+
+    @classmethod
+    def disaggregated(
+        cls,
+        model: str,
+        prefill: InstanceConfig | None = None,
+        decode: InstanceConfig | None = None,
+        num_prefill: int = 1,
+        num_decode: int = 1,
+        **kw: typing.Any,
+    ) -> ServingConfig:
+        return cls(
+            model=model,
+            mode=ServingMode.DISAGGREGATED,
+            prefill=prefill or InstanceConfig(),
+            decode=decode or InstanceConfig(),
+            num_prefill=num_prefill,
+            num_decode=num_decode,
+            num_replicas=0,
+            **kw,
+        )
+
+    @property
+    def shape(self) -> ModelShape:
+        return get_shape(self.model)
+
+    def roles(self) -> tuple[RolePlan, ...]:
+        """The instance roles with their counts and KV capacity, in simulator order."""
+        shape = self.shape
+        if self.mode is ServingMode.COLOCATED:
+            assert self.replica is not None
+            parts = ((Role.REPLICA, self.replica, self.num_replicas),)
+        else:
+            assert self.prefill is not None and self.decode is not None
+            parts = (
+                (Role.PREFILL, self.prefill, self.num_prefill),
+                (Role.DECODE, self.decode, self.num_decode),
+            )
+        return tuple(
+            RolePlan(role, inst, n, kv_capacity_blocks(shape, inst, self.speculation))
+            for role, inst, n in parts
+        )
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(p.instance.tp * p.count for p in self.roles())
+
+    def price_per_hour(self) -> float | None:
+        """Fleet price in USD per hour, or None when some role has no price."""
+        total = 0.0
+        for p in self.roles():
+            price = p.instance.price_per_gpu_hour
+            if price is None:
+                price = p.instance.resolve_accelerator().price_per_hour
+            if price is None:
+                return None
+            total += price * p.instance.tp * p.count
+        return total
+
+    def to_dict(self) -> dict[str, typing.Any]:
+        """JSON-ready dict with `schema_version`; enums as their string values."""
+        out = _to_plain(self)
+        assert isinstance(out, dict)
+        return {"schema_version": CONFIG_SCHEMA_VERSION, **out}
+
+    @classmethod
+    def from_dict(cls, data: object) -> ServingConfig:
+        """Strict inverse of `to_dict` (schema_version optional; unknown keys rejected)."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"config: expected a mapping, got {type(data).__name__}")
+        data = dict(data)
+        version = data.pop("schema_version", CONFIG_SCHEMA_VERSION)
+        if version != CONFIG_SCHEMA_VERSION:
+            raise ConfigError(
+                f"config.schema_version: {version!r} is not supported "
+                f"(this build reads version {CONFIG_SCHEMA_VERSION})"
+            )
+        built = _from_plain(cls, data, "config")
+        assert isinstance(built, ServingConfig)
+        return built
+
+
+# ----------------------------------------------------------------------------- capacity
+
+
+def activation_reserve_bytes(shape: ModelShape, inst: InstanceConfig) -> int:
+    """Estimated per-GPU memory kept for activations, logits and the runtime (not for KV).
+
+    A step of `max_num_batched_tokens` tokens holds roughly a residual stream,
+    QKV and the gated-MLP intermediate (`4h + 2f/tp` values per token), plus fp32
+    logits for `max_num_seqs` rows, plus a fixed 0.5 GiB (CUDA context, graphs).
+    """
+    t = inst.max_num_batched_tokens
+    per_token = 4 * shape.hidden_size + 2 * shape.intermediate_size // inst.tp
+    logits = inst.max_num_seqs * (shape.vocab_size // inst.tp) * 4
+    return FIXED_RESERVE_BYTES + t * per_token * shape.dtype_bytes + logits
+
+
+def kv_capacity_blocks(
+    shape: ModelShape, inst: InstanceConfig, spec: SpeculationConfig | None = None
+) -> int:
+    """KV blocks per instance (DOMAIN.md §3); <= 0 when the model does not fit."""
+    acc = inst.resolve_accelerator()
+    free = acc.hbm_bytes * inst.gpu_memory_utilization - shape.weight_bytes(inst.tp)
+    free -= activation_reserve_bytes(shape, inst)
+    if spec is not None and spec.draft_model is not None:
+        free -= get_shape(spec.draft_model).weight_bytes(inst.tp)
+    per_block = shape.kv_bytes_per_token(inst.tp) * inst.block_size
+    return max(0, int(free // per_block))
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _validate(cfg: ServingConfig) -> None:
+    if not isinstance(cfg.model, str) or not cfg.model:
+        raise ConfigError(f"config.model: expected a model shape name, got {cfg.model!r}")
+    try:
+        shape = get_shape(cfg.model)
+    except ShapeError as exc:
+        raise ConfigError(f"config.model: {exc}") from exc
+    for name, enum in (("mode", ServingMode), ("routing", RoutingPolicy)):
+        if not isinstance(getattr(cfg, name), enum):
+            raise ConfigError(f"config.{name}: expected one of {[m.value for m in enum]}")
+    if cfg.mode is ServingMode.COLOCATED:
+        if cfg.replica is None:
+            raise ConfigError("config.replica: required in colocated mode")
+        _positive_int("config.num_replicas", cfg.num_replicas)
+        if cfg.prefill is not None or cfg.decode is not None or cfg.num_prefill or cfg.num_decode:
+            raise ConfigError("config: prefill/decode roles are only for disaggregated mode")
+        roles = (("config.replica", cfg.replica),)
+    else:
+        if cfg.prefill is None or cfg.decode is None:
+            raise ConfigError("config: disaggregated mode needs both prefill and decode roles")
+        _positive_int("config.num_prefill", cfg.num_prefill)
+        _positive_int("config.num_decode", cfg.num_decode)
+        if cfg.replica is not None or cfg.num_replicas:
+            raise ConfigError(
+                "config: replica/num_replicas are only for colocated mode "
+                "(set num_replicas=0 in disaggregated mode)"
+            )
+        roles = (("config.prefill", cfg.prefill), ("config.decode", cfg.decode))
+    if not isinstance(cfg.speculation, SpeculationConfig):
+        raise ConfigError("config.speculation: expected a SpeculationConfig")
+    cfg.speculation.check("config.speculation")
+    if not isinstance(cfg.kv_link, KVLinkConfig):
+        raise ConfigError("config.kv_link: expected a KVLinkConfig")
+    cfg.kv_link.check("config.kv_link")
+    if not isinstance(cfg.enable_prefix_caching, bool):
+        raise ConfigError("config.enable_prefix_caching: expected a bool")
+    if cfg.max_model_len is not None:
+        _positive_int("config.max_model_len", cfg.max_model_len)
+    for where, inst in roles:
+        if not isinstance(inst, InstanceConfig):
+            raise ConfigError(f"{where}: expected an InstanceConfig")
+        inst.check(where)
+        inst.resolve_accelerator(where)
+        if shape.num_heads % inst.tp or (
+            shape.num_kv_heads % inst.tp and inst.tp % shape.num_kv_heads
+        ):
+            raise ConfigError(
+                f"{where}.tp: {inst.tp} does not divide {shape.name}'s {shape.num_heads} "
+                f"attention heads / {shape.num_kv_heads} KV heads"
+            )
+        blocks = kv_capacity_blocks(shape, inst, cfg.speculation)
+        if blocks <= 0:
+            acc = inst.resolve_accelerator()
+            raise ConfigError(
+                f"{where}: {shape.name} does not fit on {acc.name} at tp={inst.tp}: "
+                f"{shape.weight_bytes(inst.tp) / 1e9:.1f} GB of weights per GPU + "
+                f"{activation_reserve_bytes(shape, inst) / 1e9:.1f} GB reserve > "
+                f"{acc.hbm_gb:g} GB x gpu_memory_utilization {inst.gpu_memory_utilization} "
+                "leaves no room for the KV cache"
+            )
+        mml = cfg.max_model_len
+        if (
+            mml is not None
+            and not inst.enable_chunked_prefill
+            and inst.max_num_batched_tokens < mml
+        ):
+            raise ConfigError(
+                f"{where}: with chunked prefill off, max_num_batched_tokens "
+                f"({inst.max_num_batched_tokens}) must be >= max_model_len ({mml}) (vLLM rule)"
+            )
+        if mml is not None and mml > blocks * inst.block_size:
+            raise ConfigError(
+                f"{where}: max_model_len {mml} exceeds the KV cache capacity of "
+                f"{blocks * inst.block_size} tokens (vLLM refuses to start)"
+            )
+
+
+# ----------------------------------------------------------------------------- JSON round trip
+
+
+def _to_plain(value: object) -> object:
+    if isinstance(value, StrEnum):
+        return value.value
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_plain(getattr(value, f.name)) for f in fields(value)}
+    return value
+
+
+def _from_plain(cls: type, data: object, where: str) -> object:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__} {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {unknown}; expected some of {names}")
+    kwargs = {k: _coerce(hints[k], v, f"{where}.{k}") for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a required field is missing
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _coerce(tp: object, value: object, where: str) -> object:
+    if isinstance(tp, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        (tp,) = args
+    if isinstance(tp, type) and issubclass(tp, StrEnum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise ConfigError(
+                f"{where}: expected one of {[m.value for m in tp]}, got {value!r}"
+            ) from None
+    if isinstance(tp, type) and is_dataclass(tp):
+        return _from_plain(tp, value, where)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a bool, got {type(value).__name__} {value!r}")
+        return value
+    if tp is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{where}: expected an int, got {type(value).__name__} {value!r}")
+        return value
+    if tp is float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {type(value).__name__} {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported field type {tp!r}")  # pragma: no cover
