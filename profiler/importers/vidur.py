@@ -4,7 +4,9 @@ Files understood (one file, or a folder searched recursively for them):
 - `mlp.csv`: per-layer token-parallel ops by `num_tokens` and
   `num_tensor_parallel_workers`, with the model shape (`n_head`, `n_kv_head`,
   `n_embd`, `n_expanded_embd`, `use_gated_mlp`); GEMM n/k are derived per
-  DOMAIN.md §9 (head_dim = n_embd / n_head).
+  DOMAIN.md §9 (head_dim = n_embd / n_head). Elementwise ops carry in `n` the
+  row width they touch on one GPU: hidden size (norms, adds, embedding),
+  intermediate / TP (activation), (heads + KV heads) x head_dim / TP (RoPE).
 - `attention.csv`: `attn_prefill` (q = prefill_chunk_size, kv = kv_cache_size +
   chunk) and `attn_decode` (batch of sequences, each with kv_cache_size tokens);
   head counts stored per GPU (divided by the TP degree).
@@ -81,6 +83,7 @@ def _mlp_samples(path: Path, df: pl.DataFrame) -> list[KernelSample]:
                 OpKind.MLP_UP: ((2 if gated else 1) * f // tp, h),
                 OpKind.MLP_DOWN: (h, f // tp),
                 OpKind.ACTIVATION: (f // tp, 0),
+                OpKind.ROPE: ((a + g) * d // tp, 0),  # rotates q and k heads on this GPU
             }.get(op, (h, 0))
             out.append(
                 KernelSample(

@@ -1,0 +1,196 @@
+"""Iteration time of a batch from per-operator predictions (DOMAIN.md §9).
+
+One step of a dense transformer on one GPU of a TP group costs
+
+    layers x (QKV + attention + output proj + MLP up/gate + MLP down
+              + norms, adds, activation, RoPE + 2 all-reduces when tp > 1)
+    + embedding + final norm + LM head (rows = sequences sampling)
+    + a per-iteration engine overhead (fitted on measured mixed iterations
+      when there are some, else an assumed constant).
+
+`Pricing` decides which source prices each operator: a learned model when
+one covers it, else the roofline (those operators are listed by
+`Pricing.estimated_ops`). These functions call scikit-learn; the simulator
+uses the compiled tables of `optimizer.latency.table` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimizer.latency.base import StepLoad
+from optimizer.latency.features import OpBatch
+from optimizer.latency.model import LatencyModel, OpModel
+from optimizer.latency.roofline import RooflinePricer
+from profiler.shapes import ModelShape
+from storage.records import OpKind
+
+DEFAULT_OVERHEAD_S = 0.0005  # assumed engine overhead per iteration without calibration
+PER_MODEL_GEMMS = (OpKind.QKV_PROJ, OpKind.ATTN_OUT_PROJ, OpKind.MLP_UP, OpKind.MLP_DOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class Pricing:
+    """Prices the operators of one (model shape, accelerator, TP degree)."""
+
+    shape: ModelShape
+    tp: int
+    roofline: RooflinePricer
+    learned: LatencyModel | None = None
+
+    def __post_init__(self) -> None:
+        if self.tp < 1 or self.shape.num_heads % self.tp:
+            raise ValueError(
+                f"{self.shape.name}: tp={self.tp} must be >= 1 and divide "
+                f"num_heads={self.shape.num_heads}"
+            )
+
+    # -- which source prices an operator ------------------------------------------
+    def _learned(self, op: OpKind) -> OpModel | None:
+        if self.learned is None:
+            return None
+        return self.learned.ops.get(op)
+
+    def _source(self, op: OpKind) -> tuple[OpKind, OpModel | None]:
+        """(op kind to price with, learned model or None for the roofline)."""
+        own = self._learned(op)
+        if op in PER_MODEL_GEMMS or op is OpKind.LM_HEAD:
+            if own is not None and self.shape.name in own.models:
+                return op, own
+            generic = self._learned(OpKind.GEMM)
+            if generic is not None:
+                return OpKind.GEMM, generic
+            return op, own  # another shape's per-model GEMM: n/k features still apply
+        if op is OpKind.ALL_REDUCE and own is not None and self.tp not in own.num_gpus:
+            return op, None
+        return op, own
+
+    def estimated_ops(self) -> tuple[str, ...]:
+        """Operators priced by the roofline for this shape and TP degree."""
+        ops = [*PER_MODEL_GEMMS, OpKind.LM_HEAD, OpKind.NORM, OpKind.ADD, OpKind.ACTIVATION]
+        ops += [OpKind.ROPE, OpKind.EMBEDDING, OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN]
+        if self.tp > 1:
+            ops.append(OpKind.ALL_REDUCE)
+        return tuple(op.value for op in ops if self._source(op)[1] is None)
+
+    def price_ms(self, op: OpKind, **params: object) -> np.ndarray:
+        kind, model = self._source(op)
+        batch = OpBatch.make(kind, float(self.shape.dtype_bytes), **params)
+        if model is None:
+            return self.roofline.predict_ms(OpBatch.make(op, batch.dtype_bytes, **params))
+        return np.maximum(model.predict_ms(batch), 1e-6)
+
+    # -- per-step components, vectorised over token counts ----------------------------
+    def dense_ms(self, num_tokens: np.ndarray) -> np.ndarray:
+        """Token-parallel work of one step (all layers, embedding, final norm), ms."""
+        s, t = self.shape, self.tp
+        m = np.asarray(num_tokens, dtype=np.float64)
+        h, d, f = s.hidden_size, s.head_dim, s.intermediate_size
+        a, g = s.num_heads, s.num_kv_heads
+        layer = self.price_ms(OpKind.QKV_PROJ, num_tokens=m, n=(a + 2 * g) * d // t, k=h)
+        layer = layer + self.price_ms(OpKind.ATTN_OUT_PROJ, num_tokens=m, n=h, k=a * d // t)
+        up = (2 if s.gated_mlp else 1) * f // t
+        layer = layer + self.price_ms(OpKind.MLP_UP, num_tokens=m, n=up, k=h)
+        layer = layer + self.price_ms(OpKind.MLP_DOWN, num_tokens=m, n=h, k=f // t)
+        layer = layer + 2 * self.price_ms(OpKind.NORM, num_tokens=m, n=h)
+        layer = layer + 2 * self.price_ms(OpKind.ADD, num_tokens=m, n=h)
+        layer = layer + self.price_ms(OpKind.ACTIVATION, num_tokens=m, n=f // t)
+        layer = layer + self.price_ms(OpKind.ROPE, num_tokens=m, n=(a + g) * d // t)
+        if t > 1:
+            msg = m * h * s.dtype_bytes
+            layer = layer + 2 * self.price_ms(
+                OpKind.ALL_REDUCE, num_gpus=t, message_bytes=msg, num_tokens=m
+            )
+        once = self.price_ms(OpKind.EMBEDDING, num_tokens=m, n=h)
+        once = once + self.price_ms(OpKind.NORM, num_tokens=m, n=h)
+        return s.num_layers * layer + once
+
+    def lm_head_ms(self, num_logits: np.ndarray) -> np.ndarray:
+        s = self.shape
+        m = np.asarray(num_logits, dtype=np.float64)
+        return self.price_ms(
+            OpKind.LM_HEAD, num_tokens=m, n=s.vocab_size // self.tp, k=s.hidden_size
+        )
+
+    def _heads(self) -> dict[str, object]:
+        s = self.shape
+        return {
+            "num_heads": s.num_heads // self.tp,
+            "num_kv_heads": max(1, s.num_kv_heads // self.tp),
+            "head_dim": s.head_dim,
+        }
+
+    def prefill_attn_ms(self, q_len: np.ndarray, kv_len: np.ndarray) -> np.ndarray:
+        """One chunk of q_len queries over kv_len keys (kv includes the chunk), all layers."""
+        q = np.asarray(q_len, dtype=np.float64)
+        kv = np.maximum(np.asarray(kv_len, dtype=np.float64), q)
+        model = self._source(OpKind.PREFILL_ATTN)[1]
+        if model is not None and model.square_attention:
+            # Measured without a cached prefix: price the square problem of equal work.
+            q = kv = np.sqrt(np.maximum(q * (2.0 * kv - q + 1.0), 1.0))
+        per = self.price_ms(
+            OpKind.PREFILL_ATTN, batch_size=1, q_len=q, kv_len=kv, num_tokens=q, **self._heads()
+        )
+        return self.shape.num_layers * per
+
+    def decode_attn_ms(
+        self, num_seqs: np.ndarray, kv_mean: np.ndarray, decode_q: int = 1
+    ) -> np.ndarray:
+        """`num_seqs` decoding sequences of mean KV length `kv_mean`, all layers.
+
+        Verification (decode_q = K+1) scales the measured decode kernel by the
+        roofline's ratio of K+1 to 1 query positions.
+        """
+        b = np.maximum(np.asarray(num_seqs, dtype=np.float64), 1.0)
+        kv = np.maximum(np.asarray(kv_mean, dtype=np.float64), 1.0)
+        per = self.price_ms(
+            OpKind.DECODE_ATTN, q_len=1, batch_size=b, kv_len=kv, num_tokens=b, **self._heads()
+        )
+        if decode_q > 1:
+            per = per * self.verify_ratio(b, kv, decode_q)
+        return self.shape.num_layers * per
+
+    def verify_ratio(self, num_seqs: np.ndarray, kv_mean: np.ndarray, decode_q: int) -> np.ndarray:
+        """Roofline cost of decode_q query positions relative to one."""
+        common = {"batch_size": num_seqs, "kv_len": kv_mean, "num_tokens": num_seqs}
+        common |= self._heads()
+        one = OpBatch.make(OpKind.DECODE_ATTN, 2.0, q_len=1, **common)
+        many = OpBatch.make(OpKind.VERIFY_ATTN, 2.0, q_len=decode_q, **common)
+        return self.roofline.predict_ms(many) / self.roofline.predict_ms(one)
+
+
+def iteration_ms(pricing: Pricing, load: StepLoad, overhead_s: float) -> float:
+    """Exact (unquantised) step time in ms; slow path for validation and calibration."""
+    total = float(pricing.dense_ms(np.array([load.num_tokens]))[0])
+    if load.num_logits > 0:
+        total += float(pricing.lm_head_ms(np.array([load.num_logits]))[0])
+    if load.prefill_q:
+        total += float(
+            pricing.prefill_attn_ms(np.array(load.prefill_q), np.array(load.prefill_kv)).sum()
+        )
+    if load.num_decode_seqs > 0:
+        mean_kv = load.decode_kv_tokens / load.num_decode_seqs
+        total += float(
+            pricing.decode_attn_ms(
+                np.array([load.num_decode_seqs]), np.array([mean_kv]), load.decode_q
+            )[0]
+        )
+    return total + 1e3 * overhead_s
+
+
+def fit_overhead_s(
+    pricing: Pricing, loads: Sequence[StepLoad], measured_s: Sequence[float]
+) -> float:
+    """Per-iteration overhead: median of (measured - composed) over mixed iterations, >= 0."""
+    if len(loads) != len(measured_s) or not loads:
+        raise ValueError(
+            "need matching non-empty loads and measurements, "
+            f"got {len(loads)} and {len(measured_s)}"
+        )
+    gaps = [
+        m - iteration_ms(pricing, ld, 0.0) / 1e3 for ld, m in zip(loads, measured_s, strict=True)
+    ]
+    return max(0.0, float(np.median(gaps)))

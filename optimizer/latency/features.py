@@ -1,0 +1,181 @@
+"""Physically motivated features for operator latency.
+
+Every operator instance is described by the same columnar parameters
+(`OpBatch`); from them come the two roofline quantities, FLOPs and bytes
+moved, which let a fitted model extrapolate sanely (time grows with work),
+plus log-scaled shape features for the learned residual (tile quantisation,
+kernel switches). Shapes follow DOMAIN.md §9; head counts are per GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from storage.records import KernelSample, OpKind
+
+GEMM_OPS = frozenset(
+    {
+        OpKind.GEMM,
+        OpKind.QKV_PROJ,
+        OpKind.ATTN_OUT_PROJ,
+        OpKind.MLP_UP,
+        OpKind.MLP_DOWN,
+        OpKind.LM_HEAD,
+    }
+)
+ELEMENTWISE_OPS = frozenset(
+    {OpKind.NORM, OpKind.ACTIVATION, OpKind.ROPE, OpKind.ADD, OpKind.EMBEDDING}
+)
+ATTENTION_OPS = frozenset({OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.VERIFY_ATTN})
+MODELLED_OPS = GEMM_OPS | ELEMENTWISE_OPS | ATTENTION_OPS | {OpKind.ALL_REDUCE}
+
+_DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0}
+_ARRAYS = (
+    "num_tokens",
+    "n",
+    "k",
+    "batch_size",
+    "q_len",
+    "kv_len",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "num_gpus",
+    "message_bytes",
+)
+
+
+class FeatureError(ValueError):
+    """Operator parameters that cannot be turned into features."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpBatch:
+    """Parameters of `len(self)` instances of one operator, as float64 arrays.
+
+    Unused parameters are zero (as in `KernelSample`). `dtype_bytes` is the
+    element size of activations, weights and KV cache.
+    """
+
+    op: OpKind
+    num_tokens: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    batch_size: np.ndarray
+    q_len: np.ndarray
+    kv_len: np.ndarray
+    num_heads: np.ndarray
+    num_kv_heads: np.ndarray
+    head_dim: np.ndarray
+    num_gpus: np.ndarray
+    message_bytes: np.ndarray
+    dtype_bytes: float = 2.0
+
+    def __len__(self) -> int:
+        return int(self.num_tokens.shape[0])
+
+    @classmethod
+    def make(cls, op: OpKind, dtype_bytes: float = 2.0, **params: object) -> OpBatch:
+        """Broadcast scalars/arrays given by name; parameters not given are zero."""
+        unknown = sorted(set(params) - set(_ARRAYS))
+        if unknown:
+            raise FeatureError(f"{op}: unknown parameters {unknown}; expected some of {_ARRAYS}")
+        arrays = [np.asarray(params.get(name, 0), dtype=np.float64) for name in _ARRAYS]
+        arrays = np.broadcast_arrays(*arrays, np.zeros(1))[:-1]
+        return cls(op, *(np.ascontiguousarray(a) for a in arrays), dtype_bytes=dtype_bytes)
+
+    @classmethod
+    def from_samples(cls, op: OpKind, samples: Sequence[KernelSample]) -> OpBatch:
+        rows = [s for s in samples if s.op == op]
+        if not rows:
+            raise FeatureError(f"no samples of op {op.value!r}")
+        dtypes = {s.dtype for s in rows}
+        if len(dtypes) > 1:
+            raise FeatureError(
+                f"{op}: samples mix dtypes {sorted(dtypes)}; fit one dtype at a time"
+            )
+        dtype = dtypes.pop()
+        if dtype not in _DTYPE_BYTES:
+            raise FeatureError(f"{op}: unknown dtype {dtype!r}; expected one of {_DTYPE_BYTES}")
+        cols = {name: np.fromiter((getattr(s, name) for s in rows), np.float64) for name in _ARRAYS}
+        return cls(op, dtype_bytes=_DTYPE_BYTES[dtype], **cols)
+
+    def take(self, index: np.ndarray) -> OpBatch:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in _ARRAYS:
+            values[name] = values[name][index]
+        return OpBatch(**values)
+
+
+def work(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
+    """(FLOPs, bytes moved) per instance: the roofline's two axes."""
+    op, dt = batch.op, batch.dtype_bytes
+    m, n, k = batch.num_tokens, batch.n, batch.k
+    if op in GEMM_OPS:
+        return 2.0 * m * n * k, dt * (m * k + k * n + m * n)
+    if op in ELEMENTWISE_OPS:
+        width = np.maximum(n, 1.0)
+        return 4.0 * m * width, 2.0 * dt * m * width
+    if op in ATTENTION_OPS:
+        b, q, kv = batch.batch_size, batch.q_len, batch.kv_len
+        heads, kv_heads, d = batch.num_heads, batch.num_kv_heads, batch.head_dim
+        # causal: query i (of q) sees kv - q + i + 1 keys
+        pairs = b * q * np.maximum(kv - (q - 1) / 2.0, 1.0)
+        flops = 4.0 * heads * d * pairs
+        moved = dt * b * d * (2.0 * q * heads + 2.0 * kv * kv_heads)
+        return flops, moved
+    if op is OpKind.ALL_REDUCE:
+        g = np.maximum(batch.num_gpus, 2.0)
+        return np.zeros_like(batch.message_bytes), batch.message_bytes * 2.0 * (g - 1.0) / g
+    raise FeatureError(f"op {op.value!r} has no latency features")
+
+
+def token_count(batch: OpBatch) -> np.ndarray:
+    """The size axis an extrapolation hold-out withholds the top of."""
+    if batch.op is OpKind.ALL_REDUCE:
+        return batch.message_bytes
+    if batch.op is OpKind.PREFILL_ATTN:
+        return batch.batch_size * batch.q_len
+    if batch.op in ATTENTION_OPS:
+        return batch.batch_size * batch.kv_len
+    return batch.num_tokens
+
+
+def _pad_ratio(x: np.ndarray, tile: float) -> np.ndarray:
+    x = np.maximum(x, 1.0)
+    return np.ceil(x / tile) * tile / x
+
+
+def feature_matrix(batch: OpBatch) -> np.ndarray:
+    """Log-scaled shape and work features for the learned residual (rows x features)."""
+    flops, moved = work(batch)
+    lf, lb = np.log1p(flops), np.log1p(moved)
+    cols: list[np.ndarray]
+    if batch.op in GEMM_OPS:
+        m = batch.num_tokens
+        cols = [
+            np.log2(np.maximum(m, 1.0)),
+            np.log2(np.maximum(batch.n, 1.0)),
+            np.log2(np.maximum(batch.k, 1.0)),
+            _pad_ratio(m, 64.0),
+            _pad_ratio(m, 128.0),
+            _pad_ratio(m, 256.0),
+        ]
+    elif batch.op in ATTENTION_OPS:
+        cols = [
+            np.log2(np.maximum(batch.batch_size, 1.0)),
+            np.log2(np.maximum(batch.q_len, 1.0)),
+            np.log2(np.maximum(batch.kv_len, 1.0)),
+            np.log2(np.maximum(batch.num_heads, 1.0)),
+            np.log2(np.maximum(batch.num_kv_heads, 1.0)),
+            np.log2(np.maximum(batch.head_dim, 1.0)),
+        ]
+    elif batch.op is OpKind.ALL_REDUCE:
+        cols = [np.log2(np.maximum(batch.message_bytes, 1.0)), batch.num_gpus]
+    else:
+        cols = [np.log2(np.maximum(batch.num_tokens, 1.0)), np.log2(np.maximum(batch.n, 1.0))]
+    cols += [lf, lb, lf - lb]
+    return np.column_stack(cols)

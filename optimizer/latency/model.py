@@ -1,0 +1,171 @@
+"""Per-operator latency regressors: a roofline-shaped base times a learned correction.
+
+For each operator the model is
+
+    t(x) = base(x) * exp(r(x)),   base(x) = c0 + c1 * FLOPs(x) + c2 * bytes(x)
+
+with c >= 0 fitted by non-negative least squares on *relative* error, and r a
+gradient-boosted tree ensemble on log-scaled shape features fitted to
+log(t / base). The base carries the physics (time grows linearly with work),
+so predictions beyond the profiled grid extrapolate along it: trees hold the
+correction constant at the grid's edge instead of flattening the latency.
+
+Fitting uses scikit-learn; predicting a single iteration never should (the
+simulator uses `optimizer.latency.table`, compiled from these models).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import nnls
+from sklearn.ensemble import HistGradientBoostingRegressor
+
+from optimizer.latency.features import MODELLED_OPS, OpBatch, feature_matrix, work
+from storage.records import KernelSample, OpKind
+
+MIN_SAMPLES = 8
+
+
+class LatencyModelError(ValueError):
+    """Samples that cannot be fitted, or an operator the model does not know."""
+
+
+@dataclass(frozen=True, slots=True)
+class FitOptions:
+    """Gradient-boosting settings for the residual (defaults measured on the
+    AIConfigurator and Vidur tables; see benchmarks/bench_latency_model.py)."""
+
+    max_iter: int = 400
+    learning_rate: float = 0.1
+    max_leaf_nodes: int = 31
+    min_samples_leaf: int = 5
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OpModel:
+    """A fitted latency model of one operator (milliseconds)."""
+
+    op: OpKind
+    coef: np.ndarray  # ms per [1, FLOP, byte]
+    residual: HistGradientBoostingRegressor | None
+    dtype_bytes: float
+    num_samples: int
+    models: tuple[str, ...] = ()  # model shapes of per-model samples ("" = generic)
+    num_gpus: tuple[int, ...] = ()  # all-reduce group sizes measured
+    square_attention: bool = False  # prefill samples all had kv_len == q_len (no cached prefix)
+
+    def base_ms(self, batch: OpBatch) -> np.ndarray:
+        flops, moved = work(batch)
+        return self.coef[0] + self.coef[1] * flops + self.coef[2] * moved
+
+    def predict_ms(self, batch: OpBatch) -> np.ndarray:
+        if batch.op != self.op:
+            raise LatencyModelError(f"model of {self.op.value!r} asked to price {batch.op.value!r}")
+        base = self.base_ms(batch)
+        if self.residual is None or len(batch) == 0:
+            return base
+        return base * np.exp(self.residual.predict(feature_matrix(batch)))
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyModel:
+    """Fitted operator models of one accelerator (one profile run)."""
+
+    accelerator: str
+    source: str
+    ops: dict[OpKind, OpModel] = field(default_factory=dict)
+
+    def has(self, op: OpKind) -> bool:
+        return op in self.ops
+
+    def predict_ms(self, batch: OpBatch) -> np.ndarray:
+        model = self.ops.get(batch.op)
+        if model is None:
+            raise LatencyModelError(
+                f"no fitted model of {batch.op.value!r} for {self.accelerator}; "
+                f"have {sorted(o.value for o in self.ops)}"
+            )
+        return model.predict_ms(batch)
+
+
+def _fit_base(batch: OpBatch, t: np.ndarray) -> np.ndarray:
+    flops, moved = work(batch)
+    a = np.column_stack([np.ones_like(t), flops, moved])
+    scale = np.maximum(np.abs(a).max(axis=0), 1e-30)
+    coef, _ = nnls((a / scale) / t[:, None], np.ones_like(t))
+    return coef / scale
+
+
+def fit_op_model(
+    batch: OpBatch, latency_ms: np.ndarray, options: FitOptions, models: tuple[str, ...] = ()
+) -> OpModel:
+    """Fit one operator's model on its instances and measured median latencies (ms)."""
+    t = np.asarray(latency_ms, dtype=np.float64)
+    if len(batch) != t.shape[0]:
+        raise LatencyModelError(f"{batch.op}: {len(batch)} instances but {t.shape[0]} latencies")
+    if len(batch) < MIN_SAMPLES:
+        raise LatencyModelError(
+            f"{batch.op}: {len(batch)} samples, need at least {MIN_SAMPLES} to fit"
+        )
+    if not np.all(np.isfinite(t)) or np.any(t <= 0):
+        raise LatencyModelError(f"{batch.op}: latencies must be finite and > 0")
+    coef = _fit_base(batch, t)
+    base = coef[0] + coef[1] * work(batch)[0] + coef[2] * work(batch)[1]
+    residual = HistGradientBoostingRegressor(
+        max_iter=options.max_iter,
+        learning_rate=options.learning_rate,
+        max_leaf_nodes=options.max_leaf_nodes,
+        min_samples_leaf=min(options.min_samples_leaf, max(2, len(batch) // 20)),
+        early_stopping=False,
+        random_state=options.seed,
+    )
+    residual.fit(feature_matrix(batch), np.log(t) - np.log(np.maximum(base, 1e-9)))
+    return OpModel(
+        batch.op,
+        coef,
+        residual,
+        batch.dtype_bytes,
+        len(batch),
+        models=models,
+        num_gpus=tuple(sorted({int(g) for g in batch.num_gpus if g > 0})),
+        square_attention=bool(np.all(batch.q_len == batch.kv_len)),
+    )
+
+
+def group_samples(samples: Sequence[KernelSample]) -> dict[OpKind, tuple[OpBatch, np.ndarray]]:
+    """Samples of every modelled operator as (parameters, median latency ms)."""
+    out: dict[OpKind, tuple[OpBatch, np.ndarray]] = {}
+    for op in sorted({s.op for s in samples} & MODELLED_OPS):
+        rows = [s for s in samples if s.op == op]
+        out[op] = (OpBatch.from_samples(op, rows), np.array([s.median_ms for s in rows]))
+    return out
+
+
+def _models_of(samples: Sequence[KernelSample], op: OpKind) -> tuple[str, ...]:
+    return tuple(sorted({s.model for s in samples if s.op == op and s.model}))
+
+
+def fit_latency_model(
+    samples: Sequence[KernelSample],
+    *,
+    accelerator: str,
+    source: str = "",
+    options: FitOptions | None = None,
+) -> LatencyModel:
+    """Fit one model per operator present in `samples` (operators with too few samples
+    or without latency features, e.g. MIXED_ITERATION, are skipped)."""
+    options = options or FitOptions()
+    ops = {
+        op: fit_op_model(batch, t, options, _models_of(samples, op))
+        for op, (batch, t) in group_samples(samples).items()
+        if len(batch) >= MIN_SAMPLES
+    }
+    if not ops:
+        raise LatencyModelError(
+            f"{accelerator}: no operator has {MIN_SAMPLES}+ samples of a modelled kind"
+        )
+    return LatencyModel(accelerator, source, ops)

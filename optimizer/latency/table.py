@@ -1,0 +1,205 @@
+"""The compiled fast path: a step's latency from precomputed tables.
+
+For one (model shape, accelerator, TP degree) every operator prediction is
+tabulated once on quantised grids:
+
+- token-parallel work (all layers' GEMMs, elementwise ops, all-reduces) and
+  the LM head by token count, rounded *up* to a multiple of 8;
+- prefill attention of one chunk by (q, kv) and decode attention by
+  (number of sequences, mean KV length), on log2 grids with `points_per_octave`
+  points, interpolated bilinearly in log2 coordinates.
+
+Beyond a grid's end a table continues linearly in the size (the physics of
+every operator there: compute- or bandwidth-bound). Pricing one step is a few
+list lookups and multiplications (microseconds, no numpy, no scikit-learn);
+`step_times_s` prices arrays of steps with numpy (millions per second).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimizer.latency.base import StepLoad
+from optimizer.latency.compose import Pricing
+
+TOKEN_STEP = 8
+
+
+@dataclass(frozen=True, slots=True)
+class TableGrid:
+    max_tokens: int = 32768  # token-count table end (multiple of TOKEN_STEP)
+    points_per_octave: int = 8
+    max_log2_batch: int = 12  # decode sequences up to 4096
+    max_log2_q: int = 15  # prefill chunk up to 32768
+    max_log2_kv: int = 20  # KV length up to 1M tokens
+    max_verify_q: int = 8  # decode_q (K+1) tabulated up to this; beyond, scaled linearly
+
+
+def _log_grid(max_log2: int, ppo: int) -> np.ndarray:
+    return np.exp2(np.arange(max_log2 * ppo + 1) / ppo)
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledStepLatency:
+    """A `StepLatency` for one (shape, accelerator, TP): tables only, picklable."""
+
+    shape_name: str
+    accelerator: str
+    tp: int
+    is_estimate: bool
+    label: str  # e.g. "learned (aiconfigurator)" or "roofline estimate"
+    estimated_ops: tuple[str, ...]  # operators priced by the roofline inside a learned model
+    overhead_s: float
+    ppo: int
+    dense_ms: list[float]  # index (T + 7) // 8
+    lm_head_ms: list[float]
+    prefill_ms: list[float]  # flat [iq * n_kv + ikv]
+    decode_ms: list[list[float]]  # per decode_q (index q - 1), flat [ib * n_kv + ikv]
+    n_kv: int
+    n_q: int
+    n_b: int
+
+    # -- scalar path ---------------------------------------------------------------
+    def _tokens(self, table: list[float], n: int) -> float:
+        j = (n + TOKEN_STEP - 1) // TOKEN_STEP
+        last = len(table) - 1
+        if j <= last:
+            return table[j]
+        span = min(512, last)
+        slope = (table[last] - table[last - span]) / (span * TOKEN_STEP)
+        return table[last] + slope * (n - last * TOKEN_STEP)
+
+    def _bilinear(self, table: list[float], x: float, n_x: int, y: float) -> float:
+        ppo, n_y = self.ppo, self.n_kv
+        scale = 1.0
+        u = math.log2(x) * ppo if x > 1.0 else 0.0
+        if u >= n_x - 1:
+            scale *= x / 2.0 ** ((n_x - 1) / ppo)
+            u = n_x - 1.000001
+        v = math.log2(y) * ppo if y > 1.0 else 0.0
+        if v >= n_y - 1:
+            scale *= y / 2.0 ** ((n_y - 1) / ppo)
+            v = n_y - 1.000001
+        i, j = int(u), int(v)
+        fu, fv = u - i, v - j
+        r0, r1 = i * n_y + j, (i + 1) * n_y + j
+        lo = table[r0] + fv * (table[r0 + 1] - table[r0])
+        hi = table[r1] + fv * (table[r1 + 1] - table[r1])
+        return scale * (lo + fu * (hi - lo))
+
+    def step_time_s(self, load: StepLoad) -> float:
+        ms = self._tokens(self.dense_ms, load.num_tokens)
+        if load.num_logits > 0:
+            ms += self._tokens(self.lm_head_ms, load.num_logits)
+        for q, kv in zip(load.prefill_q, load.prefill_kv, strict=True):
+            ms += self._bilinear(self.prefill_ms, q, self.n_q, kv if kv > q else q)
+        if load.num_decode_seqs > 0:
+            b = load.num_decode_seqs
+            qd = min(load.decode_q, len(self.decode_ms))
+            extra = load.decode_q / qd
+            ms += extra * self._bilinear(
+                self.decode_ms[qd - 1], b, self.n_b, load.decode_kv_tokens / b
+            )
+        return self.overhead_s + ms * 1e-3
+
+    # -- batch path ------------------------------------------------------------------
+    def _tokens_np(self, table: np.ndarray, n: np.ndarray) -> np.ndarray:
+        j = (n + TOKEN_STEP - 1) // TOKEN_STEP
+        last = table.shape[0] - 1
+        span = min(512, last)
+        slope = (table[last] - table[last - span]) / (span * TOKEN_STEP)
+        inside = table[np.minimum(j, last)]
+        return np.where(j <= last, inside, table[last] + slope * (n - last * TOKEN_STEP))
+
+    def _bilinear_np(self, table: np.ndarray, x: np.ndarray, n_x: int, y: np.ndarray):
+        ppo, n_y = self.ppo, self.n_kv
+        u = np.log2(np.maximum(x, 1.0)) * ppo
+        v = np.log2(np.maximum(y, 1.0)) * ppo
+        scale = np.where(u >= n_x - 1, x / 2.0 ** ((n_x - 1) / ppo), 1.0)
+        scale = scale * np.where(v >= n_y - 1, y / 2.0 ** ((n_y - 1) / ppo), 1.0)
+        u = np.minimum(u, n_x - 1.000001)
+        v = np.minimum(v, n_y - 1.000001)
+        i, j = u.astype(np.int64), v.astype(np.int64)
+        fu, fv = u - i, v - j
+        r0, r1 = i * n_y + j, (i + 1) * n_y + j
+        lo = table[r0] + fv * (table[r0 + 1] - table[r0])
+        hi = table[r1] + fv * (table[r1 + 1] - table[r1])
+        return scale * (lo + fu * (hi - lo))
+
+    def step_times_s(
+        self,
+        num_tokens: np.ndarray,
+        num_logits: np.ndarray,
+        num_decode_seqs: np.ndarray,
+        decode_kv_tokens: np.ndarray,
+        prefill_q: np.ndarray,
+        prefill_kv: np.ndarray,
+        decode_q: int = 1,
+    ) -> np.ndarray:
+        """Vectorised `step_time_s` for steps with at most one prefill chunk each
+        (prefill_q = 0: none); all arguments are equal-length integer arrays."""
+        tok = np.asarray(num_tokens, dtype=np.int64)
+        logits = np.asarray(num_logits, dtype=np.int64)
+        b = np.asarray(num_decode_seqs, dtype=np.float64)
+        q = np.asarray(prefill_q, dtype=np.float64)
+        kv = np.maximum(np.asarray(prefill_kv, dtype=np.float64), q)
+        ms = self._tokens_np(np.asarray(self.dense_ms), tok)
+        ms += np.where(logits > 0, self._tokens_np(np.asarray(self.lm_head_ms), logits), 0.0)
+        pre = self._bilinear_np(np.asarray(self.prefill_ms), q, self.n_q, kv)
+        ms += np.where(q > 0, pre, 0.0)
+        qd = min(decode_q, len(self.decode_ms))
+        kv_mean = np.asarray(decode_kv_tokens, dtype=np.float64) / np.maximum(b, 1.0)
+        dec = self._bilinear_np(np.asarray(self.decode_ms[qd - 1]), b, self.n_b, kv_mean)
+        ms += np.where(b > 0, dec * (decode_q / qd), 0.0)
+        return self.overhead_s + ms * 1e-3
+
+
+def compile_step_latency(
+    pricing: Pricing,
+    overhead_s: float,
+    *,
+    label: str,
+    is_estimate: bool,
+    grid: TableGrid | None = None,
+) -> CompiledStepLatency:
+    """Tabulate `pricing` for one shape, accelerator and TP degree (calls the models once)."""
+    grid = grid or TableGrid()
+    if grid.max_tokens % TOKEN_STEP or grid.max_tokens < 2 * TOKEN_STEP:
+        raise ValueError(f"TableGrid.max_tokens must be a multiple of {TOKEN_STEP}, >= 16")
+    if overhead_s < 0:
+        raise ValueError(f"overhead_s must be >= 0, got {overhead_s}")
+    ppo = grid.points_per_octave
+    tokens = np.maximum(np.arange(0, grid.max_tokens + 1, TOKEN_STEP), 1)
+    q_axis = _log_grid(grid.max_log2_q, ppo)
+    b_axis = _log_grid(grid.max_log2_batch, ppo)
+    kv_axis = _log_grid(grid.max_log2_kv, ppo)
+    qq, kk = np.meshgrid(q_axis, kv_axis, indexing="ij")
+    prefill = pricing.prefill_attn_ms(qq.ravel(), np.maximum(kk, qq).ravel())
+    bb, kvb = np.meshgrid(b_axis, kv_axis, indexing="ij")
+    b_flat, kv_flat = bb.ravel(), kvb.ravel()
+    decode_one = pricing.decode_attn_ms(b_flat, kv_flat, 1)
+    decode = [decode_one.tolist()] + [
+        (decode_one * pricing.verify_ratio(b_flat, kv_flat, q)).tolist()
+        for q in range(2, grid.max_verify_q + 1)
+    ]
+    shape, acc = pricing.shape, pricing.roofline.accelerator
+    return CompiledStepLatency(
+        shape_name=shape.name,
+        accelerator=acc.name,
+        tp=pricing.tp,
+        is_estimate=is_estimate,
+        label=label,
+        estimated_ops=() if is_estimate else pricing.estimated_ops(),
+        overhead_s=float(overhead_s),
+        ppo=ppo,
+        dense_ms=pricing.dense_ms(tokens).tolist(),
+        lm_head_ms=pricing.lm_head_ms(tokens).tolist(),
+        prefill_ms=prefill.tolist(),
+        decode_ms=decode,
+        n_kv=kv_axis.shape[0],
+        n_q=q_axis.shape[0],
+        n_b=b_axis.shape[0],
+    )
