@@ -1,0 +1,121 @@
+"""Importers of AIConfigurator and Vidur tables: mapping, filters, errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from profiler.importers import ImportFormat, ProfileImportError, import_profile
+from storage.records import OpKind
+
+pytestmark = pytest.mark.shared_data
+
+
+@pytest.fixture(scope="module")
+def h100(shared_data: Path):
+    return import_profile(
+        shared_data / "profiles" / "aiconfigurator" / "h100_sxm", ImportFormat.AICONFIGURATOR
+    )
+
+
+def test_aiconfigurator_h100_ops_and_filters(h100) -> None:
+    assert h100.source == "aiconfigurator"
+    assert h100.accelerator == "h100"
+    assert h100.device.kind == "imported" and "H100" in h100.device.name
+    counts = Counter(s.op for s in h100.samples)
+    assert set(counts) == {OpKind.GEMM, OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.ALL_REDUCE}
+    assert counts[OpKind.GEMM] == 35742  # bfloat16 rows only (fp8 and fp8_block dropped)
+    assert all(s.dtype == "bfloat16" for s in h100.samples if s.op is OpKind.GEMM)
+    assert all(s.median_ms > 0 for s in h100.samples)
+
+
+def test_aiconfigurator_attention_mapping(h100) -> None:
+    decode = [s for s in h100.samples if s.op is OpKind.DECODE_ATTN]
+    prefill = [s for s in h100.samples if s.op is OpKind.PREFILL_ATTN]
+    assert all(s.q_len == 1 and s.kv_len >= 2 for s in decode)  # kv = isl + step
+    assert all(s.kv_len == s.q_len for s in prefill)  # no cached prefix in these tables
+    assert {s.head_dim for s in decode} >= {64, 128}
+    # 8B-like per-GPU heads are present for both phases
+    assert any(s.num_heads == 32 and s.num_kv_heads == 8 and s.head_dim == 128 for s in prefill)
+
+
+def test_aiconfigurator_all_reduce_bytes(h100) -> None:
+    ar = [s for s in h100.samples if s.op is OpKind.ALL_REDUCE]
+    assert {s.num_gpus for s in ar} == {2, 4, 8}
+    assert min(s.message_bytes for s in ar) >= 512  # message_size elements x 2 bytes
+    assert all(s.dtype == "float16" and s.tp == s.num_gpus for s in ar)
+
+
+def test_aiconfigurator_a100_without_window_column(shared_data: Path) -> None:
+    p = import_profile(
+        shared_data / "profiles" / "aiconfigurator" / "a100_sxm", ImportFormat.AICONFIGURATOR
+    )
+    assert p.accelerator == "a100"
+    assert Counter(s.op for s in p.samples)[OpKind.DECODE_ATTN] > 1000
+
+
+def test_vidur_mlp_shapes(shared_data: Path) -> None:
+    path = shared_data / "profiles" / "vidur" / "compute" / "h100" / "meta-llama" / "Llama-2-7b-hf"
+    p = import_profile(path, ImportFormat.VIDUR)
+    assert p.source == "vidur" and p.accelerator == "h100"
+    qkv = [s for s in p.samples if s.op is OpKind.QKV_PROJ and s.tp == 2]
+    assert qkv and all(s.n == 3 * 4096 // 2 and s.k == 4096 for s in qkv)
+    up = next(s for s in p.samples if s.op is OpKind.MLP_UP and s.tp == 4)
+    assert (up.n, up.k) == (2 * 11008 // 4, 4096)
+    down = next(s for s in p.samples if s.op is OpKind.MLP_DOWN and s.tp == 1)
+    assert (down.n, down.k) == (4096, 11008)
+    assert {s.model for s in p.samples} == {"llama-2-7b"}
+    assert all(s.dtype == "float16" and s.p10_ms <= s.median_ms <= s.p90_ms for s in p.samples)
+
+
+def test_vidur_attention_and_network(shared_data: Path) -> None:
+    vidur = shared_data / "profiles" / "vidur"
+    attn = import_profile(
+        vidur / "compute" / "a100" / "meta-llama" / "Llama-2-70b-hf" / "attention.csv",
+        ImportFormat.VIDUR,
+    )
+    pre = [s for s in attn.samples if s.op is OpKind.PREFILL_ATTN]
+    dec = [s for s in attn.samples if s.op is OpKind.DECODE_ATTN]
+    assert pre and dec
+    assert all(s.kv_len >= s.q_len > 0 for s in pre)
+    assert any(s.kv_len > s.q_len for s in pre)  # chunks over a cached prefix
+    assert all(s.num_heads == 32 and s.num_kv_heads == 4 and s.tp == 2 for s in dec)
+    net = import_profile(vidur / "network" / "h100_dgx" / "all_reduce.csv", ImportFormat.VIDUR)
+    assert {s.num_gpus for s in net.samples} == {2, 4, 8}
+
+
+def test_errors(shared_data: Path, tmp_path: Path) -> None:
+    with pytest.raises(ProfileImportError, match="no such file"):
+        import_profile(tmp_path / "absent", ImportFormat.VIDUR)
+    with pytest.raises(ProfileImportError, match="several accelerators"):
+        import_profile(shared_data / "profiles" / "vidur", ImportFormat.VIDUR)
+    with pytest.raises(ProfileImportError, match=r"gemm_perf\.parquet"):
+        import_profile(tmp_path, ImportFormat.AICONFIGURATOR, gpu="h100")
+    bad = tmp_path / "x100" / "gemm" / "vllm" / "1.0"
+    bad.mkdir(parents=True)
+    pl.DataFrame({"m": [1], "n": [2]}).write_parquet(bad / "gemm_perf.parquet")
+    with pytest.raises(ProfileImportError, match="infer the accelerator"):
+        import_profile(tmp_path / "x100", ImportFormat.AICONFIGURATOR)
+    with pytest.raises(ProfileImportError, match=r"missing columns \['gemm_dtype'"):
+        import_profile(tmp_path / "x100", ImportFormat.AICONFIGURATOR, gpu="h100")
+    (tmp_path / "notes.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ProfileImportError, match="not a Vidur profile"):
+        import_profile(tmp_path / "notes.csv", ImportFormat.VIDUR, gpu="h100")
+    mlp = tmp_path / "h100" / "mlp.csv"
+    mlp.parent.mkdir()
+    mlp.write_text("num_tokens,n_head\n1,2\n")
+    with pytest.raises(ProfileImportError, match="missing columns"):
+        import_profile(mlp, ImportFormat.VIDUR)
+
+
+def test_importers_do_not_import_torch() -> None:
+    code = (
+        "import sys, profiler.importers.aiconfigurator, profiler.importers.vidur, "
+        "optimizer.latency\nassert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
