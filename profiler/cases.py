@@ -1,0 +1,237 @@
+"""Profiling cases: one operator at one parameter point, its inputs and its record.
+
+`Case` names what is measured; `build_call` allocates the inputs on a device
+and returns a zero-argument closure that runs the operator once;
+`case_sample` turns a case plus its timing into a `KernelSample`.
+
+Field meaning in the resulting KernelSample (per rank, at tensor-parallel
+degree `tp`; see `profiler.kernels` for the tensor shapes):
+
+| op | num_tokens | n | k | others |
+|---|---|---|---|---|
+| qkv_proj | T | (a/t + 2·max(1, g/t))·d | h | |
+| attn_out_proj | T | h | a·d/t | |
+| mlp_up | T | 2f/t (f/t if not gated) | h | |
+| mlp_down | T | h | f/t | |
+| norm, add | T | h | 0 | tp = 1 (cost does not depend on tp) |
+| activation | T | f/t (output width) | 0 | |
+| rope | T | (a/t + max(1, g/t))·d | 0 | heads, head_dim |
+| embedding | T | h | ceil(V/t) | |
+| lm_head | m sampled rows | ceil(V/t) | h | |
+| prefill/decode/verify_attn | batch·q_len | 0 | 0 | batch_size, q_len, kv_len, heads |
+
+Attention `kv_len` counts all keys attended, cached context plus new tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from profiler import kernels
+from profiler.shapes import ModelShape
+from profiler.timing import Timing
+from storage.records import KernelSample, OpKind
+
+GEMM_OPS = (OpKind.QKV_PROJ, OpKind.ATTN_OUT_PROJ, OpKind.MLP_UP, OpKind.MLP_DOWN)
+TOKEN_OPS = (
+    *GEMM_OPS,
+    OpKind.NORM,
+    OpKind.ACTIVATION,
+    OpKind.ROPE,
+    OpKind.ADD,
+    OpKind.EMBEDDING,
+)
+TP_INDEPENDENT_OPS = (OpKind.NORM, OpKind.ADD)
+ATTENTION_OPS = (OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.VERIFY_ATTN)
+
+
+@dataclass(frozen=True, slots=True)
+class RankDims:
+    """One tensor-parallel rank's share of a model."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    gated: bool
+
+    @classmethod
+    def of(cls, shape: ModelShape, tp: int) -> RankDims:
+        check_tp(shape, tp)
+        return cls(
+            hidden=shape.hidden_size,
+            heads=shape.num_heads // tp,
+            kv_heads=max(1, shape.num_kv_heads // tp),
+            head_dim=shape.head_dim,
+            intermediate=shape.intermediate_size // tp,
+            vocab=math.ceil(shape.vocab_size / tp),
+            gated=shape.gated_mlp,
+        )
+
+
+def check_tp(shape: ModelShape, tp: int) -> None:
+    """TP degree `tp` must split heads and the MLP evenly (KV heads split or replicate)."""
+    problems = []
+    if tp < 1:
+        problems.append("it must be >= 1")
+    else:
+        if shape.num_heads % tp:
+            problems.append(f"num_heads {shape.num_heads} is not a multiple")
+        if shape.num_kv_heads % tp and tp % shape.num_kv_heads:
+            problems.append(f"num_kv_heads {shape.num_kv_heads} neither divides nor is divided")
+        if shape.intermediate_size % tp:
+            problems.append(f"intermediate_size {shape.intermediate_size} is not a multiple")
+    if problems:
+        raise ValueError(f"tp degree {tp} does not fit shape {shape.name}: {'; '.join(problems)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One operator at one parameter point (kv_len: total keys attended)."""
+
+    op: OpKind
+    tp: int = 1
+    num_tokens: int = 0  # token ops: T; lm_head: sampled rows
+    batch_size: int = 0  # attention
+    q_len: int = 0
+    kv_len: int = 0
+
+    @property
+    def label(self) -> str:
+        if self.op is OpKind.MIXED_ITERATION:
+            return f"{self.op} chunk={self.q_len} decodes={self.batch_size} kv={self.kv_len}"
+        if self.op in ATTENTION_OPS:
+            return f"{self.op} b={self.batch_size} q={self.q_len} kv={self.kv_len} tp={self.tp}"
+        return f"{self.op} T={self.num_tokens} tp={self.tp}"
+
+
+def _rand(*size: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return torch.randn(*size, device=device, dtype=dtype) * 0.05
+
+
+def gemm_nk(op: OpKind, dims: RankDims) -> tuple[int, int]:
+    """The (n, k) GEMM shape of a projection op on one rank."""
+    h, d = dims.hidden, dims.head_dim
+    if op is OpKind.QKV_PROJ:
+        return (dims.heads + 2 * dims.kv_heads) * d, h
+    if op is OpKind.ATTN_OUT_PROJ:
+        return h, dims.heads * d
+    if op is OpKind.MLP_UP:
+        return (2 if dims.gated else 1) * dims.intermediate, h
+    if op is OpKind.MLP_DOWN:
+        return h, dims.intermediate
+    if op is OpKind.LM_HEAD:
+        return dims.vocab, h
+    raise ValueError(f"{op} is not a GEMM op")
+
+
+def sample_nk(op: OpKind, dims: RankDims) -> tuple[int, int]:
+    """(n, k) as stored in KernelSample for any op (see the module table)."""
+    if op in GEMM_OPS or op is OpKind.LM_HEAD:
+        return gemm_nk(op, dims)
+    if op in (OpKind.NORM, OpKind.ADD):
+        return dims.hidden, 0
+    if op is OpKind.ACTIVATION:
+        return dims.intermediate, 0
+    if op is OpKind.ROPE:
+        return (dims.heads + dims.kv_heads) * dims.head_dim, 0
+    if op is OpKind.EMBEDDING:
+        return dims.hidden, dims.vocab
+    return 0, 0
+
+
+def build_call(
+    case: Case, shape: ModelShape, device: torch.device, dtype: torch.dtype
+) -> Callable[[], object]:
+    """Allocate the case's inputs on `device` and return a closure running the op once."""
+    dims = RankDims.of(shape, case.tp)
+    kw = {"device": device, "dtype": dtype}
+    t, h = case.num_tokens, dims.hidden
+    op = case.op
+    if op in GEMM_OPS or op is OpKind.LM_HEAD:
+        n, k = gemm_nk(op, dims)
+        x, w = _rand(t, k, **kw), _rand(n, k, **kw)  # (T, k), (n, k)
+        fn = kernels.lm_head if op is OpKind.LM_HEAD else kernels.gemm
+        return lambda: fn(x, w)
+    if op is OpKind.NORM:
+        x, w = _rand(t, h, **kw), torch.ones(h, **kw)  # (T, h), (h,)
+        return lambda: kernels.rms_norm(x, w)
+    if op is OpKind.ADD:
+        x, r = _rand(t, h, **kw), _rand(t, h, **kw)  # (T, h) twice
+        return lambda: kernels.residual_add(x, r)
+    if op is OpKind.ACTIVATION:
+        if dims.gated:
+            gu = _rand(t, 2 * dims.intermediate, **kw)  # (T, 2f/t)
+            return lambda: kernels.silu_and_mul(gu)
+        u = _rand(t, dims.intermediate, **kw)  # (T, f/t)
+        return lambda: kernels.gelu(u)
+    if op is OpKind.ROPE:
+        q = _rand(t, dims.heads, dims.head_dim, **kw)  # (T, a/t, d)
+        kk = _rand(t, dims.kv_heads, dims.head_dim, **kw)  # (T, g/t, d)
+        cos, sin = kernels.rope_tables(torch.arange(t, device=device), dims.head_dim)
+        return lambda: (kernels.rope(q, cos, sin), kernels.rope(kk, cos, sin))
+    if op is OpKind.EMBEDDING:
+        ids = torch.randint(0, dims.vocab, (t,), device=device)  # (T,)
+        table = _rand(dims.vocab, h, **kw)  # (V/t, h)
+        return lambda: kernels.embedding(ids, table)
+    if op in ATTENTION_OPS:
+        return _attention_call(case, dims, device, dtype)
+    raise ValueError(f"{op} is not profiled per operator")
+
+
+def _attention_call(
+    case: Case, dims: RankDims, device: torch.device, dtype: torch.dtype
+) -> Callable[[], object]:
+    b, q_len, kv_len, d = case.batch_size, case.q_len, case.kv_len, dims.head_dim
+    if not (b >= 1 and 1 <= q_len <= kv_len):
+        raise ValueError(f"{case.label}: need batch >= 1 and 1 <= q_len <= kv_len")
+    kw = {"device": device, "dtype": dtype}
+    q = _rand(b, dims.heads, q_len, d, **kw)  # (B, a/t, q, d)
+    k_new = _rand(b, dims.kv_heads, q_len, d, **kw)  # (B, g/t, q, d)
+    v_new = _rand(b, dims.kv_heads, q_len, d, **kw)
+    k_cache = _rand(b, dims.kv_heads, kv_len, d, **kw)  # (B, g/t, kv, d)
+    v_cache = _rand(b, dims.kv_heads, kv_len, d, **kw)
+    attend = {
+        OpKind.PREFILL_ATTN: kernels.prefill_attention,
+        OpKind.DECODE_ATTN: kernels.decode_attention,
+        OpKind.VERIFY_ATTN: kernels.verify_attention,
+    }[case.op]
+
+    def call() -> torch.Tensor:
+        kernels.write_kv(k_cache, k_new)
+        kernels.write_kv(v_cache, v_new)
+        return attend(q, k_cache, v_cache)
+
+    return call
+
+
+def case_sample(case: Case, shape: ModelShape, timing: Timing) -> KernelSample:
+    """The stored record of a measured case (milliseconds)."""
+    dims = RankDims.of(shape, case.tp)
+    n, k = sample_nk(case.op, dims)
+    attention = case.op in ATTENTION_OPS
+    return KernelSample(
+        op=case.op,
+        median_ms=timing.median_ms,
+        p10_ms=timing.p10_ms,
+        p90_ms=timing.p90_ms,
+        num_repeats=timing.num_repeats,
+        model=shape.name,
+        dtype=shape.dtype,
+        tp=case.tp,
+        num_tokens=case.batch_size * case.q_len if attention else case.num_tokens,
+        n=n,
+        k=k,
+        batch_size=case.batch_size,
+        q_len=case.q_len,
+        kv_len=case.kv_len,
+        num_heads=dims.heads if attention or case.op is OpKind.ROPE else 0,
+        num_kv_heads=dims.kv_heads if attention or case.op is OpKind.ROPE else 0,
+        head_dim=dims.head_dim if attention or case.op is OpKind.ROPE else 0,
+    )

@@ -1,0 +1,286 @@
+"""Profile grids and the sweep that measures them.
+
+`ProfileGrid` lists the parameter points to measure; `default_cpu_grid()` suits
+the tiny shape on a 2-core CPU (about a minute), `default_gpu_grid()` a 7–8B
+model on one H100/H200 (about 15 minutes), `quick_grid()` a smoke test of a
+few seconds. `load_grid(path, base)` reads a JSON or YAML file whose keys
+override `base`. `run_sweep(shape, grid, device)` returns the measurements as
+`KernelSample`s; it never touches the database.
+
+Attention lengths in a grid are totals of keys attended (`decode_kv_lens`,
+`verify_kv_lens`) except prefill, given as cached context before the chunk
+(`prefill_context_lens`, 0 = first chunk); a stored prefill sample has
+kv_len = context + chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from profiler.shapes import ModelShape
+from storage.records import KernelSample, OpKind
+
+# (done, total, label of the case just finished)
+ProgressFn = Callable[[int, int, str], None]
+
+_ALL_OPS = tuple(OpKind)
+_NOT_PROFILED = (OpKind.GEMM, OpKind.ALL_REDUCE)
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileGrid:
+    """Parameter points of a sweep; every tuple holds positive ints unless noted."""
+
+    num_tokens: tuple[int, ...] = (
+        *(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512),
+        *(768, 1024, 1536, 2048),
+    )
+    tp_degrees: tuple[int, ...] = (1, 2, 4)
+    lm_head_rows: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    prefill_batch_sizes: tuple[int, ...] = (1, 2)
+    prefill_chunk_lens: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
+    prefill_context_lens: tuple[int, ...] = (0, 128, 512, 2048)  # >= 0
+    decode_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    decode_kv_lens: tuple[int, ...] = (16, 64, 128, 256, 512, 1024, 2048)
+    verify_batch_sizes: tuple[int, ...] = (1, 4, 16)
+    verify_k_values: tuple[int, ...] = (1, 2, 3, 5, 7)
+    verify_kv_lens: tuple[int, ...] = (128, 512, 2048)
+    mixed_chunk_lens: tuple[int, ...] = (0, 16, 64, 128, 256, 512)  # >= 0
+    mixed_num_decodes: tuple[int, ...] = (0, 1, 4, 16, 32)  # >= 0
+    mixed_decode_kv_lens: tuple[int, ...] = (128, 512, 1024)
+    ops: tuple[OpKind, ...] = tuple(op for op in _ALL_OPS if op not in _NOT_PROFILED)
+    warmup: int = 2
+    repeats: int = 21
+    min_repeats: int = 5
+    max_case_s: float = 0.2  # stop repeating a case after this much time (>= min_repeats)
+    num_threads: int = 1  # CPU only: torch.set_num_threads during the sweep
+
+    def __post_init__(self) -> None:
+        zero_ok = {"prefill_context_lens", "mixed_chunk_lens", "mixed_num_decodes"}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "ops":
+                bad = [op for op in value if op in _NOT_PROFILED]
+                if bad:
+                    raise ValueError(f"grid ops: {bad} are imported, not profiled")
+            elif isinstance(value, tuple):
+                low = 0 if f.name in zero_ok else 1
+                if any(not _is_int(v) or v < low for v in value):
+                    raise ValueError(f"grid {f.name}: expected integers >= {low}, got {value}")
+        for name in ("warmup", "repeats", "min_repeats", "num_threads"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < (0 if name == "warmup" else 1):
+                raise ValueError(f"grid {name}: expected a positive integer, got {value!r}")
+        if self.min_repeats > self.repeats:
+            raise ValueError(f"grid min_repeats {self.min_repeats} > repeats {self.repeats}")
+        if not self.max_case_s > 0:
+            raise ValueError(f"grid max_case_s must be > 0, got {self.max_case_s!r}")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def default_cpu_grid() -> ProfileGrid:
+    """The tiny shape on this project's 2-core CPU: about a minute, ~400 cases."""
+    return ProfileGrid()
+
+
+def quick_grid() -> ProfileGrid:
+    """A smoke test: every op at one or two points, a few seconds on CPU."""
+    return ProfileGrid(
+        num_tokens=(4, 32),
+        tp_degrees=(1, 2),
+        lm_head_rows=(2,),
+        prefill_batch_sizes=(1,),
+        prefill_chunk_lens=(16,),
+        prefill_context_lens=(0, 32),
+        decode_batch_sizes=(2,),
+        decode_kv_lens=(64,),
+        verify_batch_sizes=(2,),
+        verify_k_values=(3,),
+        verify_kv_lens=(64,),
+        mixed_chunk_lens=(16,),
+        mixed_num_decodes=(0, 2),
+        mixed_decode_kv_lens=(64,),
+        warmup=1,
+        repeats=3,
+        min_repeats=3,
+        max_case_s=0.05,
+    )
+
+
+def default_gpu_grid() -> ProfileGrid:
+    """A 7–8B model (bf16) on one H100/H200: about 15 minutes, ~2,500 cases."""
+    tokens = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+    tokens += (1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
+    return ProfileGrid(
+        num_tokens=tokens,
+        tp_degrees=(1, 2, 4, 8),
+        lm_head_rows=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+        prefill_batch_sizes=(1, 2, 4, 8),
+        prefill_chunk_lens=(16, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
+        prefill_context_lens=(0, 512, 2048, 8192, 16384),
+        decode_batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+        decode_kv_lens=(128, 512, 1024, 2048, 4096, 8192, 16384, 32768),
+        verify_batch_sizes=(1, 4, 16, 64, 256),
+        verify_k_values=(1, 2, 3, 4, 5, 7),
+        verify_kv_lens=(512, 2048, 8192),
+        mixed_chunk_lens=(0, 128, 512, 2048),
+        mixed_num_decodes=(0, 8, 32, 128),
+        mixed_decode_kv_lens=(1024, 4096),
+        warmup=5,
+        repeats=30,
+        min_repeats=10,
+        max_case_s=0.5,
+    )
+
+
+def load_grid(path: str | Path, base: ProfileGrid | None = None) -> ProfileGrid:
+    """Read a JSON/YAML mapping of ProfileGrid fields; unspecified fields come from `base`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json":
+            data = json.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            raise ValueError(f"unsupported extension {path.suffix!r}; use .json, .yaml or .yml")
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read a profile grid: {exc}") from exc
+    except Exception as exc:
+        raise ValueError(f"{path}: cannot parse a profile grid: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of grid fields, got {type(data).__name__}")
+    known = {f.name: f for f in fields(ProfileGrid)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValueError(f"{path}: unknown grid keys {unknown}; expected some of {sorted(known)}")
+    values: dict[str, object] = {}
+    for key, value in data.items():
+        if isinstance(value, list):
+            if key == "ops":
+                try:
+                    value = tuple(OpKind(v) for v in value)
+                except ValueError as exc:
+                    raise ValueError(f"{path}: grid ops: {exc}") from exc
+            else:
+                value = tuple(value)
+        elif isinstance(getattr(ProfileGrid(), key), tuple):
+            raise ValueError(f"{path}: grid {key}: expected a list, got {value!r}")
+        values[key] = value
+    try:
+        return replace(base or ProfileGrid(), **values)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+
+
+def plan_cases(shape: ModelShape, grid: ProfileGrid) -> list:  # list[profiler.cases.Case]
+    """Every case of `grid` for `shape`, grouped by op; checks TP degrees first."""
+    from profiler.cases import ATTENTION_OPS, TOKEN_OPS, TP_INDEPENDENT_OPS, Case, check_tp
+
+    for tp in grid.tp_degrees:
+        check_tp(shape, tp)
+    wanted = set(grid.ops)
+    cases: list[Case] = []
+    for op in TOKEN_OPS:
+        if op in wanted:
+            tps = (1,) if op in TP_INDEPENDENT_OPS else grid.tp_degrees
+            cases += [Case(op, tp=tp, num_tokens=t) for tp in tps for t in grid.num_tokens]
+    if OpKind.LM_HEAD in wanted:
+        cases += [
+            Case(OpKind.LM_HEAD, tp=tp, num_tokens=m)
+            for tp in grid.tp_degrees
+            for m in grid.lm_head_rows
+        ]
+    attention: dict[OpKind, list[tuple[int, int, int]]] = {
+        OpKind.PREFILL_ATTN: [
+            (b, q, ctx + q)
+            for b in grid.prefill_batch_sizes
+            for q in grid.prefill_chunk_lens
+            for ctx in grid.prefill_context_lens
+        ],
+        OpKind.DECODE_ATTN: [
+            (b, 1, kv) for b in grid.decode_batch_sizes for kv in grid.decode_kv_lens
+        ],
+        OpKind.VERIFY_ATTN: [
+            (b, k + 1, kv)
+            for b in grid.verify_batch_sizes
+            for k in grid.verify_k_values
+            for kv in grid.verify_kv_lens
+            if kv >= k + 1
+        ],
+    }
+    for op in ATTENTION_OPS:
+        if op in wanted:
+            cases += [
+                Case(op, tp=tp, batch_size=b, q_len=q, kv_len=kv)
+                for tp in grid.tp_degrees
+                for b, q, kv in attention[op]
+            ]
+    if OpKind.MIXED_ITERATION in wanted:
+        points = {
+            (chunk, n, kv if n else 0)
+            for chunk in grid.mixed_chunk_lens
+            for n in grid.mixed_num_decodes
+            for kv in grid.mixed_decode_kv_lens
+            if chunk or n
+        }
+        cases += [
+            Case(OpKind.MIXED_ITERATION, batch_size=n, q_len=chunk, kv_len=kv)
+            for chunk, n, kv in sorted(points)
+        ]
+    return cases
+
+
+def run_sweep(
+    shape: ModelShape,
+    grid: ProfileGrid,
+    device: str | object = "cpu",
+    progress: ProgressFn | None = None,
+) -> list[KernelSample]:
+    """Measure every case of `grid` for `shape` on `device` (a string or torch.device).
+
+    On CPU the sweep runs with `grid.num_threads` torch threads. A case that
+    runs out of GPU memory is skipped with a warning instead of losing the run.
+    """
+    import torch
+
+    from profiler.cases import build_call, case_sample
+    from profiler.device import parse_device
+    from profiler.kernels import torch_dtype
+    from profiler.mixed import measure_mixed_iteration
+    from profiler.timing import TimingConfig, fixed_threads, time_call
+
+    dev = parse_device(device) if isinstance(device, str) else device
+    dtype = torch_dtype(shape.dtype)
+    cases = plan_cases(shape, grid)
+    timing = TimingConfig(grid.warmup, grid.repeats, grid.min_repeats, grid.max_case_s)
+    threads = grid.num_threads if dev.type == "cpu" else torch.get_num_threads()
+    samples: list[KernelSample] = []
+    with fixed_threads(threads):
+        for i, case in enumerate(cases):
+            try:
+                if case.op is OpKind.MIXED_ITERATION:
+                    samples.append(
+                        measure_mixed_iteration(
+                            shape, case.q_len, case.batch_size, case.kv_len, dev, timing
+                        )
+                    )
+                else:
+                    call = build_call(case, shape, dev, dtype)
+                    samples.append(case_sample(case, shape, time_call(call, dev, timing)))
+                    del call
+            except torch.cuda.OutOfMemoryError:
+                warnings.warn(f"{case.label}: out of GPU memory, skipped", stacklevel=2)
+                torch.cuda.empty_cache()
+            if progress is not None:
+                progress(i + 1, len(cases), case.label)
+    return samples
