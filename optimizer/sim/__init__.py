@@ -1,0 +1,20 @@
+"""Discrete-event serving simulator (chunked prefill, speculation, PD disaggregation)."""
+
+from optimizer.sim.capacity import CapacityResult, max_sustainable_rate
+from optimizer.sim.engine import SimulationError, simulate
+from optimizer.sim.floor import DecodeFloorError, check_decode_floor, decode_floor_s
+from optimizer.sim.metrics import SLO, Percentiles, PhaseBreakdown, SimulationResult
+
+__all__ = [
+    "SLO",
+    "CapacityResult",
+    "DecodeFloorError",
+    "Percentiles",
+    "PhaseBreakdown",
+    "SimulationError",
+    "SimulationResult",
+    "check_decode_floor",
+    "decode_floor_s",
+    "max_sustainable_rate",
+    "simulate",
+]
