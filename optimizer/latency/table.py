@@ -9,7 +9,8 @@ tabulated once on quantised grids:
   (number of sequences, mean KV length), on log2 grids with `points_per_octave`
   points, interpolated bilinearly in log2 coordinates.
 
-Beyond a grid's end a table continues linearly in the size (the physics of
+Tables are made monotone (running maximum along each axis: more work never
+costs less). Beyond a grid's end a table continues linearly in the size (the physics of
 every operator there: compute- or bandwidth-bound). Pricing one step is a few
 list lookups and multiplications (microseconds, no numpy, no scikit-learn);
 `step_times_s` prices arrays of steps with numpy (millions per second).
@@ -157,6 +158,16 @@ class CompiledStepLatency:
         return self.overhead_s + ms * 1e-3
 
 
+def _monotone(values: np.ndarray, rows: int | None = None) -> list[float]:
+    """More work never costs less: running maximum along each table axis (a kernel
+    for a smaller problem could always pad to the larger one)."""
+    if rows is None:
+        return np.maximum.accumulate(values).tolist()
+    grid = values.reshape(rows, -1)
+    grid = np.maximum.accumulate(np.maximum.accumulate(grid, axis=0), axis=1)
+    return grid.ravel().tolist()
+
+
 def compile_step_latency(
     pricing: Pricing,
     overhead_s: float,
@@ -181,8 +192,9 @@ def compile_step_latency(
     bb, kvb = np.meshgrid(b_axis, kv_axis, indexing="ij")
     b_flat, kv_flat = bb.ravel(), kvb.ravel()
     decode_one = pricing.decode_attn_ms(b_flat, kv_flat, 1)
-    decode = [decode_one.tolist()] + [
-        (decode_one * pricing.verify_ratio(b_flat, kv_flat, q)).tolist()
+    n_b = b_axis.shape[0]
+    decode = [_monotone(decode_one, n_b)] + [
+        _monotone(decode_one * pricing.verify_ratio(b_flat, kv_flat, q), n_b)
         for q in range(2, grid.max_verify_q + 1)
     ]
     shape, acc = pricing.shape, pricing.roofline.accelerator
@@ -195,11 +207,11 @@ def compile_step_latency(
         estimated_ops=() if is_estimate else pricing.estimated_ops(),
         overhead_s=float(overhead_s),
         ppo=ppo,
-        dense_ms=pricing.dense_ms(tokens).tolist(),
-        lm_head_ms=pricing.lm_head_ms(tokens).tolist(),
-        prefill_ms=prefill.tolist(),
+        dense_ms=_monotone(pricing.dense_ms(tokens)),
+        lm_head_ms=_monotone(pricing.lm_head_ms(tokens)),
+        prefill_ms=_monotone(prefill, q_axis.shape[0]),
         decode_ms=decode,
         n_kv=kv_axis.shape[0],
         n_q=q_axis.shape[0],
-        n_b=b_axis.shape[0],
+        n_b=n_b,
     )

@@ -1,0 +1,164 @@
+"""Compiled step latency, roofline fallback and catalog (the simulator's fast path)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.ensemble import HistGradientBoostingRegressor
+
+from optimizer.latency import StepLoad, build_catalog, compile_roofline
+from optimizer.latency.compose import Pricing, fit_overhead_s, iteration_ms
+from optimizer.latency.model import FitOptions, fit_latency_model
+from optimizer.latency.roofline import ROOFLINE_LABEL, RooflinePricer, decode_floor_s
+from optimizer.latency.table import compile_step_latency
+from profiler.hardware import get_accelerator
+from profiler.shapes import get_shape
+from storage.records import KernelSample, OpKind
+
+SHAPE = get_shape("llama-3.1-8b")
+
+
+def _gemm_model():
+    rng = np.random.default_rng(0)
+    m = rng.integers(1, 16384, 1500)
+    n = rng.choice([1024, 4096, 6144, 14336, 28672, 128256], m.size)
+    k = rng.choice([4096, 14336], m.size)
+    t = 1e3 * np.maximum(2 * m * n * k / 650e12, 2 * (m * k + k * n + m * n) / 2.9e12) + 0.005
+    samples = [
+        KernelSample(OpKind.GEMM, x, x, x, num_tokens=int(a), n=int(b), k=int(c))
+        for a, b, c, x in zip(m, n, k, t, strict=True)
+    ]
+    return fit_latency_model(
+        samples, accelerator="h100", source="synthetic", options=FitOptions(100)
+    )
+
+
+@pytest.fixture(scope="module")
+def learned():
+    return build_catalog(SHAPE, [_gemm_model()], tps=(1, 2))
+
+
+def _random_loads(rng: np.random.Generator, num: int) -> list[StepLoad]:
+    loads = []
+    for _ in range(num):
+        decodes = int(rng.integers(0, 200))
+        chunk = int(rng.integers(0, 2048)) if rng.random() < 0.6 or decodes == 0 else 0
+        chunk = max(chunk, 1) if decodes == 0 else chunk
+        kv = chunk + int(rng.integers(0, 8000))
+        loads.append(
+            StepLoad(
+                num_tokens=chunk + decodes,
+                num_logits=decodes + (1 if chunk else 0),
+                prefill_q=(chunk,) if chunk else (),
+                prefill_kv=(kv,) if chunk else (),
+                num_decode_seqs=decodes,
+                decode_kv_tokens=decodes * int(rng.integers(1, 6000)),
+            )
+        )
+    return loads
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_compiled_matches_exact_composition(learned, tp: int) -> None:
+    loads = _random_loads(np.random.default_rng(tp), 60)
+    roof = Pricing(SHAPE, tp, RooflinePricer(get_accelerator("h200")))
+    table = compile_roofline(SHAPE, get_accelerator("h200"), tp)
+    exact = np.array([iteration_ms(roof, ld, table.overhead_s) / 1e3 for ld in loads])
+    err = np.abs(np.array([table.step_time_s(ld) for ld in loads]) / exact - 1.0)
+    assert np.median(err) < 0.01 and err.max() < 0.08  # quantisation: tokens rounded up to 8
+    # A learned model's tables are also made monotone, which lifts its local dips.
+    table = learned.for_instance("h100", tp)
+    pricing = Pricing(SHAPE, tp, RooflinePricer(get_accelerator("h100")), _gemm_model())
+    exact = np.array([iteration_ms(pricing, ld, table.overhead_s) / 1e3 for ld in loads])
+    ratio = np.array([table.step_time_s(ld) for ld in loads]) / exact
+    assert np.median(np.abs(ratio - 1.0)) < 0.02 and ratio.min() > 0.95
+
+
+def test_batch_api_equals_scalar_path(learned) -> None:
+    table = learned.for_instance("h100", 1)
+    loads = _random_loads(np.random.default_rng(7), 200)
+    loads.append(StepLoad(40000, 1, (40000,), (2_000_000,)))  # beyond every grid end
+    loads.append(StepLoad(5000, 5000, (), (), 5000, 5000 * 100))
+    scalar = np.array([table.step_time_s(ld) for ld in loads])
+    batch = table.step_times_s(
+        np.array([ld.num_tokens for ld in loads]),
+        np.array([ld.num_logits for ld in loads]),
+        np.array([ld.num_decode_seqs for ld in loads]),
+        np.array([ld.decode_kv_tokens for ld in loads]),
+        np.array([ld.prefill_q[0] if ld.prefill_q else 0 for ld in loads]),
+        np.array([ld.prefill_kv[0] if ld.prefill_kv else 0 for ld in loads]),
+    )
+    np.testing.assert_allclose(batch, scalar, rtol=1e-9)
+
+
+def test_step_time_never_calls_sklearn(learned, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = learned.for_instance("h100", 1)
+
+    def boom(*args, **kwargs):
+        raise AssertionError("predict called in the hot path")
+
+    monkeypatch.setattr(HistGradientBoostingRegressor, "predict", boom)
+    for ld in _random_loads(np.random.default_rng(3), 50):
+        assert table.step_time_s(ld) > 0
+    clone = pickle.loads(pickle.dumps(table))
+    ld = StepLoad(300, 45, (256,), (1024,), 44, 44 * 900)
+    assert clone.step_time_s(ld) == table.step_time_s(ld)
+
+
+def test_monotone_in_tokens_and_kv(learned) -> None:
+    table = learned.for_instance("h100", 1)
+    times = [table.step_time_s(StepLoad(t, 1, (t,), (t,))) for t in (64, 512, 4096, 32768, 65536)]
+    assert np.all(np.diff(times) > 0)
+    dec = [table.step_time_s(StepLoad(32, 32, (), (), 32, 32 * kv)) for kv in (100, 1000, 10000)]
+    assert np.all(np.diff(dec) > 0)
+    base = StepLoad(64, 64, (), (), 16, 16 * 2000)
+    verify = StepLoad(16 * 5, 16 * 5, (), (), 16, 16 * 2000, decode_q=5)
+    assert table.step_time_s(verify) > table.step_time_s(base)
+
+
+def test_learned_labels_roofline_parts(learned) -> None:
+    table = learned.for_instance("h100", 2)
+    assert not table.is_estimate and table.label == "learned (synthetic)"
+    assert "decode_attn" in table.estimated_ops and "qkv_proj" not in table.estimated_ops
+
+
+@pytest.mark.parametrize("name", ["h100", "h200", "a100", "b200"])
+def test_roofline_respects_decode_floor(name: str) -> None:
+    acc = get_accelerator(name)
+    table = compile_roofline(SHAPE, acc, 1)
+    assert table.is_estimate and table.label == ROOFLINE_LABEL
+    for b in (1, 8, 64):
+        t = table.step_time_s(StepLoad(b, b, (), (), b, b * 500))
+        assert t >= decode_floor_s(SHAPE, acc)
+
+
+def test_catalog_fallback_and_errors(learned, tmp_path: Path) -> None:
+    assert not learned.for_instance("H100_SXM", 1).is_estimate  # aliases resolve
+    estimate = learned.for_instance("h200", 1)
+    assert estimate.is_estimate and estimate.label == ROOFLINE_LABEL
+    spec = tmp_path / "stacked.yaml"
+    spec.write_text("name: stacked\nbf16_tflops: 1000\nhbm_gb: 96\nhbm_tb_s: 16\n")
+    fast_mem = learned.for_instance(str(spec), 1)
+    ld = StepLoad(1, 1, (), (), 1, 1000)
+    assert fast_mem.is_estimate and fast_mem.step_time_s(ld) < estimate.step_time_s(ld)
+    with pytest.raises(LookupError, match="unknown accelerator"):
+        learned.for_instance("tpu-v9", 1)
+    with pytest.raises(LookupError, match="tp=3"):
+        learned.for_instance("h200", 3)
+    strict = build_catalog(SHAPE, [], allow_roofline=False)
+    with pytest.raises(LookupError, match="roofline fallback is off"):
+        strict.for_instance("h100", 1)
+
+
+def test_fit_overhead_recovers_constant() -> None:
+    pricing = Pricing(get_shape("tiny"), 1, RooflinePricer(get_accelerator("cpu")))
+    loads = _random_loads(np.random.default_rng(5), 10)
+    measured = [iteration_ms(pricing, ld, 0.0) / 1e3 + 0.0021 for ld in loads]
+    assert fit_overhead_s(pricing, loads, measured) == pytest.approx(0.0021, rel=1e-6)
+    with pytest.raises(ValueError, match="matching"):
+        fit_overhead_s(pricing, loads, measured[:2])
+    with pytest.raises(ValueError, match="overhead_s"):
+        compile_step_latency(pricing, -1.0, label="x", is_estimate=True)
