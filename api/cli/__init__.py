@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from api.cli import db, traces
+from api.cli import db, profile, traces
 from api.cli.quickstart import quickstart
 
 app = typer.Typer(
@@ -15,6 +15,7 @@ app = typer.Typer(
 )
 app.add_typer(db.app, name="db")
 app.add_typer(traces.app, name="traces")
+app.add_typer(profile.app, name="profile")
 app.command("quickstart")(quickstart)
 
 
