@@ -267,6 +267,14 @@ def simulate(
     elif n:
         push(heap, (arrival_s[0], next(seq), ARRIVAL, 0))
 
+    to_wake: list[Instance] = []
+
+    def wake(now: float) -> None:
+        for idle in to_wake:
+            if not idle.busy:
+                start(idle, now)
+        to_wake.clear()
+
     def start(inst: Instance, now: float) -> None:
         load = inst.schedule(now)
         if load is None:
@@ -308,6 +316,8 @@ def simulate(
                 if closed and next_rid < n:
                     push(heap, (now + think_s, next(seq), ARRIVAL, next_rid))
                     next_rid += 1
+                if to_wake and not (heap and heap[0][0] == now and heap[0][2] == ARRIVAL):
+                    wake(now)
                 continue
             r = SimRequest(rid, now, p, o, 1 if disagg and o > 1 else o)
             if log_alpha is not None:
@@ -317,7 +327,10 @@ def simulate(
             inst.outstanding += p + o
             inst.waiting.append(r)
             if not inst.busy:
-                start(inst, now)
+                # simultaneous arrivals are queued together before the idle instance starts
+                to_wake.append(inst)
+            if to_wake and not (heap and heap[0][0] == now and heap[0][2] == ARRIVAL):
+                wake(now)
         else:  # KV_DONE: the prefill instance frees the KV; a decode instance takes over
             src, r = payload  # type: ignore[misc]
             prefill = instances[src]
@@ -342,7 +355,7 @@ def simulate(
         rec = records[i]
         records[i] = InstanceRecord(
             rec.role, rec.index, rec.tp, rec.kv_blocks, rec.steps, inst.num_preemptions, ratio,
-            rec.decode_only_time,
+            rec.decode_only_time, inst.num_blocks - inst.free_blocks,
         )  # fmt: skip
     return build_result(
         log,

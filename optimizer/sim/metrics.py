@@ -147,6 +147,8 @@ class InstanceSummary:
     series_t_s: np.ndarray  # bin starts (downsampled, duration-weighted means)
     series_batch_size: np.ndarray
     series_kv_utilization: np.ndarray
+    peak_kv_used_blocks: int = 0
+    leaked_blocks: int = 0  # KV blocks still allocated after the run (always 0 unless a bug)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +183,7 @@ class SimulationResult:
     num_kv_transfers: int = 0
     kv_transfer_s: float = 0.0  # total link time of PD KV transfers
     latency_is_estimate: bool = False  # some role was priced by a roofline, not measurements
+    num_tokens_emitted: int = 0  # output tokens the instances produced (conservation check)
 
     @property
     def num_completed(self) -> int:
@@ -218,6 +221,7 @@ class InstanceRecord:
     num_preemptions: int
     prefix_hit_ratio: float | None
     decode_only_time: Callable[[int, int], float]
+    leaked_blocks: int = 0
 
 
 def _series(steps: StepLog, kv_blocks: int, horizon: float) -> tuple[np.ndarray, ...]:
@@ -310,6 +314,8 @@ def build_result(
                 t_s,
                 batch,
                 util,
+                int(np.frombuffer(s.kv_used, dtype=np.int64).max(initial=0)),
+                rec.leaked_blocks,
             )
         )
     phases = PhaseBreakdown(
@@ -353,6 +359,7 @@ def build_result(
         num_kv_transfers=num_kv_transfers,
         kv_transfer_s=kv_transfer_s,
         latency_is_estimate=latency_is_estimate,
+        num_tokens_emitted=log.tokens_emitted,
     )
     if slo is None:
         return result

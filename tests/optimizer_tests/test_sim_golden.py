@@ -1,0 +1,168 @@
+"""Golden cases worked by hand with a constant or linear latency model (issue 4)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from optimizer.config import (
+    InstanceConfig,
+    KVLinkConfig,
+    ServingConfig,
+    SpecMethod,
+    SpeculationConfig,
+)
+from optimizer.latency.analytic import LinearLatency, SingleLatencySource
+from optimizer.sim import DecodeFloorError, simulate
+from optimizer.workload import Workload
+from profiler.hardware import get_accelerator
+from profiler.shapes import get_shape
+
+C = 0.010  # constant step time (s); the Llama-3.1-8B/H100 floor is ~4.8 ms
+MODEL = "llama-3.1-8b"
+
+
+def const(c: float = C) -> SingleLatencySource:
+    return SingleLatencySource(LinearLatency(base_s=c))
+
+
+def make_workload(arrivals, prompts, outputs, **kw) -> Workload:
+    return Workload(np.asarray(arrivals, float), np.asarray(prompts), np.asarray(outputs), **kw)
+
+
+def colocated(**kw) -> ServingConfig:
+    extra = {k: kw.pop(k) for k in ("speculation", "enable_prefix_caching") if k in kw}
+    return ServingConfig.colocated(MODEL, InstanceConfig(**kw), **extra)
+
+
+def with_blocks(num_blocks: int, **kw) -> InstanceConfig:
+    """An H100 instance whose gpu_memory_utilization leaves exactly `num_blocks` KV blocks."""
+    from optimizer.config import activation_reserve_bytes, kv_capacity_blocks
+
+    shape = get_shape(MODEL)
+    probe = InstanceConfig(**kw)
+    per_block = shape.kv_bytes_per_token(1) * probe.block_size
+    used = shape.weight_bytes(1) + activation_reserve_bytes(shape, probe)
+    util = (used + (num_blocks + 0.5) * per_block) / get_accelerator("h100").hbm_bytes
+    inst = InstanceConfig(gpu_memory_utilization=util, **kw)
+    assert kv_capacity_blocks(shape, inst) == num_blocks
+    return inst
+
+
+def test_single_request_ttft_is_prefill_and_tpot_is_a_decode_step():
+    res = simulate(make_workload([0.0], [100], [5]), colocated(), const())
+    assert res.ttft_s[0] == pytest.approx(C)
+    assert res.tpot_s[0] == pytest.approx(C)
+    assert res.e2e_s[0] == pytest.approx(5 * C)
+    assert res.phases.num_prefill_only_steps == 1 and res.phases.num_decode_only_steps == 4
+
+
+def test_linear_model_prices_prefill_tokens_and_decode_kv():
+    lat = LinearLatency(base_s=0.007, per_token_s=1e-5, per_kv_token_s=1e-7)
+    res = simulate(make_workload([0.0], [1000], [3]), colocated(), SingleLatencySource(lat))
+    ttft = 0.007 + 1e-5 * 1000  # one prefill step of 1000 tokens (no decode KV)
+    d1 = 0.007 + 1e-5 + 1e-7 * 1001  # decode step: 1 token attending to 1001 KV tokens
+    d2 = 0.007 + 1e-5 + 1e-7 * 1002
+    assert res.ttft_s[0] == pytest.approx(ttft)
+    assert res.e2e_s[0] == pytest.approx(ttft + d1 + d2)
+    assert res.tpot_s[0] == pytest.approx((d1 + d2) / 2)
+
+
+@pytest.mark.parametrize("prompt,budget", [(1000, 256), (1024, 256), (300, 512)])
+def test_chunked_prefill_takes_ceil_prompt_over_budget_steps(prompt, budget):
+    cfg = colocated(max_num_batched_tokens=budget, max_num_seqs=budget)
+    res = simulate(make_workload([0.0], [prompt], [2]), cfg, const())
+    steps = math.ceil(prompt / budget)
+    assert res.ttft_s[0] == pytest.approx(steps * C)
+    assert res.e2e_s[0] == pytest.approx((steps + 1) * C)
+
+
+def test_max_num_seqs_is_respected():
+    # 4 requests at t=0, 2 seats: r0, r1 prefill at step 1 and decode 4 steps (done at 5C);
+    # r2, r3 enter at 5C: first token at 6C, done at 10C.
+    cfg = colocated(max_num_seqs=2, max_num_batched_tokens=2048)
+    res = simulate(make_workload([0, 0, 0, 0], [10] * 4, [5] * 4), cfg, const())
+    np.testing.assert_allclose(res.ttft_s, [C, C, 6 * C, 6 * C])
+    np.testing.assert_allclose(res.e2e_s, [5 * C, 5 * C, 10 * C, 10 * C])
+    np.testing.assert_allclose(res.queueing_s, [0, 0, 5 * C, 5 * C])
+    assert max(s.series_batch_size.max() for s in res.instances) <= 2
+
+
+def test_kv_exhaustion_preempts_and_every_request_still_finishes():
+    # 8 blocks of 16 tokens = 128 slots; two requests of 48 + 40 tokens each need 11 blocks.
+    inst = with_blocks(8, max_num_batched_tokens=512, max_num_seqs=8)
+    cfg = ServingConfig.colocated(MODEL, inst)
+    res = simulate(make_workload([0, 0], [48, 48], [40, 40]), cfg, const())
+    assert res.num_preemptions.sum() >= 1
+    assert res.num_preemptions[1] >= 1  # the newest request is the victim
+    assert res.num_completed == 2
+    assert res.num_tokens_emitted == 80
+    assert all(s.leaked_blocks == 0 and s.peak_kv_used_blocks <= 8 for s in res.instances)
+
+
+@pytest.mark.parametrize("alpha,steps", [(1.0, 2), (0.0, 8)])
+def test_speculation_alpha_one_emits_k_plus_one_and_alpha_zero_one(alpha, steps):
+    spec = SpeculationConfig(
+        method=SpecMethod.EAGLE, num_speculative_tokens=3, acceptance_rate=alpha,
+        draft_relative_cost=0.0,
+    )  # fmt: skip
+    res = simulate(make_workload([0.0], [100], [9]), colocated(speculation=spec), const())
+    # first token from prefill; the other 8 arrive 4 (alpha=1) or 1 (alpha=0) per step
+    assert res.e2e_s[0] == pytest.approx((1 + steps) * C)
+
+
+def test_speculation_draft_cost_is_k_times_relative_cost_of_a_decode_step():
+    spec = SpeculationConfig(
+        method=SpecMethod.DRAFT, num_speculative_tokens=3, acceptance_rate=1.0,
+        draft_relative_cost=0.1,
+    )  # fmt: skip
+    res = simulate(make_workload([0.0], [100], [9]), colocated(speculation=spec), const())
+    assert res.e2e_s[0] == pytest.approx(C + 2 * (C + 3 * 0.1 * C))
+
+
+def test_disaggregated_single_request_pays_prefill_then_transfer_then_decode():
+    link = KVLinkConfig(bandwidth_gb_s=50.0, latency_ms=0.5)
+    cfg = ServingConfig.disaggregated(MODEL, kv_link=link)
+    res = simulate(make_workload([0.0], [1000], [5]), cfg, const())
+    transfer = 1000 * 131072 / 50e9 + 0.5e-3  # Llama-3.1-8B bf16: 128 KiB per token
+    assert res.ttft_s[0] == pytest.approx(C)
+    assert res.e2e_s[0] == pytest.approx(C + transfer + 4 * C)
+    assert res.num_kv_transfers == 1 and res.kv_transfer_s == pytest.approx(transfer)
+    assert res.num_gpus == 2
+
+
+def test_disaggregated_transfers_on_one_link_are_serialised():
+    link = KVLinkConfig(bandwidth_gb_s=1.0, latency_ms=0.0)  # 131 ms per 1000-token KV
+    cfg = ServingConfig.disaggregated(MODEL, kv_link=link, num_decode=2)
+    res = simulate(make_workload([0.0, 0.0], [1000, 1000], [2, 2]), cfg, const())
+    xfer = 1000 * 131072 / 1e9
+    # both prefilled in one step; the second transfer waits for the first
+    np.testing.assert_allclose(res.e2e_s, [C + xfer + C, C + 2 * xfer + C])
+
+
+def test_prefix_hit_skips_prefill_of_shared_blocks():
+    lat = SingleLatencySource(LinearLatency(base_s=0.007, per_token_s=1e-5))
+    hashes = (np.arange(64), np.arange(64))  # 64 blocks of 16 tokens: the same 1024-token prompt
+    wl = make_workload([0.0, 10.0], [1024, 1024], [2, 2], prefix_hashes=hashes,
+                       prefix_block_tokens=16)  # fmt: skip
+    on = simulate(wl, colocated(enable_prefix_caching=True), lat)
+    off = simulate(wl, colocated(), lat)
+    assert on.ttft_s[0] == pytest.approx(0.007 + 1e-5 * 1024)
+    # 1008 tokens reused (the last block recomputed so one token is left to sample)
+    assert on.ttft_s[1] == pytest.approx(0.007 + 1e-5 * 16)
+    assert off.ttft_s[1] == pytest.approx(0.007 + 1e-5 * 1024)
+    assert on.instances[0].prefix_hit_ratio == pytest.approx(1008 / 2048)
+
+
+def test_latency_faster_than_weight_bandwidth_floor_is_rejected():
+    with pytest.raises(DecodeFloorError, match="floor"):
+        simulate(make_workload([0.0], [10], [2]), colocated(), const(0.001))
+
+
+def test_requests_the_deployment_cannot_hold_are_rejected_not_simulated():
+    cfg = ServingConfig.colocated(MODEL, InstanceConfig(), max_model_len=4096)
+    res = simulate(make_workload([0.0, 0.1], [4000, 100], [200, 10]), cfg, const())
+    assert res.num_rejected == 1 and res.num_completed == 1
+    assert math.isnan(res.ttft_s[0]) and res.ttft_s[1] == pytest.approx(C)
