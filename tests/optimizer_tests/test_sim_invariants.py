@@ -1,0 +1,142 @@
+"""Invariants over random traces and configs (property-based), Little's law, path equivalence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from optimizer.config import InstanceConfig, ServingConfig, SpecMethod, SpeculationConfig
+from optimizer.latency.analytic import LinearLatency
+from optimizer.latency.base import StepLoad
+from optimizer.sim import simulate
+from optimizer.workload import LognormalLength, Workload, synthetic_workload
+from profiler.hardware import get_accelerator
+from profiler.shapes import get_shape
+
+MODEL = "llama-3.1-8b"
+LAT = LinearLatency(base_s=0.007, per_token_s=2e-5, per_kv_token_s=4e-8)
+
+
+@dataclass
+class CheckingSource:
+    """A latency source whose model asserts the scheduler's limits on every step."""
+
+    budget: int
+    max_seqs: int
+    spec_k: int = 0
+    loads: list[StepLoad] = field(default_factory=list)
+
+    def for_instance(self, accelerator: str, tp: int) -> CheckingSource:
+        return self
+
+    @property
+    def is_estimate(self) -> bool:
+        return True
+
+    def step_time_s(self, load: StepLoad) -> float:
+        assert 0 < load.num_tokens <= self.budget, load
+        assert load.num_decode_seqs + len(load.prefill_q) <= self.max_seqs, load
+        assert load.num_decode_seqs >= 0 and load.decode_kv_tokens >= 0, load
+        assert all(0 < q <= kv for q, kv in zip(load.prefill_q, load.prefill_kv, strict=True))
+        self.loads.append(load)
+        return LAT.step_time_s(load)
+
+
+def small_blocks(num_blocks: int, **kw) -> InstanceConfig:
+    from optimizer.config import activation_reserve_bytes
+
+    shape = get_shape(MODEL)
+    probe = InstanceConfig(**kw)
+    per_block = shape.kv_bytes_per_token(1) * probe.block_size
+    used = shape.weight_bytes(1) + activation_reserve_bytes(shape, probe)
+    util = (used + (num_blocks + 0.5) * per_block) / get_accelerator("h100").hbm_bytes
+    return InstanceConfig(gpu_memory_utilization=util, **kw)
+
+
+@st.composite
+def scenario(draw):
+    n = draw(st.integers(1, 25))
+    gaps = draw(st.lists(st.floats(0, 0.05), min_size=n, max_size=n))
+    prompts = draw(st.lists(st.integers(1, 300), min_size=n, max_size=n))
+    outputs = draw(st.lists(st.integers(1, 60), min_size=n, max_size=n))
+    seqs = draw(st.integers(1, 16))
+    budget = draw(st.integers(max(seqs, 16), 512))
+    chunked = draw(st.booleans())
+    blocks = draw(st.integers(30, 200))
+    k = draw(st.sampled_from([0, 0, 2, 4]))
+    disagg = draw(st.booleans())
+    inst = small_blocks(
+        blocks, max_num_batched_tokens=budget, max_num_seqs=seqs, enable_chunked_prefill=chunked
+    )
+    spec = SpeculationConfig()
+    if k:
+        spec = SpeculationConfig(method=SpecMethod.EAGLE, num_speculative_tokens=k,
+                                 acceptance_rate=draw(st.floats(0, 1)))  # fmt: skip
+    if disagg:
+        num_p, num_d = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+        cfg = ServingConfig.disaggregated(
+            MODEL, inst, inst, num_prefill=num_p, num_decode=num_d, speculation=spec
+        )
+    else:
+        cfg = ServingConfig.colocated(MODEL, inst, draw(st.integers(1, 2)), speculation=spec)
+    wl = Workload(np.cumsum(gaps), np.array(prompts), np.array(outputs))
+    return wl, cfg, budget, seqs, k
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario(), st.integers(0, 3))
+def test_invariants_hold_on_random_traces(case, seed):
+    wl, cfg, budget, seqs, k = case
+    source = CheckingSource(budget, seqs, k)
+    res = simulate(wl, cfg, source, seed=seed)
+    done = ~np.isnan(res.e2e_s)
+    assert res.num_completed + res.num_rejected == len(wl)  # every admitted request finishes
+    assert np.all(res.ttft_s[done] <= res.e2e_s[done] + 1e-12)
+    assert np.all(res.ttft_s[done] > 0) and np.all(res.queueing_s[done] >= 0)
+    assert res.num_tokens_emitted == int(wl.output_tokens[done].sum())  # tokens conserved
+    for inst in res.instances:
+        assert inst.leaked_blocks == 0  # all KV returned
+        assert 0 <= inst.peak_kv_used_blocks <= inst.kv_blocks  # never negative free blocks
+    again = simulate(wl, cfg, CheckingSource(budget, seqs, k), seed=seed)
+    np.testing.assert_array_equal(res.e2e_s, again.e2e_s)  # deterministic for a seed
+
+
+@settings(max_examples=40, deadline=None)
+@given(scenario())
+def test_fast_decode_path_matches_the_general_path(case):
+    wl, cfg, budget, seqs, k = case
+    if k:
+        return  # speculation always runs the general path
+    fast = simulate(wl, cfg, CheckingSource(budget, seqs))
+    slow = simulate(wl, cfg, CheckingSource(budget, seqs), force_general=True)
+    np.testing.assert_allclose(fast.ttft_s, slow.ttft_s, rtol=1e-12)
+    np.testing.assert_allclose(fast.e2e_s, slow.e2e_s, rtol=1e-12)
+    np.testing.assert_array_equal(fast.num_preemptions, slow.num_preemptions)
+    assert fast.itl == slow.itl
+
+
+def test_littles_law_on_steady_poisson_load():
+    wl = synthetic_workload(
+        3000, 4.0, input_lengths=LognormalLength(500, 0.5),
+        output_lengths=LognormalLength(100, 0.5), seed=7,
+    )  # fmt: skip
+    cfg = ServingConfig.colocated(MODEL, InstanceConfig(max_num_batched_tokens=2048))
+    from optimizer.latency.analytic import SingleLatencySource
+
+    res = simulate(wl, cfg, SingleLatencySource(LAT))
+    # L (time-average of requests in the system) from per-request intervals...
+    arrival, finish = res.arrival_s, res.arrival_s + res.e2e_s
+    horizon = finish.max() - arrival.min()
+    little_l = res.e2e_s.sum() / horizon
+    # ... equals lambda x W, with lambda the measured arrival rate and W the mean E2E
+    lam = len(wl) / horizon
+    assert little_l == pytest.approx(lam * res.e2e.mean, rel=1e-9)
+    # and the scheduler's own batch-size series agrees (the replica is busy nearly all the
+    # time at this load and queues stay empty, so batch size ~ requests in the system)
+    inst = res.instances[0]
+    occupancy = float((inst.series_batch_size * np.diff(np.append(inst.series_t_s, horizon))).sum())
+    assert occupancy / horizon == pytest.approx(lam * res.e2e.mean, rel=0.1)
