@@ -1,0 +1,179 @@
+"""ServingConfig: validation (vLLM rules, KV capacity) and the strict JSON round trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optimizer.config import (
+    CONFIG_SCHEMA_VERSION,
+    ConfigError,
+    InstanceConfig,
+    KVLinkConfig,
+    Role,
+    RoutingPolicy,
+    ServingConfig,
+    ServingMode,
+    SpecMethod,
+    SpeculationConfig,
+    kv_capacity_blocks,
+)
+from profiler.shapes import get_shape
+
+
+def test_kv_capacity_follows_domain_formula_by_hand():
+    # Llama-3.1-8B bf16 on H100 (80e9 B) at 0.9: weights 16.06 GB; reserve = 0.5 GiB +
+    # 8192 tokens x (4*4096 + 2*14336) values x 2 B + 256 x 128256 x 4 B logits.
+    shape = get_shape("llama-3.1-8b")
+    inst = InstanceConfig()
+    reserve = 0.5 * 1024**3 + 8192 * (4 * 4096 + 2 * 14336) * 2 + 256 * 128256 * 4
+    free = 80e9 * 0.9 - shape.weight_bytes(1) - reserve
+    expected = int(free // (131072 * 16))  # 128 KiB per token, 16-token blocks
+    assert kv_capacity_blocks(shape, inst) == expected
+    cfg = ServingConfig.colocated("llama-3.1-8b", inst, num_replicas=3)
+    (plan,) = cfg.roles()
+    assert plan.role is Role.REPLICA and plan.count == 3 and plan.kv_blocks == expected
+    assert cfg.num_gpus == 3
+
+
+def test_disaggregated_roles_can_use_different_accelerators():
+    cfg = ServingConfig.disaggregated(
+        "llama-3.1-70b",
+        prefill=InstanceConfig(accelerator="h100", tp=4, price_per_gpu_hour=3.0),
+        decode=InstanceConfig(accelerator="h200", tp=2, price_per_gpu_hour=4.0),
+        num_prefill=2,
+        num_decode=3,
+    )
+    prefill, decode = cfg.roles()
+    assert (prefill.role, decode.role) == (Role.PREFILL, Role.DECODE)
+    assert decode.kv_blocks > 0 and cfg.num_gpus == 2 * 4 + 3 * 2
+    assert cfg.price_per_hour() == pytest.approx(8 * 3.0 + 6 * 4.0)
+
+
+def test_round_trip_through_json():
+    cfg = ServingConfig.disaggregated(
+        "llama-3.1-8b",
+        speculation=SpeculationConfig(SpecMethod.DRAFT, 4, 0.8, draft_model="tiny-draft"),
+        enable_prefix_caching=True,
+        kv_link=KVLinkConfig(25.0, 0.1),
+        routing=RoutingPolicy.LEAST_OUTSTANDING_TOKENS,
+        max_model_len=8192,
+    )
+    data = json.loads(json.dumps(cfg.to_dict()))
+    assert data["schema_version"] == CONFIG_SCHEMA_VERSION
+    assert data["mode"] == "disaggregated" and data["speculation"]["method"] == "draft"
+    assert ServingConfig.from_dict(data) == cfg
+    colo = ServingConfig.colocated("qwen3-8b", InstanceConfig(tp=2, block_size=32))
+    assert ServingConfig.from_dict(colo.to_dict()) == colo
+
+
+def _base() -> dict:
+    return ServingConfig.colocated("llama-3.1-8b").to_dict()
+
+
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda d: d.update(colour="red"), r"config: unknown keys \['colour'\]"),
+        (lambda d: d["replica"].update(tpp=2), r"config.replica: unknown keys \['tpp'\]"),
+        (lambda d: d["replica"].update(tp="2"), r"config.replica.tp: expected an int, got str"),
+        (lambda d: d["replica"].update(tp=2.0), r"config.replica.tp: expected an int"),
+        (lambda d: d.update(enable_prefix_caching=1), r"enable_prefix_caching: expected a bool"),
+        (lambda d: d.update(mode="hybrid"), r"config.mode: expected one of"),
+        (lambda d: d["speculation"].update(method="medusa"), r"speculation.method: expected"),
+        (lambda d: d.update(replica=[1]), r"config.replica: expected a mapping"),
+        (lambda d: d.update(schema_version=99), r"schema_version: 99 is not supported"),
+        (lambda d: d.pop("model"), r"config: .*model"),
+    ],
+)
+def test_from_dict_rejects_bad_input_precisely(mutate, message):
+    data = _base()
+    mutate(data)
+    with pytest.raises(ConfigError, match=message):
+        ServingConfig.from_dict(data)
+
+
+def test_from_dict_rejects_non_mapping():
+    with pytest.raises(ConfigError, match="expected a mapping, got list"):
+        ServingConfig.from_dict([])
+
+
+@pytest.mark.parametrize(
+    "build,message",
+    [
+        (lambda: ServingConfig.colocated("llama-3.1-70b"), "does not fit on h100 at tp=1"),
+        (lambda: ServingConfig.colocated("llama-9000"), "config.model: unknown model shape"),
+        (
+            lambda: ServingConfig.colocated(
+                "llama-3.1-8b", InstanceConfig(max_num_batched_tokens=128, max_num_seqs=256)
+            ),
+            r"max_num_batched_tokens \(128\) must be >= max_num_seqs \(256\)",
+        ),
+        (
+            lambda: ServingConfig.colocated(
+                "llama-3.1-8b",
+                InstanceConfig(enable_chunked_prefill=False, max_num_batched_tokens=4096),
+                max_model_len=8192,
+            ),
+            "with chunked prefill off",
+        ),
+        (
+            lambda: ServingConfig.colocated("llama-3.1-8b", InstanceConfig(accelerator="tpu9")),
+            "config.replica.accelerator: unknown accelerator 'tpu9'",
+        ),
+        (lambda: ServingConfig.colocated("llama-3.1-8b", InstanceConfig(tp=3)), "power of two"),
+        (
+            lambda: ServingConfig.colocated("llama-3.1-8b", InstanceConfig(tp=64)),
+            "does not divide",
+        ),
+        (
+            lambda: ServingConfig.colocated(
+                "llama-3.1-8b", InstanceConfig(gpu_memory_utilization=1.5)
+            ),
+            r"gpu_memory_utilization: expected a value in \(0, 1\]",
+        ),
+        (
+            lambda: ServingConfig.colocated(
+                "llama-3.1-8b", speculation=SpeculationConfig(SpecMethod.EAGLE, 0)
+            ),
+            "needs num_speculative_tokens >= 1",
+        ),
+        (
+            lambda: ServingConfig.colocated(
+                "llama-3.1-8b", speculation=SpeculationConfig(num_speculative_tokens=3)
+            ),
+            "method is none",
+        ),
+        (
+            lambda: ServingConfig.colocated(
+                "llama-3.1-8b", speculation=SpeculationConfig(SpecMethod.EAGLE, 3, 1.2)
+            ),
+            r"acceptance_rate: expected a value in \[0, 1\]",
+        ),
+        (
+            lambda: ServingConfig("llama-3.1-8b", ServingMode.DISAGGREGATED),
+            "needs both prefill and decode",
+        ),
+        (
+            lambda: ServingConfig("llama-3.1-8b", replica=InstanceConfig(), num_decode=1),
+            "only for disaggregated mode",
+        ),
+        (
+            lambda: ServingConfig.colocated("llama-3.1-8b", max_model_len=10_000_000),
+            "exceeds the KV cache capacity",
+        ),
+        (
+            lambda: ServingConfig.colocated("llama-3.1-8b", kv_link=KVLinkConfig(0.0)),
+            "kv_link.bandwidth_gb_s: expected a positive number",
+        ),
+    ],
+)
+def test_invalid_configs_raise_clear_errors(build, message):
+    with pytest.raises(ConfigError, match=message):
+        build()
+
+
+def test_tensor_parallelism_makes_a_big_model_fit():
+    cfg = ServingConfig.colocated("llama-3.1-70b", InstanceConfig(tp=4))
+    assert cfg.roles()[0].kv_blocks > 0 and cfg.num_gpus == 4
