@@ -1,6 +1,7 @@
 """ORM tables, one module per concept. Rows never leave `storage/`."""
 
 from storage.models.base import Base
+from storage.models.latency_models import LatencyModelRow
 from storage.models.traces import TraceRequestRow, TraceRow
 
-__all__ = ["Base", "TraceRequestRow", "TraceRow"]
+__all__ = ["Base", "LatencyModelRow", "TraceRequestRow", "TraceRow"]

@@ -1,0 +1,63 @@
+"""Serialise a fitted `LatencyModel` to bytes for storage (and back).
+
+The payload is a pickle of plain parts (accelerator, source, and per operator
+the base coefficients, the fitted residual ensemble, dtype and coverage)
+prefixed by a magic header with `PAYLOAD_SCHEMA_VERSION`. Only load payloads
+this project wrote (pickle executes code from untrusted input).
+"""
+
+from __future__ import annotations
+
+import pickle
+
+from optimizer.latency.model import LatencyModel, OpModel
+from storage.records import OpKind
+
+PAYLOAD_SCHEMA_VERSION = 1
+_MAGIC = b"servetune-latency-model\n"
+
+
+class PayloadError(ValueError):
+    """A stored latency-model payload that cannot be read."""
+
+
+def dump_model(model: LatencyModel) -> bytes:
+    parts = {
+        "accelerator": model.accelerator,
+        "source": model.source,
+        "ops": [
+            (
+                op.value,
+                m.coef,
+                m.residual,
+                m.dtype_bytes,
+                m.num_samples,
+                m.models,
+                m.num_gpus,
+                m.square_attention,
+            )
+            for op, m in model.ops.items()
+        ],
+    }
+    return _MAGIC + pickle.dumps((PAYLOAD_SCHEMA_VERSION, parts), protocol=5)
+
+
+def load_model(payload: bytes, schema_version: int = PAYLOAD_SCHEMA_VERSION) -> LatencyModel:
+    if schema_version != PAYLOAD_SCHEMA_VERSION or not payload.startswith(_MAGIC):
+        raise PayloadError(
+            f"latency model payload: expected schema_version {PAYLOAD_SCHEMA_VERSION} "
+            f"with a servetune header, got schema_version {schema_version}"
+        )
+    version, parts = pickle.loads(payload[len(_MAGIC) :])
+    if version != PAYLOAD_SCHEMA_VERSION:
+        raise PayloadError(f"latency model payload: unknown schema_version {version}")
+    ops = {}
+    for value, coef, residual, dtype_bytes, num, models, gpus, square in parts["ops"]:
+        op = OpKind(value)
+        ops[op] = OpModel(op, coef, residual, dtype_bytes, num, models, gpus, square)
+    return LatencyModel(parts["accelerator"], parts["source"], ops)
+
+
+def feature_names(model: LatencyModel) -> tuple[str, ...]:
+    """What the model was fitted on, for the stored record."""
+    return tuple(f"{op.value}:flops,bytes,log-shape" for op in model.ops)

@@ -1,0 +1,38 @@
+"""ORM table of fitted latency models (one row per name and version)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from storage.models.base import Base
+
+
+class LatencyModelRow(Base):
+    __tablename__ = "latency_models"
+    __table_args__ = (UniqueConstraint("name", "version", name="uq_latency_models_name_version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[int] = mapped_column(Integer)
+    profile_run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("profile_runs.id", ondelete="SET NULL"), nullable=True
+    )
+    shape_name: Mapped[str] = mapped_column(String(200))  # "" when the model is generic
+    accelerator: Mapped[str] = mapped_column(String(64))
+    tp_degrees: Mapped[list] = mapped_column(JSON)
+    features: Mapped[list] = mapped_column(JSON)
+    metrics: Mapped[dict] = mapped_column(JSON)  # hold-out metrics with schema_version
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    schema_version: Mapped[int] = mapped_column(Integer)  # of the payload
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
