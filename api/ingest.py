@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from optimizer.traces import ColumnMapping, IngestLimits, parse_trace
 from storage.records import TraceFormat, TraceInfo
-from storage.traces import find_trace_by_hash, store_trace
+from storage.traces import DEFAULT_PROJECT, find_trace_by_hash, store_trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +33,14 @@ def ingest_trace(
     format: TraceFormat | None = None,
     mapping: ColumnMapping | None = None,
     limits: IngestLimits | None = None,
+    project: str = DEFAULT_PROJECT,
+    stream: str | None = None,
 ) -> IngestResult:
-    """Parse `path` and store it; return the stored (or already existing) trace."""
+    """Parse `path` and store it in `project` (optionally as an upload of `stream`);
+    return the stored (or already existing) trace."""
     path = Path(path)
     parsed = parse_trace(path, format=format, mapping=mapping, limits=limits or IngestLimits())
-    existing = find_trace_by_hash(session, parsed.content_hash)
+    existing = find_trace_by_hash(session, parsed.content_hash, project=project)
     if existing is not None:
         return IngestResult(existing, False, parsed.warnings, parsed.num_dropped)
     info, created = store_trace(
@@ -47,5 +50,7 @@ def ingest_trace(
         content_hash=parsed.content_hash,
         columns=parsed.columns,
         stats=parsed.stats,
+        project=project,
+        stream=stream,
     )
     return IngestResult(info, created, parsed.warnings, parsed.num_dropped)

@@ -25,6 +25,12 @@ class Settings(BaseSettings):
     )
     max_upload_bytes: int = Field(2 * 1024**3, gt=0, description="largest trace file accepted")
     max_trace_rows: int = Field(50_000_000, gt=0, description="most requests in one trace")
+    upload_dir: str | None = Field(None, description="temp folder for uploads (default: system)")
+    lease_s: float = Field(30.0, ge=2, description="job lease; a silent worker's job is taken over")
+    worker_poll_s: float = Field(1.0, gt=0, le=60, description="heartbeat and queue polling period")
+    embedded_worker: bool | None = Field(
+        None, description="run a worker thread inside `serve` (default: only with SQLite)"
+    )
 
     @field_validator("database_url")
     @classmethod

@@ -77,6 +77,8 @@ class TraceInfo:
     content_hash: str
     created_at: datetime
     stats: TraceStats
+    project: str = "default"  # traces are project-scoped (API keys see one project)
+    stream: str | None = None  # a named series of uploads (rolling-window re-tuning)
 
 
 class OpKind(StrEnum):

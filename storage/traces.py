@@ -39,6 +39,9 @@ _COLS = (
 )
 
 
+DEFAULT_PROJECT = "default"
+
+
 class TraceNotFound(LookupError):
     def __init__(self, trace_id: int) -> None:
         super().__init__(f"trace {trace_id} not found")
@@ -74,34 +77,76 @@ def _info(row: TraceRow) -> TraceInfo:
         content_hash=row.content_hash,
         created_at=created,
         stats=stats_from_json(row.stats),
+        project=row.project,
+        stream=row.stream,
     )
 
 
-def find_trace_by_hash(session: Session, content_hash: str) -> TraceInfo | None:
-    row = session.scalar(sa.select(TraceRow).where(TraceRow.content_hash == content_hash))
+def find_trace_by_hash(
+    session: Session, content_hash: str, *, project: str = DEFAULT_PROJECT
+) -> TraceInfo | None:
+    row = session.scalar(
+        sa.select(TraceRow).where(
+            TraceRow.project == project, TraceRow.content_hash == content_hash
+        )
+    )
     return None if row is None else _info(row)
 
 
-def get_trace(session: Session, trace_id: int) -> TraceInfo:
+def _row(session: Session, trace_id: int, project: str | None) -> TraceRow:
+    """The trace row; another project's trace is reported as missing, like a wrong id."""
     row = session.get(TraceRow, trace_id)
-    if row is None:
+    if row is None or (project is not None and row.project != project):
         raise TraceNotFound(trace_id)
-    return _info(row)
+    return row
 
 
-def list_traces(session: Session, *, limit: int = 100, offset: int = 0) -> list[TraceInfo]:
-    rows = session.scalars(sa.select(TraceRow).order_by(TraceRow.id).limit(limit).offset(offset))
+def get_trace(session: Session, trace_id: int, *, project: str | None = None) -> TraceInfo:
+    """A stored trace; `project=None` (the local CLI) sees every project."""
+    return _info(_row(session, trace_id, project))
+
+
+def _filtered(query, project: str | None, stream: str | None):
+    if project is not None:
+        query = query.where(TraceRow.project == project)
+    if stream is not None:
+        query = query.where(TraceRow.stream == stream)
+    return query
+
+
+def list_traces(
+    session: Session,
+    *,
+    limit: int = 100,
+    offset: int = 0,
+    project: str | None = None,
+    stream: str | None = None,
+) -> list[TraceInfo]:
+    query = _filtered(sa.select(TraceRow), project, stream)
+    rows = session.scalars(query.order_by(TraceRow.id).limit(limit).offset(offset))
     return [_info(r) for r in rows]
 
 
-def count_traces(session: Session) -> int:
-    return int(session.scalar(sa.select(sa.func.count()).select_from(TraceRow)) or 0)
+def count_traces(session: Session, *, project: str | None = None, stream: str | None = None) -> int:
+    query = _filtered(sa.select(sa.func.count()).select_from(TraceRow), project, stream)
+    return int(session.scalar(query) or 0)
 
 
-def delete_trace(session: Session, trace_id: int) -> None:
-    row = session.get(TraceRow, trace_id)
-    if row is None:
-        raise TraceNotFound(trace_id)
+def traces_in_window(
+    session: Session, *, project: str, stream: str, since: datetime
+) -> list[TraceInfo]:
+    """The stream's uploads created at or after `since`, oldest first (a rolling window)."""
+    rows = session.scalars(
+        sa.select(TraceRow)
+        .where(TraceRow.project == project, TraceRow.stream == stream)
+        .where(TraceRow.created_at >= since)
+        .order_by(TraceRow.created_at, TraceRow.id)
+    )
+    return [_info(r) for r in rows]
+
+
+def delete_trace(session: Session, trace_id: int, *, project: str | None = None) -> None:
+    row = _row(session, trace_id, project)
     # Explicit child delete: fast on both back-ends and independent of FK pragmas.
     session.execute(sa.delete(TraceRequestRow).where(TraceRequestRow.trace_id == trace_id))
     session.delete(row)
@@ -116,17 +161,21 @@ def store_trace(
     content_hash: str,
     columns: TraceColumns,
     stats: TraceStats,
+    project: str = DEFAULT_PROJECT,
+    stream: str | None = None,
 ) -> tuple[TraceInfo, bool]:
     """Store a trace and its requests; return (info, created).
 
-    Idempotent by content hash: when the same content is already stored, the
+    Idempotent by content hash within a project: when the same content is already stored, the
     existing trace is returned with created=False and nothing is written. The
     caller's transaction (see `session_scope`) makes the insert atomic.
     """
-    existing = find_trace_by_hash(session, content_hash)
+    existing = find_trace_by_hash(session, content_hash, project=project)
     if existing is not None:
         return existing, False
     row = TraceRow(
+        project=project,
+        stream=stream,
         name=name,
         source_format=str(source_format),
         content_hash=content_hash,
@@ -140,7 +189,7 @@ def store_trace(
             session.flush()
     except IntegrityError:
         # A concurrent ingest of the same file won the race.
-        existing = find_trace_by_hash(session, content_hash)
+        existing = find_trace_by_hash(session, content_hash, project=project)
         if existing is None:
             raise
         return existing, False
@@ -236,11 +285,11 @@ def _copy_in(raw, trace_id: int, columns: TraceColumns, plain: bool) -> None:
         cp.write(buf.getvalue())
 
 
-def load_trace_columns(session: Session, trace_id: int) -> TraceColumns:
+def load_trace_columns(
+    session: Session, trace_id: int, *, project: str | None = None
+) -> TraceColumns:
     """The stored requests as columnar arrays, in stored (arrival) order."""
-    row = session.get(TraceRow, trace_id)
-    if row is None:
-        raise TraceNotFound(trace_id)
+    _row(session, trace_id, project)
     conn = session.connection()
     raw = conn.connection.driver_connection
     if conn.dialect.name == "postgresql":

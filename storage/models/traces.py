@@ -2,7 +2,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, LargeBinary, String
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from storage.models.base import Base
@@ -10,11 +20,18 @@ from storage.models.base import Base
 
 class TraceRow(Base):
     __tablename__ = "traces"
+    __table_args__ = (
+        # Idempotent ingest is per project: the same file in two projects is two traces.
+        UniqueConstraint("project", "content_hash", name="uq_traces_project_content_hash"),
+        Index("ix_traces_project_stream_created", "project", "stream", "created_at"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project: Mapped[str] = mapped_column(String(100), default="default")
+    stream: Mapped[str | None] = mapped_column(String(200), nullable=True)  # a named series
     name: Mapped[str] = mapped_column(String(200))
     source_format: Mapped[str] = mapped_column(String(32))
-    content_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    content_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     num_requests: Mapped[int] = mapped_column(Integer)
     stats: Mapped[dict] = mapped_column(JSON)  # TraceStats with schema_version

@@ -1,0 +1,269 @@
+"""The durable job queue: enqueue, claim with a lease, heartbeat, finish, cancel.
+
+Claims lock the row they take: `SELECT ... FOR UPDATE SKIP LOCKED` on
+PostgreSQL (concurrent workers skip each other's rows), and on SQLite the
+single-writer `BEGIN IMMEDIATE` transaction every session opens (see
+storage/db.py), so two claims never interleave. A claim sets a lease
+(`lease_owner`, `lease_expires_at`) and bumps `attempts`; a running job whose
+lease expired (its worker died) is claimed again by another worker. Every
+later write by a worker (heartbeat, progress, finish) names the attempt it
+holds and is ignored once another worker took over, so a stalled worker can
+never overwrite its successor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from storage.codec import from_json, to_json
+from storage.models import JobRow
+from storage.recommendations import save_recommendation
+from storage.service_records import ClaimedJob, JobInfo, JobKind, JobResult, JobStatus
+from storage.tuning_records import JobProgress, TuningOutcome, TuningParams, WindowSummary
+
+
+class JobNotFound(LookupError):
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"tuning job {job_id} not found")
+        self.job_id = job_id
+
+
+class JobNotFinished(RuntimeError):
+    def __init__(self, job: JobInfo) -> None:
+        detail = f": {job.error}" if job.error else ""
+        super().__init__(f"tuning job {job.id} has no result (status {job.status}){detail}")
+        self.job = job
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseState:
+    held: bool  # False: the lease expired and another worker may hold the job now
+    cancel_requested: bool
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def _info(row: JobRow) -> JobInfo:
+    return JobInfo(
+        id=row.id,
+        project=row.project,
+        kind=JobKind(row.kind),
+        status=JobStatus(row.status),
+        params=from_json(TuningParams, row.params),
+        created_at=_utc(row.created_at),
+        progress=None if row.progress is None else from_json(JobProgress, row.progress),
+        window=None if row.window is None else from_json(WindowSummary, row.window),
+        started_at=_utc(row.started_at),
+        finished_at=_utc(row.finished_at),
+        error=row.error,
+        attempts=row.attempts,
+        cancel_requested=row.cancel_requested,
+        worker=row.lease_owner if row.status == JobStatus.RUNNING else None,
+        schedule_id=row.schedule_id,
+        trigger_reason=row.trigger_reason,
+    )
+
+
+def enqueue_job(
+    session: Session,
+    *,
+    project: str,
+    params: TuningParams,
+    window: WindowSummary | None = None,
+    schedule_id: int | None = None,
+    trigger_reason: str | None = None,
+    kind: JobKind = JobKind.TUNING,
+) -> JobInfo:
+    row = JobRow(
+        project=project,
+        kind=str(kind),
+        status=str(JobStatus.QUEUED),
+        params=to_json(params),
+        window=None if window is None else to_json(window),
+        created_at=datetime.now(UTC),
+        attempts=0,
+        cancel_requested=False,
+        schedule_id=schedule_id,
+        trigger_reason=trigger_reason,
+    )
+    session.add(row)
+    session.flush()
+    return _info(row)
+
+
+def _row(session: Session, job_id: int, project: str | None) -> JobRow:
+    row = session.get(JobRow, job_id)
+    if row is None or (project is not None and row.project != project):
+        raise JobNotFound(job_id)
+    return row
+
+
+def get_job(session: Session, job_id: int, *, project: str | None = None) -> JobInfo:
+    return _info(_row(session, job_id, project))
+
+
+def _listing(query, project: str | None, status: JobStatus | None):
+    if project is not None:
+        query = query.where(JobRow.project == project)
+    if status is not None:
+        query = query.where(JobRow.status == str(status))
+    return query
+
+
+def list_jobs(
+    session: Session,
+    *,
+    project: str | None = None,
+    status: JobStatus | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[JobInfo]:
+    query = _listing(sa.select(JobRow), project, status).order_by(JobRow.id.desc())
+    return [_info(r) for r in session.scalars(query.limit(limit).offset(offset))]
+
+
+def count_jobs(
+    session: Session, *, project: str | None = None, status: JobStatus | None = None
+) -> int:
+    query = _listing(sa.select(sa.func.count()).select_from(JobRow), project, status)
+    return int(session.scalar(query) or 0)
+
+
+def count_by_status(session: Session) -> dict[JobStatus, int]:
+    rows = session.execute(sa.select(JobRow.status, sa.func.count()).group_by(JobRow.status))
+    counts = dict.fromkeys(JobStatus, 0)
+    for status, n in rows:
+        counts[JobStatus(status)] = int(n)
+    return counts
+
+
+def request_cancel(session: Session, job_id: int, *, project: str | None = None) -> JobInfo:
+    """Cancel a job: a queued job at once, a running one when its worker next polls."""
+    row = _row(session, job_id, project)
+    status = JobStatus(row.status)
+    if status is JobStatus.QUEUED:
+        row.status = str(JobStatus.CANCELLED)
+        row.finished_at = datetime.now(UTC)
+        row.error = "cancelled before it started"
+    if not status.finished:
+        row.cancel_requested = True
+    session.flush()
+    return _info(row)
+
+
+def claim_job(
+    session: Session,
+    *,
+    worker: str,
+    lease_s: float,
+    max_attempts: int = 3,
+    now: datetime | None = None,
+) -> ClaimedJob | None:
+    """Take the oldest runnable job (queued, or running with an expired lease)."""
+    now = now or datetime.now(UTC)
+    runnable = sa.or_(
+        JobRow.status == str(JobStatus.QUEUED),
+        sa.and_(JobRow.status == str(JobStatus.RUNNING), JobRow.lease_expires_at < now),
+    )
+    while True:
+        row = session.scalar(
+            sa.select(JobRow)
+            .where(runnable)
+            .order_by(JobRow.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+        )
+        if row is None:
+            return None
+        if row.attempts >= max_attempts:
+            # Its workers kept dying (or it crashes them): stop retrying.
+            row.status = str(JobStatus.FAILED)
+            row.finished_at = now
+            row.error = f"abandoned after {row.attempts} attempts: the workers running it died"
+            row.lease_owner = None
+            session.flush()
+            continue
+        if row.cancel_requested:
+            row.status = str(JobStatus.CANCELLED)
+            row.finished_at = now
+            row.error = "cancelled"
+            session.flush()
+            continue
+        row.status = str(JobStatus.RUNNING)
+        row.lease_owner = worker
+        row.lease_expires_at = now + timedelta(seconds=lease_s)
+        row.attempts += 1
+        row.started_at = row.started_at or now
+        session.flush()
+        return ClaimedJob(job=_info(row), worker=worker, attempt=row.attempts)
+
+
+def _held(claim: ClaimedJob):
+    return sa.and_(
+        JobRow.id == claim.job.id,
+        JobRow.status == str(JobStatus.RUNNING),
+        JobRow.lease_owner == claim.worker,
+        JobRow.attempts == claim.attempt,
+    )
+
+
+def renew_lease(session: Session, claim: ClaimedJob, *, lease_s: float) -> LeaseState:
+    """Heartbeat: extend the lease while it is still ours; report a cancel request."""
+    expires = datetime.now(UTC) + timedelta(seconds=lease_s)
+    done = session.execute(
+        sa.update(JobRow).where(_held(claim)).values(lease_expires_at=expires)
+    ).rowcount
+    cancel = session.scalar(sa.select(JobRow.cancel_requested).where(JobRow.id == claim.job.id))
+    return LeaseState(held=done == 1, cancel_requested=bool(cancel))
+
+
+def report_progress(session: Session, claim: ClaimedJob, progress: JobProgress) -> bool:
+    """Store progress; False when the lease is no longer ours (nothing written)."""
+    done = session.execute(
+        sa.update(JobRow).where(_held(claim)).values(progress=to_json(progress))
+    ).rowcount
+    return done == 1
+
+
+def finish_job(
+    session: Session,
+    claim: ClaimedJob,
+    *,
+    status: JobStatus,
+    outcome: TuningOutcome | None = None,
+    error: str | None = None,
+) -> bool:
+    """Record the end of a job (and its recommendation) if the lease is still ours."""
+    if not status.finished:
+        raise ValueError(f"finish_job needs a final status, got {status}")
+    done = session.execute(
+        sa.update(JobRow)
+        .where(_held(claim))
+        .values(
+            status=str(status),
+            result=None if outcome is None else to_json(outcome),
+            error=error,
+            finished_at=datetime.now(UTC),
+            lease_expires_at=None,
+        )
+    ).rowcount
+    if done != 1:
+        return False
+    if status is JobStatus.SUCCEEDED and outcome is not None and outcome.recommendation:
+        save_recommendation(session, claim.job, outcome.recommendation)
+    return True
+
+
+def get_result(session: Session, job_id: int, *, project: str | None = None) -> JobResult:
+    row = _row(session, job_id, project)
+    if row.result is None:
+        raise JobNotFinished(_info(row))
+    return JobResult(job_id=row.id, outcome=from_json(TuningOutcome, row.result))

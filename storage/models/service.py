@@ -1,0 +1,90 @@
+"""The service's tables: API keys, the job queue, schedules and recommendations."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from storage.models.base import Base
+
+
+class ApiKeyRow(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project: Mapped[str] = mapped_column(String(100), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex
+    prefix: Mapped[str] = mapped_column(String(16))
+    is_admin: Mapped[bool] = mapped_column(Boolean)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_status_lease", "status", "lease_expires_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project: Mapped[str] = mapped_column(String(100), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16))
+    params: Mapped[dict] = mapped_column(JSON)
+    window: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    progress: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    result: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    schedule_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    trigger_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class ScheduleRow(Base):
+    __tablename__ = "schedules"
+    __table_args__ = (Index("ix_schedules_due", "paused", "next_run_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project: Mapped[str] = mapped_column(String(100), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    params: Mapped[dict] = mapped_column(JSON)
+    interval_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cron: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    trigger: Mapped[str] = mapped_column(String(16))
+    drift_threshold: Mapped[float] = mapped_column(Float)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    next_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_decision: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    last_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    last_job_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    num_fired: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class RecommendationRow(Base):
+    __tablename__ = "recommendations"
+    __table_args__ = (Index("ix_recommendations_lookup", "project", "source", "created_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project: Mapped[str] = mapped_column(String(100))
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    source: Mapped[str] = mapped_column(String(220))
+    model: Mapped[str] = mapped_column(String(100))
+    gpu: Mapped[str] = mapped_column(String(100))
+    num_gpus: Mapped[int] = mapped_column(Integer)
+    slo_ttft_ms: Mapped[float] = mapped_column(Float)
+    slo_tpot_ms: Mapped[float] = mapped_column(Float)
+    attainment: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    recommendation: Mapped[dict] = mapped_column(JSON)
+    window: Mapped[dict | None] = mapped_column(JSON, nullable=True)

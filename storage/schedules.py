@@ -1,0 +1,206 @@
+"""Re-tuning schedules: durable, and each due time fires exactly once.
+
+`claim_due_schedule` locks one due row (`FOR UPDATE SKIP LOCKED` on
+PostgreSQL, the single-writer transaction on SQLite); the caller decides,
+enqueues the job and calls `record_run`, which advances `next_run_at`, all in
+that same transaction. A second worker either skips the locked row or, once
+the first commits, sees the advanced `next_run_at`: a due time fires once.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+from croniter import croniter
+from sqlalchemy.orm import Session
+
+from storage.codec import from_json, to_json
+from storage.keys import check_project_name
+from storage.models import ScheduleRow
+from storage.service_records import ScheduleInfo, ScheduleTrigger
+from storage.tuning_records import TuningParams
+
+MIN_INTERVAL_S = 1.0
+
+
+class ScheduleNotFound(LookupError):
+    def __init__(self, schedule_id: int) -> None:
+        super().__init__(f"schedule {schedule_id} not found")
+        self.schedule_id = schedule_id
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+def check_timing(interval_s: float | None, cron: str | None) -> None:
+    """Exactly one of an interval (seconds) or a five-field cron expression."""
+    if (interval_s is None) == (cron is None):
+        raise ValueError("give exactly one of interval_s or cron")
+    if interval_s is not None and (not math.isfinite(interval_s) or interval_s < MIN_INTERVAL_S):
+        raise ValueError(f"interval_s: expected at least {MIN_INTERVAL_S} s, got {interval_s}")
+    if cron is not None and (len(cron.split()) != 5 or not croniter.is_valid(cron)):
+        raise ValueError(
+            f"cron {cron!r}: expected five fields (minute hour day month weekday), "
+            "e.g. '*/15 * * * *'"
+        )
+
+
+def next_due(
+    *, interval_s: float | None, cron: str | None, after: datetime, now: datetime
+) -> datetime:
+    """The first due time after `after` that is also after `now` (missed runs fire once)."""
+    if cron is not None:
+        return croniter(cron, max(after, now)).get_next(datetime).astimezone(UTC)
+    assert interval_s is not None
+    step = timedelta(seconds=interval_s)
+    due = after + step
+    if due <= now:
+        due += step * math.ceil((now - due) / step + 1e-9)
+    return due
+
+
+def _info(row: ScheduleRow) -> ScheduleInfo:
+    return ScheduleInfo(
+        id=row.id,
+        project=row.project,
+        name=row.name,
+        params=from_json(TuningParams, row.params),
+        interval_s=row.interval_s,
+        cron=row.cron,
+        trigger=ScheduleTrigger(row.trigger),
+        drift_threshold=row.drift_threshold,
+        paused=row.paused,
+        next_run_at=_utc(row.next_run_at),
+        created_at=_utc(row.created_at),
+        last_run_at=_utc(row.last_run_at),
+        last_decision=row.last_decision,
+        last_reason=row.last_reason,
+        last_job_id=row.last_job_id,
+        num_fired=row.num_fired,
+    )
+
+
+def create_schedule(
+    session: Session,
+    *,
+    project: str,
+    name: str,
+    params: TuningParams,
+    interval_s: float | None = None,
+    cron: str | None = None,
+    trigger: ScheduleTrigger = ScheduleTrigger.ALWAYS,
+    drift_threshold: float = 0.2,
+    start_at: datetime | None = None,
+) -> ScheduleInfo:
+    check_project_name(project)
+    check_timing(interval_s, cron)
+    if params.stream is None:
+        raise ValueError("a schedule re-tunes a trace stream: params.stream is required")
+    if not (0 < drift_threshold <= 10):
+        raise ValueError(
+            f"drift_threshold: expected a relative change in (0, 10], got {drift_threshold}"
+        )
+    now = datetime.now(UTC)
+    first = start_at or next_due(interval_s=interval_s, cron=cron, after=now, now=now)
+    row = ScheduleRow(
+        project=project,
+        name=name[:200],
+        params=to_json(params),
+        interval_s=interval_s,
+        cron=cron,
+        trigger=str(trigger),
+        drift_threshold=drift_threshold,
+        paused=False,
+        next_run_at=first,
+        created_at=now,
+        num_fired=0,
+    )
+    session.add(row)
+    session.flush()
+    return _info(row)
+
+
+def _row(session: Session, schedule_id: int, project: str | None) -> ScheduleRow:
+    row = session.get(ScheduleRow, schedule_id)
+    if row is None or (project is not None and row.project != project):
+        raise ScheduleNotFound(schedule_id)
+    return row
+
+
+def get_schedule(session: Session, schedule_id: int, *, project: str | None = None) -> ScheduleInfo:
+    return _info(_row(session, schedule_id, project))
+
+
+def list_schedules(
+    session: Session, *, project: str | None = None, limit: int = 100, offset: int = 0
+) -> list[ScheduleInfo]:
+    query = sa.select(ScheduleRow).order_by(ScheduleRow.id)
+    if project is not None:
+        query = query.where(ScheduleRow.project == project)
+    return [_info(r) for r in session.scalars(query.limit(limit).offset(offset))]
+
+
+def count_schedules(session: Session, *, project: str | None = None) -> int:
+    query = sa.select(sa.func.count()).select_from(ScheduleRow)
+    if project is not None:
+        query = query.where(ScheduleRow.project == project)
+    return int(session.scalar(query) or 0)
+
+
+def set_paused(
+    session: Session, schedule_id: int, *, paused: bool, project: str | None = None
+) -> ScheduleInfo:
+    """Pause, or resume (the next due time is then counted from now)."""
+    row = _row(session, schedule_id, project)
+    if row.paused != paused:
+        row.paused = paused
+        if not paused:
+            now = datetime.now(UTC)
+            row.next_run_at = next_due(interval_s=row.interval_s, cron=row.cron, after=now, now=now)
+        session.flush()
+    return _info(row)
+
+
+def delete_schedule(session: Session, schedule_id: int, *, project: str | None = None) -> None:
+    session.delete(_row(session, schedule_id, project))
+    session.flush()
+
+
+def claim_due_schedule(session: Session, *, now: datetime) -> ScheduleInfo | None:
+    """Lock one due, unpaused schedule for this transaction (None when none is due)."""
+    row = session.scalar(
+        sa.select(ScheduleRow)
+        .where(ScheduleRow.paused.is_(False), ScheduleRow.next_run_at <= now)
+        .order_by(ScheduleRow.next_run_at, ScheduleRow.id)
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    )
+    return None if row is None else _info(row)
+
+
+def record_run(
+    session: Session,
+    schedule: ScheduleInfo,
+    *,
+    now: datetime,
+    fired: bool,
+    reason: str,
+    job_id: int | None,
+) -> ScheduleInfo:
+    """Record a due time's decision and advance `next_run_at` (same transaction as the claim)."""
+    row = _row(session, schedule.id, None)
+    due = _utc(row.next_run_at) or now
+    row.next_run_at = next_due(interval_s=row.interval_s, cron=row.cron, after=due, now=now)
+    row.last_run_at = now
+    row.last_decision = "fired" if fired else "skipped"
+    row.last_reason = reason
+    if fired:
+        row.last_job_id = job_id
+        row.num_fired += 1
+    session.flush()
+    return _info(row)

@@ -1,0 +1,132 @@
+"""Records of the service's own tables: API keys, jobs, schedules, recommendations.
+
+Frozen dataclasses returned by storage/keys.py, jobs.py, schedules.py and
+recommendations.py; ORM rows never leave `storage/`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from storage.tuning_records import (
+    JobProgress,
+    Recommendation,
+    TuningOutcome,
+    TuningParams,
+    WindowSummary,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyInfo:
+    id: int
+    project: str
+    name: str
+    prefix: str  # the first characters of the key, to tell keys apart
+    is_admin: bool
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the project a key belongs to and whether it may manage keys."""
+
+    key_id: int
+    project: str
+    is_admin: bool
+
+
+class JobKind(StrEnum):
+    TUNING = "tuning"
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    id: int
+    project: str
+    kind: JobKind
+    status: JobStatus
+    params: TuningParams
+    created_at: datetime
+    progress: JobProgress | None = None
+    window: WindowSummary | None = None  # the workload resolved when the job was created
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: str | None = None
+    attempts: int = 0
+    cancel_requested: bool = False
+    worker: str | None = None  # the lease holder while running
+    schedule_id: int | None = None
+    trigger_reason: str | None = None  # why a schedule fired this job
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    job_id: int
+    outcome: TuningOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job a worker holds the lease of; `attempt` guards every later write."""
+
+    job: JobInfo
+    worker: str
+    attempt: int
+
+
+class ScheduleTrigger(StrEnum):
+    ALWAYS = "always"  # re-tune at every due time
+    DRIFT = "drift"  # re-tune only when the window drifted from the recommendation's
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    id: int
+    project: str
+    name: str
+    params: TuningParams  # params.stream is the stream; params.window_s the window
+    interval_s: float | None
+    cron: str | None
+    trigger: ScheduleTrigger
+    drift_threshold: float  # relative change of rate or length figures that counts
+    paused: bool
+    next_run_at: datetime | None
+    created_at: datetime
+    last_run_at: datetime | None = None
+    last_decision: str | None = None  # "fired", "skipped"
+    last_reason: str | None = None
+    last_job_id: int | None = None
+    num_fired: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RecommendationInfo:
+    id: int
+    project: str
+    job_id: int
+    source: str  # "trace:ID" or "stream:NAME"
+    model: str
+    gpu: str
+    num_gpus: int
+    slo_ttft_ms: float
+    slo_tpot_ms: float
+    attainment: float
+    created_at: datetime
+    recommendation: Recommendation
+    window: WindowSummary | None = None
