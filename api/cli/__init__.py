@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from api.cli import db, profile, traces
+from api.cli import db, keys, profile, serve, traces
 from api.cli.quickstart import quickstart
 
 app = typer.Typer(
@@ -17,6 +17,9 @@ app.add_typer(db.app, name="db")
 app.add_typer(traces.app, name="traces")
 app.add_typer(profile.app, name="profile")
 app.command("quickstart")(quickstart)
+app.add_typer(keys.app, name="keys")
+app.command("serve")(serve.serve)
+app.command("worker")(serve.worker)
 
 
 def main() -> None:

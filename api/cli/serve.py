@@ -1,0 +1,85 @@
+"""`servetune serve` (the REST API) and `servetune worker` (the job queue)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Annotated
+
+import typer
+
+from api.cli.common import console, fail
+
+
+def _settings():
+    from pydantic import ValidationError
+
+    from api.settings import get_settings
+
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        fail(str(exc.errors()[0]["msg"]))
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port")] = 8000,
+    worker: Annotated[
+        bool | None,
+        typer.Option(
+            "--worker/--no-worker",
+            help="run a job worker thread in-process (default: only with SQLite)",
+        ),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+) -> None:
+    """Run the REST API (migrations are applied on start)."""
+    import uvicorn
+
+    from api.main import create_app
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    app = create_app(_settings(), embedded_worker=worker)
+    console.print(f"servetune API on http://{host}:{port}  (docs: /docs, results: /ui/jobs/ID)")
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+
+
+def worker(
+    lease_s: Annotated[
+        float | None, typer.Option(help="job lease in seconds (default SERVETUNE_LEASE_S)")
+    ] = None,
+    poll_s: Annotated[float | None, typer.Option(help="polling period in seconds")] = None,
+    no_schedules: Annotated[
+        bool, typer.Option("--no-schedules", help="run jobs only; never fire schedules")
+    ] = False,
+) -> None:
+    """Run jobs from the database queue until SIGINT/SIGTERM (run as many as you like)."""
+    from api.worker import Worker, WorkerOptions, default_executors
+    from storage.db import make_engine, upgrade_database
+
+    settings = _settings()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    upgrade_database(settings.database_url)
+    engine = make_engine(settings.database_url)
+    try:
+        options = WorkerOptions(
+            lease_s=lease_s or settings.lease_s,
+            poll_s=poll_s or settings.worker_poll_s,
+            run_schedules=not no_schedules,
+        )
+    except ValueError as exc:
+        fail(str(exc))
+    runner = Worker(
+        engine,
+        storage_url=settings.database_url,
+        executors=default_executors(),
+        options=options,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    console.print(f"worker {runner.name} polling {engine.url.render_as_string(hide_password=True)}")
+    runner.run(stop)
+    engine.dispose()

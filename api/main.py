@@ -1,0 +1,88 @@
+"""The FastAPI application, built by `create_app(settings)`; nothing is built at import."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api.metrics import Metrics, MetricsMiddleware
+from api.problems import install_problem_handlers
+from api.routes import health, jobs, keys, recommendations, schedules, traces, ui
+from api.settings import Settings, get_settings
+from api.worker import Executor, Worker, WorkerOptions, default_executors
+from api.worker.runner import start_worker_thread
+from storage.db import head_revision, is_sqlite, make_engine, upgrade_database
+from storage.service_records import JobKind
+
+log = logging.getLogger("servetune.api")
+
+DESCRIPTION = """Trace-driven tuning of LLM serving configs as a service.
+
+Every `/v1` route needs an API key: `Authorization: Bearer <key>`
+(`servetune keys create --project P`). A key sees only its project's traces,
+jobs and schedules. Errors are RFC 9457 `application/problem+json`. Lists are
+paged with `limit` and `offset` and say `total` and `next_offset`.
+"""
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    embedded_worker: bool | None = None,
+    executors: Mapping[JobKind, Executor] | None = None,
+) -> FastAPI:
+    """Build the app. The database is migrated on startup; with SQLite (or when asked)
+    one worker thread runs jobs in-process so one command gives a working service."""
+    settings = settings or get_settings()
+    run_worker = embedded_worker if embedded_worker is not None else settings.embedded_worker
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        upgrade_database(settings.database_url)
+        engine = make_engine(settings.database_url)
+        app.state.engine = engine
+        app.state.head_revision = head_revision()
+        stop = threading.Event()
+        thread = None
+        if run_worker if run_worker is not None else is_sqlite(engine):
+            worker = Worker(
+                engine,
+                storage_url=settings.database_url,
+                executors=executors or default_executors(),
+                options=WorkerOptions(lease_s=settings.lease_s, poll_s=settings.worker_poll_s),
+            )
+            thread = start_worker_thread(worker, stop)
+            log.info("embedded worker %s running", worker.name)
+        try:
+            yield
+        finally:
+            stop.set()
+            if thread is not None:
+                thread.join(timeout=30)
+            engine.dispose()
+
+    app = FastAPI(
+        title="servetune",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        openapi_tags=[
+            {"name": "traces", "description": "Production request traces and trace streams"},
+            {"name": "tuning-jobs", "description": "Optuna searches run by workers"},
+            {"name": "recommendations", "description": "The newest tuned config per deployment"},
+            {"name": "schedules", "description": "Re-tuning on an interval, cron or drift"},
+            {"name": "keys", "description": "API keys (admin scope)"},
+            {"name": "health", "description": "Liveness, readiness, Prometheus metrics"},
+        ],
+    )
+    app.state.settings = settings
+    app.state.metrics = Metrics()
+    install_problem_handlers(app)
+    for module in (health, traces, jobs, recommendations, schedules, keys, ui):
+        app.include_router(module.router)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    return app

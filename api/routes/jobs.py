@@ -1,0 +1,137 @@
+"""/v1/tuning-jobs: create (202), list, status with progress, result, cancel."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Query, Response
+
+from api.deps import IdPath, PagingDep, PrincipalDep, SessionDep
+from api.problems import ApiError
+from api.schemas import JobCreated, Page, Problem, page
+from api.windows import EmptyWindow, resolve_window
+from storage.jobs import (
+    JobNotFinished,
+    count_jobs,
+    enqueue_job,
+    get_job,
+    get_result,
+    list_jobs,
+    request_cancel,
+)
+from storage.service_records import JobInfo, JobResult, JobStatus
+from storage.tuning_records import TuningParams
+
+router = APIRouter(prefix="/v1/tuning-jobs", tags=["tuning-jobs"])
+
+ERRORS = {
+    401: {"model": Problem, "description": "missing or unknown API key"},
+    404: {"model": Problem, "description": "no such job in this project"},
+}
+PARAMS_EXAMPLES = {
+    "trace": {
+        "summary": "tune on a stored trace",
+        "value": {
+            "trace_id": 1,
+            "model": "llama-3.1-8b",
+            "gpu": "h100",
+            "num_gpus": 8,
+            "slo_ttft_ms": 2000,
+            "slo_tpot_ms": 50,
+            "attainment": 0.9,
+            "num_trials": 50,
+        },
+    },
+    "stream": {
+        "summary": "tune on a stream's last hour",
+        "value": {
+            "stream": "prod-chat",
+            "window_s": 3600,
+            "model": "llama-3.1-8b",
+            "gpu": "h100",
+            "slo_ttft_ms": 2000,
+            "slo_tpot_ms": 50,
+        },
+    },
+}
+
+
+def job_links(job_id: int) -> dict[str, str]:
+    return {
+        "status_url": f"/v1/tuning-jobs/{job_id}",
+        "result_url": f"/v1/tuning-jobs/{job_id}/result",
+        "ui_url": f"/ui/jobs/{job_id}",
+    }
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=JobCreated,
+    summary="Queue a tuning job (runs in a worker; poll its status)",
+    responses={**ERRORS, 422: {"model": Problem, "description": "invalid parameters"}},
+)
+def create(
+    params: Annotated[TuningParams, Body(openapi_examples=PARAMS_EXAMPLES)],
+    session: SessionDep,
+    principal: PrincipalDep,
+    response: Response,
+) -> JobCreated:
+    try:
+        window = resolve_window(
+            session, project=principal.project, params=params, now=datetime.now(UTC)
+        )
+    except EmptyWindow as exc:
+        raise ApiError(422, str(exc), kind="empty-window") from None
+    job = enqueue_job(session, project=principal.project, params=params, window=window)
+    response.headers["Location"] = f"/v1/tuning-jobs/{job.id}"
+    return JobCreated(id=job.id, status=job.status, **job_links(job.id))
+
+
+@router.get("", response_model=Page[JobInfo], responses=ERRORS, summary="List tuning jobs")
+def list_(
+    session: SessionDep,
+    principal: PrincipalDep,
+    paging: PagingDep,
+    status: Annotated[JobStatus | None, Query(description="only jobs in this state")] = None,
+) -> Page[JobInfo]:
+    items = list_jobs(
+        session, project=principal.project, status=status, limit=paging.limit, offset=paging.offset
+    )
+    total = count_jobs(session, project=principal.project, status=status)
+    return page(items, total=total, limit=paging.limit, offset=paging.offset)
+
+
+@router.get(
+    "/{job_id}",
+    response_model=JobInfo,
+    responses=ERRORS,
+    summary="Status and progress (trials done/total, best so far, ETA)",
+)
+def status(job_id: IdPath, session: SessionDep, principal: PrincipalDep) -> JobInfo:
+    return get_job(session, job_id, project=principal.project)
+
+
+@router.get(
+    "/{job_id}/result",
+    response_model=JobResult,
+    summary="Pareto front, recommendation with launch commands, baseline, diagnosis",
+    responses={**ERRORS, 409: {"model": Problem, "description": "the job has no result yet"}},
+)
+def result(job_id: IdPath, session: SessionDep, principal: PrincipalDep) -> JobResult:
+    try:
+        return get_result(session, job_id, project=principal.project)
+    except JobNotFinished as exc:
+        raise ApiError(409, str(exc), kind="not-finished") from None
+
+
+@router.post(
+    "/{job_id}/cancel",
+    status_code=202,
+    response_model=JobInfo,
+    responses=ERRORS,
+    summary="Cancel (a queued job at once; a running one within seconds)",
+)
+def cancel(job_id: IdPath, session: SessionDep, principal: PrincipalDep) -> JobInfo:
+    return request_cancel(session, job_id, project=principal.project)

@@ -1,0 +1,56 @@
+"""/v1/recommendations: the latest recommendation for a deployment."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from api.deps import NAME_PATTERN, PrincipalDep, SessionDep
+from api.problems import ApiError
+from api.schemas import Problem
+from storage.recommendations import DeploymentFilter, latest_recommendation
+from storage.service_records import RecommendationInfo
+
+router = APIRouter(prefix="/v1/recommendations", tags=["recommendations"])
+
+Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=NAME_PATTERN)]
+
+
+@router.get(
+    "/latest",
+    response_model=RecommendationInfo,
+    summary="The newest recommendation matching a deployment (every filter optional)",
+    responses={
+        401: {"model": Problem, "description": "missing or unknown API key"},
+        404: {"model": Problem, "description": "no recommendation matches yet"},
+        422: {"model": Problem, "description": "both trace_id and stream given"},
+    },
+)
+def latest(
+    session: SessionDep,
+    principal: PrincipalDep,
+    trace_id: Annotated[int | None, Query(ge=1, le=2**31 - 1, examples=[1])] = None,
+    stream: Name = None,
+    model: Name = None,
+    gpu: Name = None,
+    num_gpus: Annotated[int | None, Query(ge=1, le=4096)] = None,
+    slo_ttft_ms: Annotated[float | None, Query(gt=0, le=1e9)] = None,
+    slo_tpot_ms: Annotated[float | None, Query(gt=0, le=1e9)] = None,
+) -> RecommendationInfo:
+    if trace_id is not None and stream is not None:
+        raise ApiError(422, "give at most one of trace_id or stream", kind="validation")
+    source = None
+    if trace_id is not None:
+        source = f"trace:{trace_id}"
+    elif stream is not None:
+        source = f"stream:{stream}"
+    where = DeploymentFilter(
+        source=source,
+        model=model,
+        gpu=gpu,
+        num_gpus=num_gpus,
+        slo_ttft_ms=slo_ttft_ms,
+        slo_tpot_ms=slo_tpot_ms,
+    )
+    return latest_recommendation(session, project=principal.project, where=where)

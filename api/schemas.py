@@ -1,0 +1,101 @@
+"""API-only shapes: pages, created answers, problems, key creation.
+
+Core records (TraceInfo, JobInfo, TuningParams ...) are served and validated as
+the dataclasses they are; only shapes that exist solely in the API live here.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, Field
+
+from storage.service_records import ApiKeyInfo, JobStatus, ScheduleTrigger
+from storage.tuning_records import TuningParams
+
+T = TypeVar("T")
+
+
+class FieldError(BaseModel):
+    where: str = Field(description="dotted location, e.g. body.slo_ttft_ms or query.limit")
+    message: str
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details."""
+
+    type: str = Field(examples=["https://servetune.dev/problems/not-found"])
+    title: str = Field(examples=["Not Found"])
+    status: int = Field(examples=[404])
+    detail: str = Field(examples=["tuning job 42 not found"])
+    instance: str | None = Field(None, examples=["/v1/tuning-jobs/42"])
+    errors: list[FieldError] | None = None
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    total: int = Field(description="matching items in all pages")
+    limit: int
+    offset: int
+    next_offset: int | None = Field(None, description="offset of the next page; null at the end")
+
+
+def page(items: list[T], *, total: int, limit: int, offset: int) -> Page[T]:
+    nxt = offset + len(items)
+    return Page[T](
+        items=items,
+        total=total,
+        limit=limit,
+        offset=offset,
+        next_offset=nxt if nxt < total else None,
+    )
+
+
+class JobCreated(BaseModel):
+    id: int = Field(examples=[17])
+    status: JobStatus = Field(examples=["queued"])
+    status_url: str = Field(examples=["/v1/tuning-jobs/17"])
+    result_url: str = Field(examples=["/v1/tuning-jobs/17/result"])
+    ui_url: str = Field(examples=["/ui/jobs/17"])
+
+
+class TraceCreated(BaseModel):
+    id: int = Field(examples=[3])
+    created: bool = Field(description="false: the same content was already stored (idempotent)")
+    name: str
+    stream: str | None = None
+    num_requests: int
+    warnings: list[str] = []
+    num_dropped: int = 0
+
+
+class KeyCreate(BaseModel):
+    project: str = Field(examples=["team-a"], min_length=1, max_length=100)
+    name: str = Field("", max_length=200, examples=["ci"])
+    is_admin: bool = False
+
+
+class KeyCreated(BaseModel):
+    id: int
+    key: str = Field(description="shown only now; store it safely", examples=["st_k3y..."])
+    info: ApiKeyInfo
+
+
+class Health(BaseModel):
+    status: str = Field(examples=["ok"])
+    detail: str | None = None
+
+
+class ScheduleCreate(BaseModel):
+    """A re-tuning schedule over a trace stream (params.stream) and its rolling window."""
+
+    name: str = Field("", max_length=200, pattern=r"^[^\x00-\x1f\x7f]*$", examples=["nightly"])
+    params: TuningParams
+    interval_s: float | None = Field(None, ge=1, le=10 * 365 * 86400, examples=[3600])
+    cron: str | None = Field(None, max_length=200, examples=["0 3 * * *"])
+    trigger: ScheduleTrigger = Field(
+        ScheduleTrigger.ALWAYS,
+        description="always: re-tune at every due time; drift: only when the window's rate or "
+        "length figures moved beyond drift_threshold since the current recommendation",
+    )
+    drift_threshold: float = Field(0.2, gt=0, le=10, description="relative change, 0.2 = 20%")

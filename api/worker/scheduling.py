@@ -1,0 +1,113 @@
+"""Firing due schedules: each due time is claimed, decided and advanced in one transaction."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from api.windows import EmptyWindow, drift, resolve_window
+from storage.db import session_scope
+from storage.jobs import enqueue_job, get_job
+from storage.recommendations import DeploymentFilter, RecommendationNotFound, latest_recommendation
+from storage.schedules import claim_due_schedule, record_run
+from storage.service_records import ScheduleInfo, ScheduleTrigger
+from storage.tuning_records import WindowSummary
+
+log = logging.getLogger("servetune.schedules")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    fire: bool
+    reason: str
+    window: WindowSummary | None = None
+
+
+def _deployment(schedule: ScheduleInfo) -> DeploymentFilter:
+    p = schedule.params
+    return DeploymentFilter(
+        source=p.source,
+        model=p.model,
+        gpu=p.gpu,
+        num_gpus=p.num_gpus,
+        slo_ttft_ms=p.slo_ttft_ms,
+        slo_tpot_ms=p.slo_tpot_ms,
+    )
+
+
+def decide(session: Session, schedule: ScheduleInfo, now: datetime) -> Decision:
+    """Whether this due time re-tunes, and why (recorded on the schedule and the job)."""
+    if schedule.last_job_id is not None:
+        previous = get_job(session, schedule.last_job_id)
+        if not previous.status.finished:
+            return Decision(False, f"previous job {previous.id} is still {previous.status}")
+    try:
+        window = resolve_window(session, project=schedule.project, params=schedule.params, now=now)
+    except EmptyWindow as exc:
+        return Decision(False, str(exc))
+    what = f"{len(window.trace_ids)} upload(s), {window.num_requests:,} requests"
+    if schedule.trigger is ScheduleTrigger.ALWAYS:
+        return Decision(True, f"due time reached; window: {what}", window)
+    try:
+        current = latest_recommendation(
+            session, project=schedule.project, where=_deployment(schedule)
+        )
+    except RecommendationNotFound:
+        return Decision(True, f"drift trigger: no recommendation yet; window: {what}", window)
+    if current.window is None:
+        return Decision(True, "drift trigger: the current recommendation has no window", window)
+    changes = drift(current.window, window)
+    over = [c for c in changes if c.relative > schedule.drift_threshold]
+    if not over:
+        top = changes[0]
+        return Decision(
+            False,
+            f"no drift: largest change {top.describe()} is within "
+            f"{schedule.drift_threshold:.0%} of recommendation {current.id}'s window",
+        )
+    shifted = "; ".join(c.describe() for c in over)
+    return Decision(
+        True,
+        f"drift beyond {schedule.drift_threshold:.0%} since recommendation {current.id}: {shifted}",
+        window,
+    )
+
+
+def fire_due_schedules(engine: Engine, *, now: datetime | None = None, limit: int = 20) -> int:
+    """Handle due schedules one transaction each; return how many jobs were enqueued."""
+    fired = 0
+    for _ in range(limit):
+        moment = now or datetime.now(UTC)
+        with session_scope(engine) as session:
+            schedule = claim_due_schedule(session, now=moment)
+            if schedule is None:
+                return fired
+            decision = decide(session, schedule, moment)
+            job_id = None
+            if decision.fire:
+                job = enqueue_job(
+                    session,
+                    project=schedule.project,
+                    params=schedule.params,
+                    window=decision.window,
+                    schedule_id=schedule.id,
+                    trigger_reason=decision.reason,
+                )
+                job_id = job.id
+                fired += 1
+            record_run(
+                session,
+                schedule,
+                now=moment,
+                fired=decision.fire,
+                reason=decision.reason,
+                job_id=job_id,
+            )
+        log.info(
+            "schedule %s: %s (%s)", schedule.id, "fired" if job_id else "skipped", decision.reason
+        )
+    return fired
