@@ -61,7 +61,7 @@ def varied_samples() -> list[KernelSample]:
 
 @pytest.fixture
 def engine(db_url: str):
-    upgrade_database(db_url, "0002_profiles")
+    upgrade_database(db_url)
     eng = make_engine(db_url)
     yield eng
     eng.dispose()
