@@ -1,0 +1,138 @@
+"""/v1/tuning-jobs and /v1/recommendations with the fake executor, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from api.worker import Worker, WorkerOptions, default_executors
+from api.worker.executors import TUNING_UNAVAILABLE
+from storage.db import make_engine
+from tests.api_tests.conftest import Service, write_trace_csv
+
+PARAMS = {"model": "llama-3.1-8b", "gpu": "h100", "slo_ttft_ms": 2000, "slo_tpot_ms": 50}
+
+
+def _trace(svc: Service, tmp_path: Path, key: str | None = None, **fields) -> int:
+    path = write_trace_csv(tmp_path / f"t{time.monotonic_ns()}.csv")
+    with path.open("rb") as fh:
+        r = svc.client.post(
+            "/v1/traces", headers=svc.auth(key or svc.key_a), files={"file": fh}, data=fields
+        )
+    assert r.status_code in (200, 201), r.text
+    return r.json()["id"]
+
+
+def _create(svc: Service, key: str | None = None, **params):
+    return svc.client.post(
+        "/v1/tuning-jobs", headers=svc.auth(key or svc.key_a), json={**PARAMS, **params}
+    )
+
+
+def _wait(svc: Service, job_id: int, done, timeout_s: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job = svc.client.get(f"/v1/tuning-jobs/{job_id}", headers=svc.auth(svc.key_a)).json()
+        if done(job) or time.monotonic() > deadline:
+            return job
+        time.sleep(0.1)
+
+
+def test_job_flow_progress_result_recommendation(service: Service, tmp_path: Path) -> None:
+    tid = _trace(service, tmp_path)
+    r = _create(service, trace_id=tid, num_trials=4)
+    assert r.status_code == 202, r.text
+    created = r.json()
+    jid = created["id"]
+    assert created["status"] == "queued" and created["ui_url"] == f"/ui/jobs/{jid}"
+    pending = service.client.get(
+        f"/v1/tuning-jobs/{jid}/result", headers=service.auth(service.key_a)
+    )
+    assert pending.status_code == 409 and "status queued" in pending.json()["detail"]
+
+    assert service.worker().run_once() is True
+    job = service.client.get(f"/v1/tuning-jobs/{jid}", headers=service.auth(service.key_a)).json()
+    assert job["status"] == "succeeded" and job["attempts"] == 1
+    assert job["progress"]["trials_done"] == 4 and job["progress"]["trials_total"] == 4
+    assert job["window"]["trace_ids"] == [tid]
+    result = service.client.get(
+        f"/v1/tuning-jobs/{jid}/result", headers=service.auth(service.key_a)
+    )
+    outcome = result.json()["outcome"]
+    assert outcome["recommendation"]["launch_commands"][0]["command"].startswith("vllm serve")
+    assert outcome["baseline"]["gain"] == 1.6 and len(outcome["pareto"]) == 4
+
+    rec = service.client.get(
+        f"/v1/recommendations/latest?trace_id={tid}&model=llama-3.1-8b&gpu=h100",
+        headers=service.auth(service.key_a),
+    )
+    assert rec.status_code == 200 and rec.json()["job_id"] == jid
+    other = service.client.get("/v1/recommendations/latest", headers=service.auth(service.key_b))
+    assert other.status_code == 404
+    listing = service.client.get(
+        "/v1/tuning-jobs?status=succeeded", headers=service.auth(service.key_a)
+    )
+    assert listing.json()["total"] == 1
+    for url in (f"/v1/tuning-jobs/{jid}", f"/v1/tuning-jobs/{jid}/result"):
+        assert service.client.get(url, headers=service.auth(service.key_b)).status_code == 404
+    cancel_other = service.client.post(
+        f"/v1/tuning-jobs/{jid}/cancel", headers=service.auth(service.key_b)
+    )
+    assert cancel_other.status_code == 404
+
+
+def test_invalid_job_requests(service: Service, tmp_path: Path) -> None:
+    r = _create(service)  # neither trace_id nor stream
+    assert r.status_code == 422 and r.headers["content-type"] == "application/problem+json"
+    assert "exactly one of trace_id" in r.json()["detail"]
+    r = _create(service, trace_id=1, slo_ttft_ms=-5)
+    assert "slo_ttft_ms: expected a positive finite number" in r.json()["detail"]
+    other = _trace(service, tmp_path, key=service.key_b)
+    r = _create(service, trace_id=other)  # project b's trace
+    assert r.status_code == 404 and r.json()["detail"] == f"trace {other} not found"
+    r = _create(service, stream="empty")
+    assert r.status_code == 422 and "no uploads in the last 3600 s" in r.json()["detail"]
+
+
+def test_cancel_queued_and_running(service: Service, tmp_path: Path) -> None:
+    tid = _trace(service, tmp_path)
+    queued = _create(service, trace_id=tid).json()["id"]
+    r = service.client.post(f"/v1/tuning-jobs/{queued}/cancel", headers=service.auth(service.key_a))
+    assert r.status_code == 202 and r.json()["status"] == "cancelled"
+
+    running = _create(service, trace_id=tid, num_trials=10_000).json()["id"]
+    worker = service.worker(delay_s=0.01, poll_s=0.1, lease_s=5.0)
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread.start()
+    try:
+        started = _wait(service, running, lambda j: (j["progress"] or {}).get("trials_done", 0) > 2)
+        assert started["status"] == "running"
+        service.client.post(
+            f"/v1/tuning-jobs/{running}/cancel", headers=service.auth(service.key_a)
+        )
+        job = _wait(service, running, lambda j: j["status"] != "running")
+    finally:
+        stop.set()
+        thread.join()
+    assert job["status"] == "cancelled" and job["error"] == "cancelled while running"
+    assert job["progress"]["trials_done"] < 10_000
+
+
+def test_real_backend_missing_fails_cleanly(service: Service, tmp_path: Path) -> None:
+    jid = _create(service, trace_id=_trace(service, tmp_path)).json()["id"]
+    worker = Worker(
+        make_engine(service.url),
+        storage_url=service.url,
+        executors=default_executors(),
+        options=WorkerOptions(lease_s=5, poll_s=0.2),
+    )
+    assert worker.run_once()
+    job = service.client.get(f"/v1/tuning-jobs/{jid}", headers=service.auth(service.key_a)).json()
+    try:
+        import optimizer.search  # noqa: F401
+    except ImportError:
+        assert job["status"] == "failed" and job["error"] == TUNING_UNAVAILABLE
+    else:
+        assert job["status"] in ("succeeded", "failed")

@@ -1,0 +1,79 @@
+"""A worker SIGKILLed mid-job: another worker process takes the job over after the lease
+expires and resumes it; no completed trial is lost or run twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from storage.db import make_engine, session_scope, upgrade_database
+from storage.jobs import enqueue_job, get_job
+from storage.service_records import JobStatus
+from storage.tuning_records import TuningParams
+
+REPO = Path(__file__).resolve().parents[2]
+NUM_TRIALS = 25
+
+
+def _spawn(url: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # lease 2 s, poll 0.2 s, 0.1 s per fake trial
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.api_tests.fake_worker", url, "2", "0.2", "0.1"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _job(engine, jid: int):
+    with session_scope(engine) as s:
+        return get_job(s, jid)
+
+
+def _wait(engine, jid: int, done, timeout_s: float = 90.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = _job(engine, jid)
+        if done(job):
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"timed out; job is {_job(engine, jid)}")
+
+
+def test_sigkilled_worker_is_taken_over(db_url: str) -> None:
+    upgrade_database(db_url)
+    engine = make_engine(db_url)
+    params = TuningParams(
+        model="m", gpu="h100", slo_ttft_ms=1000, slo_tpot_ms=50, trace_id=1, num_trials=NUM_TRIALS
+    )
+    with session_scope(engine) as s:
+        jid = enqueue_job(s, project="p", params=params).id
+    first = _spawn(db_url)
+    second = None
+    try:
+        running = _wait(
+            engine, jid, lambda j: j.progress is not None and j.progress.trials_done >= 5
+        )
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        before = _job(engine, jid).progress.completed_trials
+        assert running.status is JobStatus.RUNNING and len(before) < NUM_TRIALS
+        second = _spawn(db_url)
+        job = _wait(engine, jid, lambda j: j.status.finished)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=10)
+        engine.dispose()
+    assert job.status is JobStatus.SUCCEEDED, job.error
+    assert job.attempts == 2
+    done = job.progress.completed_trials
+    assert done == tuple(range(NUM_TRIALS))  # none lost, none duplicated
+    assert done[: len(before)] == before  # the dead worker's trials were kept, not rerun
