@@ -1,0 +1,205 @@
+"""The tuning job seam the service calls: `run_tuning_job(request, ...) -> TuneOutcome`.
+
+A job loads its trace from storage, creates or RESUMES the Optuna study named
+`study_name` in the same database (completed trials are kept and never
+re-run; trials left RUNNING by a dead worker are failed after the heartbeat
+grace period and re-queued), runs trials until the study holds
+`request.n_trials` finished ones (counted across every worker), stops soon
+after `should_stop()` turns true, and stores the outcome with the trace,
+latency model and search settings that produced it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from optimizer.latency.base import LatencySource
+from optimizer.search.objective import EvalSettings, TraceEvaluator
+from optimizer.search.outcome import TuneOutcome, build_outcome
+from optimizer.search.request import TuneProgress, TuneRequest, TuneRequestError
+from optimizer.search.study import (
+    Objective,
+    count_finished,
+    make_storage,
+    open_study,
+    run_trials,
+    trial_outcomes,
+    warm_cache,
+)
+from optimizer.workload import Workload
+
+__all__ = [
+    "TuneOutcome",
+    "TuneProgress",
+    "TuneRequest",
+    "TuneRequestError",
+    "run_tuning_job",
+    "run_worker",
+]
+
+
+def default_latency(model: str) -> tuple[LatencySource, str, bool]:
+    """The latency source for `model`: the roofline estimate from accelerator specs
+    (labelled as such) until fitted models are wired in."""
+    from optimizer.latency.catalog import LatencyCatalog
+    from profiler.shapes import get_shape
+
+    return LatencyCatalog(get_shape(model)), "roofline estimate (accelerator specs)", True
+
+
+@dataclass(frozen=True, slots=True)
+class _Setup:
+    request: TuneRequest
+    evaluator: TraceEvaluator
+    objective: Objective
+    latency_label: str
+    latency_is_estimate: bool
+
+
+def prepare(request: TuneRequest, trace: Workload, latency: LatencySource | None = None) -> _Setup:
+    label, estimate = "custom", False
+    if latency is None:
+        latency, label, estimate = default_latency(request.model)
+    settings = EvalSettings(
+        slo=request.slo,
+        attainment=request.attainment,
+        max_requests=request.max_requests,
+        seed=request.seed,
+    )
+    evaluator = TraceEvaluator.for_trace(trace, latency, settings)
+    space = request.space()
+    return _Setup(
+        request,
+        evaluator,
+        Objective(space, evaluator, per_dollar=bool(space.prices)),
+        label,
+        estimate,
+    )
+
+
+def _load_trace(database_url: str, trace_id: int) -> Workload:
+    from storage.db import make_engine, session_scope
+    from storage.traces import load_trace_columns
+
+    engine = make_engine(database_url)
+    try:
+        with session_scope(engine) as s:
+            return Workload.from_columns(load_trace_columns(s, trace_id), name=f"trace-{trace_id}")
+    finally:
+        engine.dispose()
+
+
+def _progress(
+    study, setup: _Setup, n_trials: int, started: float, done_at_start: int
+) -> Callable[[int], TuneProgress]:
+    def make(done: int) -> TuneProgress:
+        best = None
+        per_gpu = [
+            o.evaluation.goodput_per_gpu for o in trial_outcomes(study) if o.evaluation.feasible
+        ]
+        if per_gpu:
+            best = max(per_gpu)
+        ran = done - done_at_start
+        eta = (time.monotonic() - started) / ran * (n_trials - done) if ran > 0 else None
+        return TuneProgress(done, n_trials, best, eta)
+
+    return make
+
+
+def run_worker(
+    database_url: str,
+    study_name: str,
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_progress: Callable[[TuneProgress], None] = lambda _p: None,
+    latency: LatencySource | None = None,
+) -> int:
+    """Join an existing study (its request is stored on it) and run trials until its budget
+    is reached; returns the number of finished trials."""
+    storage = make_storage(database_url)
+    import optuna
+
+    summary = optuna.study.load_study(study_name=study_name, storage=storage)
+    raw = summary.user_attrs.get("request")
+    if raw is None:
+        raise LookupError(f"study {study_name!r} was not created by servetune (no request)")
+    request = TuneRequest.from_dict(json.loads(raw))
+    setup = prepare(request, _load_trace(database_url, request.trace_id), latency)
+    study = open_study(study_name, storage, seed=request.seed + _worker_salt())
+    warm_cache(study, setup.evaluator)
+    start, first = time.monotonic(), count_finished(study)
+    progress = _progress(study, setup, request.n_trials, start, first)
+    return run_trials(
+        study,
+        setup.objective,
+        request.n_trials,
+        should_stop=should_stop,
+        on_trial=lambda d: on_progress(progress(d)),
+    )
+
+
+def _worker_salt() -> int:
+    import os
+
+    return os.getpid() % 9973  # extra workers sample differently from the job's own sampler
+
+
+def run_tuning_job(
+    request: TuneRequest,
+    *,
+    database_url: str,
+    study_name: str,
+    should_stop: Callable[[], bool],
+    on_progress: Callable[[TuneProgress], None],
+    latency: LatencySource | None = None,
+) -> TuneOutcome:
+    from storage.db import make_engine, session_scope, upgrade_database
+    from storage.tuning import TuningStatus, finish_tuning_run, start_tuning_run
+
+    upgrade_database(database_url)  # ours first: Optuna then leaves alembic_version alone
+    trace = _load_trace(database_url, request.trace_id)
+    setup = prepare(request, trace, latency)
+    engine = make_engine(database_url)
+    try:
+        with session_scope(engine) as s:
+            start_tuning_run(
+                s,
+                study_name=study_name,
+                trace_id=request.trace_id,
+                model=request.model,
+                request=request.to_dict(),
+                search_space=request.space().to_dict(),
+                latency_label=setup.latency_label,
+            )
+        study = open_study(study_name, make_storage(database_url), seed=request.seed)
+        study.set_user_attr("request", json.dumps(request.to_dict(), sort_keys=True))
+        study.set_user_attr("latency", setup.latency_label)
+        warm_cache(study, setup.evaluator)
+        start, first = time.monotonic(), count_finished(study)
+        progress = _progress(study, setup, request.n_trials, start, first)
+        on_progress(progress(first))
+        done = run_trials(
+            study,
+            setup.objective,
+            request.n_trials,
+            should_stop=should_stop,
+            on_trial=lambda d: on_progress(progress(d)),
+        )
+        outcome = build_outcome(
+            request,
+            trial_outcomes(study),
+            setup.evaluator,
+            study_name=study_name,
+            num_trials=done,
+            latency_label=setup.latency_label,
+            latency_is_estimate=setup.latency_is_estimate,
+        )
+        status = TuningStatus.DONE if done >= request.n_trials else TuningStatus.STOPPED
+        with session_scope(engine) as s:
+            finish_tuning_run(s, study_name, outcome.to_dict(), status)
+        return outcome
+    finally:
+        engine.dispose()

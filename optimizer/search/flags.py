@@ -1,0 +1,234 @@
+"""Launch commands users paste: vLLM and SGLang flags for a `ServingConfig` (DOMAIN.md §5).
+
+Colocated configs get one command per engine, run `count` times (one server
+per replica, behind any load balancer). Disaggregated configs get one command
+per role with the KV-transfer settings (vLLM: NixlConnector producer/consumer;
+SGLang: `--disaggregation-mode` with the NIXL backend), plus the proxy or
+router that pairs them.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+from optimizer.config import InstanceConfig, ServingConfig, ServingMode, SpecMethod
+
+# Hugging Face ids for the shape presets (a shape is dimensions only; users may override).
+HF_MODEL_IDS = {
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+    "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
+    "llama-2-7b": "meta-llama/Llama-2-7b-chat-hf",
+    "llama-2-70b": "meta-llama/Llama-2-70b-chat-hf",
+    "mistral-7b": "mistralai/Mistral-7B-Instruct-v0.3",
+    "qwen3-8b": "Qwen/Qwen3-8B",
+    "qwen3-32b": "Qwen/Qwen3-32B",
+}
+_VLLM_SPEC = {
+    SpecMethod.EAGLE: "eagle3",
+    SpecMethod.DRAFT: "draft_model",
+    SpecMethod.NGRAM: "ngram",
+}
+_SGLANG_SPEC = {
+    SpecMethod.EAGLE: "EAGLE3",
+    SpecMethod.DRAFT: "STANDALONE",
+    SpecMethod.NGRAM: "NGRAM",
+}
+DRAFT_PLACEHOLDER = "<draft-model>"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchCommand:
+    engine: str  # "vllm" | "sglang"
+    role: str  # "replica" | "prefill" | "decode" | "proxy"
+    count: int  # how many servers run this command
+    command: str
+
+
+def model_id(config: ServingConfig, override: str | None = None) -> str:
+    return override or HF_MODEL_IDS.get(config.model.lower(), config.model)
+
+
+def _draft(config: ServingConfig, draft_model: str | None) -> str:
+    return draft_model or config.speculation.draft_model or DRAFT_PLACEHOLDER
+
+
+def _vllm_args(
+    config: ServingConfig, inst: InstanceConfig, *, speculate: bool, draft_model: str | None
+) -> list[str]:
+    args = [
+        "--tensor-parallel-size",
+        str(inst.tp),
+        "--max-num-batched-tokens",
+        str(inst.max_num_batched_tokens),
+        "--max-num-seqs",
+        str(inst.max_num_seqs),
+        "--enable-chunked-prefill"
+        if inst.enable_chunked_prefill
+        else "--no-enable-chunked-prefill",
+        "--gpu-memory-utilization",
+        f"{inst.gpu_memory_utilization:g}",
+        "--block-size",
+        str(inst.block_size),
+    ]
+    if config.max_model_len is not None:
+        args += ["--max-model-len", str(config.max_model_len)]
+    if config.enable_prefix_caching:
+        args.append("--enable-prefix-caching")
+    spec = config.speculation
+    if speculate and spec.enabled:
+        cfg: dict[str, object] = {"method": _VLLM_SPEC[spec.method]}
+        if spec.method is not SpecMethod.NGRAM:
+            cfg["model"] = _draft(config, draft_model)
+        cfg["num_speculative_tokens"] = spec.num_speculative_tokens
+        if spec.method is SpecMethod.NGRAM:
+            cfg["prompt_lookup_max"] = 4
+        args += ["--speculative-config", json.dumps(cfg)]
+    return args
+
+
+def _sglang_args(
+    config: ServingConfig, inst: InstanceConfig, *, speculate: bool, draft_model: str | None
+) -> list[str]:
+    chunk = inst.max_num_batched_tokens if inst.enable_chunked_prefill else -1
+    args = [
+        "--tp-size",
+        str(inst.tp),
+        "--chunked-prefill-size",
+        str(chunk),
+        "--max-prefill-tokens",
+        str(inst.max_num_batched_tokens),
+        "--max-running-requests",
+        str(inst.max_num_seqs),
+        "--mem-fraction-static",
+        f"{inst.gpu_memory_utilization:g}",
+    ]
+    if config.max_model_len is not None:
+        args += ["--context-length", str(config.max_model_len)]
+    if not config.enable_prefix_caching:
+        args.append("--disable-radix-cache")
+    spec = config.speculation
+    if speculate and spec.enabled:
+        k = spec.num_speculative_tokens
+        args += ["--speculative-algorithm", _SGLANG_SPEC[spec.method]]
+        if spec.method is not SpecMethod.NGRAM:
+            args += ["--speculative-draft-model-path", _draft(config, draft_model)]
+        args += [
+            "--speculative-num-steps",
+            str(k),
+            "--speculative-num-draft-tokens",
+            str(k + 1),
+            "--speculative-eagle-topk",
+            "1",
+        ]
+    return args
+
+
+def _join(parts: list[str]) -> str:
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def launch_commands(
+    config: ServingConfig, *, model: str | None = None, draft_model: str | None = None
+) -> tuple[LaunchCommand, ...]:
+    """vLLM then SGLang commands; `model` overrides the Hugging Face id of the shape."""
+    mid = model_id(config, model)
+    out: list[LaunchCommand] = []
+    if config.mode is ServingMode.COLOCATED:
+        inst = config.replica
+        assert inst is not None
+        n = config.num_replicas
+        out.append(
+            LaunchCommand(
+                "vllm",
+                "replica",
+                n,
+                _join(
+                    [
+                        "vllm",
+                        "serve",
+                        mid,
+                        *_vllm_args(config, inst, speculate=True, draft_model=draft_model),
+                    ]
+                ),
+            )
+        )
+        out.append(
+            LaunchCommand(
+                "sglang",
+                "replica",
+                n,
+                _join(
+                    [
+                        "python",
+                        "-m",
+                        "sglang.launch_server",
+                        "--model-path",
+                        mid,
+                        *_sglang_args(config, inst, speculate=True, draft_model=draft_model),
+                    ]
+                ),
+            )
+        )
+        return tuple(out)
+    assert config.prefill is not None and config.decode is not None
+    for role, inst, n, kv_role in (
+        ("prefill", config.prefill, config.num_prefill, "kv_producer"),
+        ("decode", config.decode, config.num_decode, "kv_consumer"),
+    ):
+        kv = json.dumps(
+            {"kv_connector": "NixlConnector", "kv_role": kv_role}, separators=(",", ":")
+        )
+        args = _vllm_args(config, inst, speculate=role == "decode", draft_model=draft_model)
+        out.append(
+            LaunchCommand(
+                "vllm", role, n, _join(["vllm", "serve", mid, *args, "--kv-transfer-config", kv])
+            )
+        )
+    for role, inst, n in (
+        ("prefill", config.prefill, config.num_prefill),
+        ("decode", config.decode, config.num_decode),
+    ):
+        args = _sglang_args(config, inst, speculate=role == "decode", draft_model=draft_model)
+        out.append(
+            LaunchCommand(
+                "sglang",
+                role,
+                n,
+                _join(
+                    [
+                        "python",
+                        "-m",
+                        "sglang.launch_server",
+                        "--model-path",
+                        mid,
+                        *args,
+                        "--disaggregation-mode",
+                        role,
+                        "--disaggregation-transfer-backend",
+                        "nixl",
+                    ]
+                ),
+            )
+        )
+    out.append(
+        LaunchCommand(
+            "sglang",
+            "proxy",
+            1,
+            _join(
+                [
+                    "python",
+                    "-m",
+                    "sglang_router.launch_router",
+                    "--pd-disaggregation",
+                    "--prefill",
+                    "http://PREFILL_HOST:30000",
+                    "--decode",
+                    "http://DECODE_HOST:30000",
+                ]
+            ),
+        )
+    )
+    return tuple(out)

@@ -1,0 +1,280 @@
+"""Scoring one config on a trace: the numbers a trial reports.
+
+For a config the evaluator (1) simulates a prefix of the evaluation window at
+the trace's own rate and prunes the config when SLO attainment is hopeless
+there; (2) simulates the whole window at the trace's rate (attainment, TTFT/TPOT
+percentiles, request goodput, interactivity); (3) finds the max sustainable
+rate (DistServe capacity: the highest rate scale whose attainment reaches the
+target) by bracketing and log-scale bisection, reusing the run at scale 1.
+
+Why pruning is safe: a config that misses the attainment target at the
+trace's rate has a max sustainable rate below that rate, so every config that
+meets it (and can be recommended) has a higher per-GPU goodput on the same
+GPU budget. Pruned configs are kept as constraint-violating trials so the
+sampler still learns from them.
+
+Evaluations are cached per config within a run (`EvaluationCache`): samplers
+re-propose configs, and the grid benchmark revisits them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from optimizer.config import RoutingPolicy, ServingConfig, ServingMode
+from optimizer.latency.base import LatencySource
+from optimizer.search.space import config_key
+from optimizer.sim import SLO, SimulationResult, simulate
+from optimizer.workload import Workload
+
+
+class EvalStatus(StrEnum):
+    FEASIBLE = "feasible"  # meets the attainment target at the trace's rate
+    INFEASIBLE = "infeasible"  # simulated in full, misses the target at the trace's rate
+    PRUNED = "pruned"  # stopped after the prefix: hopeless at the trace's rate
+    INVALID = "invalid"  # the config breaks a rule, does not fit, or the simulator refused it
+
+
+@dataclass(frozen=True, slots=True)
+class EvalSettings:
+    """How a config is scored. `max_requests` bounds the evaluation window (the first
+    requests of the trace, at the trace's own rate) so that trials stay cheap."""
+
+    slo: SLO
+    attainment: float = 0.9
+    max_requests: int = 1000
+    prefix_fraction: float = 0.3
+    prune_margin: float = 0.25  # prune when prefix attainment < target - margin
+    rel_tol: float = 0.05  # capacity bisection stops when hi / lo <= 1 + rel_tol
+    max_simulations: int = 12  # capacity probes per config
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.attainment <= 1:
+            raise ValueError(f"attainment: expected a share in (0, 1], got {self.attainment}")
+        if self.max_requests < 10:
+            raise ValueError(f"max_requests: expected at least 10, got {self.max_requests}")
+        if not 0 < self.prefix_fraction <= 1:
+            raise ValueError(f"prefix_fraction: expected (0, 1], got {self.prefix_fraction}")
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """One config's predicted metrics (rates in requests/s; latencies in ms)."""
+
+    status: EvalStatus
+    num_gpus: int
+    price_per_hour: float | None = None
+    max_rate: float = 0.0  # fleet requests/s at the attainment target
+    goodput_per_gpu: float = 0.0
+    goodput_per_dollar: float | None = None  # requests/s per USD/hour
+    interactivity_tok_s: float = 0.0  # median output tokens/s per user, at the trace's rate
+    attainment: float = 0.0  # at the trace's rate
+    request_goodput: float = 0.0  # requests/s meeting the SLOs, at the trace's rate
+    ttft_p50_ms: float = math.nan
+    ttft_p90_ms: float = math.nan
+    ttft_p99_ms: float = math.nan
+    tpot_p50_ms: float = math.nan
+    tpot_p90_ms: float = math.nan
+    tpot_p99_ms: float = math.nan
+    itl_p99_ms: float = math.nan
+    num_simulations: int = 0
+    bounded: bool = True  # False when the capacity search hit its scale limit
+    error: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return self.status is EvalStatus.FEASIBLE
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["status"] = self.status.value
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Evaluation:
+        kw = {k: (math.nan if v is None and k.endswith("_ms") else v) for k, v in data.items()}
+        kw["status"] = EvalStatus(kw["status"])
+        return cls(**kw)
+
+
+@dataclass(slots=True)
+class EvaluationCache:
+    """Evaluations by canonical config key, for one run (not shared across processes)."""
+
+    entries: dict[str, Evaluation] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvaluator:
+    """Scores configs on one workload with one latency source (pure apart from its cache)."""
+
+    workload: Workload
+    latency: LatencySource
+    settings: EvalSettings
+    cache: EvaluationCache = field(default_factory=EvaluationCache)
+
+    @classmethod
+    def for_trace(
+        cls, trace: Workload, latency: LatencySource, settings: EvalSettings
+    ) -> TraceEvaluator:
+        """Evaluate on the trace's first `settings.max_requests` requests."""
+        window = trace.head(settings.max_requests) if len(trace) > settings.max_requests else trace
+        return cls(window, latency, settings)
+
+    @property
+    def trace_rate(self) -> float:
+        return self.workload.mean_rate
+
+    def evaluate(self, config: ServingConfig) -> Evaluation:
+        key = config_key(config)
+        hit = self.cache.entries.get(key)
+        if hit is not None:
+            self.cache.hits += 1
+            return hit
+        self.cache.misses += 1
+        try:
+            result = self._evaluate(config)
+        except (ValueError, LookupError) as exc:  # SimulationError, floor errors, no latency model
+            result = Evaluation(EvalStatus.INVALID, config.num_gpus, error=str(exc))
+        self.cache.entries[key] = result
+        return result
+
+    def simulate(self, config: ServingConfig, scale: float = 1.0) -> SimulationResult:
+        """Simulate `config` on the evaluation window at `scale` x the trace's rate."""
+        unit, workload, _ = self._unit(config)
+        if scale != 1.0:
+            workload = workload.rate_scaled(scale)
+        return simulate(
+            workload, unit, self.latency, seed=self.settings.seed, slo=self.settings.slo
+        )
+
+    def _unit(self, config: ServingConfig) -> tuple[ServingConfig, Workload, int]:
+        """What is simulated: round-robin colocated replicas are independent, so one replica
+        at 1/N of the rate stands for N (N times more requests per replica for the same
+        cost); other fleets are simulated whole. Returns (unit, workload, N)."""
+        if (
+            config.mode is ServingMode.COLOCATED
+            and config.routing is RoutingPolicy.ROUND_ROBIN
+            and config.num_replicas > 1
+        ):
+            n = config.num_replicas
+            return replace(config, num_replicas=1), self.workload.time_scaled(float(n)), n
+        return config, self.workload, 1
+
+    def _evaluate(self, config: ServingConfig) -> Evaluation:
+        s = self.settings
+        unit, workload, copies = self._unit(config)
+
+        def run(wl: Workload) -> SimulationResult:
+            return simulate(wl, unit, self.latency, seed=s.seed, slo=s.slo)
+
+        n_prefix = int(len(workload) * s.prefix_fraction)
+        sims = 0
+        if 10 <= n_prefix < len(workload):
+            head = run(workload.head(n_prefix))
+            sims += 1
+            if head.attainment(s.slo) < s.attainment - s.prune_margin:
+                return _metrics(EvalStatus.PRUNED, config, head, 0.0, sims, True)
+        base = run(workload)
+        sims += 1
+        att = base.attainment(s.slo)
+        # Saturation: every request at once; its throughput bounds any sustainable rate.
+        burst = run(workload.time_scaled(1e-6))
+        sims += 1
+        scale, extra, bounded = _capacity(
+            lambda x: run(workload.rate_scaled(x)).attainment(s.slo) >= s.attainment,
+            ok_at_1=att >= s.attainment,
+            upper=max(burst.request_throughput / workload.mean_rate, 1e-3),
+            settings=s,
+        )
+        rate = workload.mean_rate * scale * copies
+        status = EvalStatus.FEASIBLE if att >= s.attainment else EvalStatus.INFEASIBLE
+        return _metrics(status, config, base, rate, sims + extra, bounded)
+
+
+def _capacity(
+    ok: Callable[[float], bool], *, ok_at_1: bool, upper: float, settings: EvalSettings
+) -> tuple[float, int, bool]:
+    """The highest rate scale with attainment >= target, between 0 and `upper` (the
+    saturation throughput as a scale). Probes 0.7 x upper first (loose SLOs sit near
+    saturation), then bisects on a log scale. Returns (scale, probes, bounded)."""
+    probes = 0
+
+    def probe(x: float) -> bool:
+        nonlocal probes
+        probes += 1
+        return ok(x)
+
+    if ok_at_1:
+        lo, hi = 1.0, max(upper, 1.0)
+        if hi <= 1.0 + settings.rel_tol:
+            return 1.0, probes, True
+        guess = 0.7 * hi
+        if guess > lo * (1 + settings.rel_tol):
+            if probe(guess):
+                lo = guess
+            else:
+                hi = guess
+    else:
+        lo, hi = min(0.5, upper), 1.0
+        while not probe(lo):
+            hi, lo = lo, lo / 4.0
+            if probes >= 4:  # below 1/128 of the trace's rate: call it zero
+                return 0.0, probes, True
+    while hi / lo > 1.0 + settings.rel_tol and probes < settings.max_simulations:
+        mid = math.sqrt(lo * hi)
+        if probe(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, probes, hi / lo <= 1.0 + settings.rel_tol
+
+
+def _ms(value: float) -> float:
+    return value * 1e3
+
+
+def _metrics(
+    status: EvalStatus,
+    config: ServingConfig,
+    res: SimulationResult,
+    max_rate: float,
+    sims: int,
+    bounded: bool,
+) -> Evaluation:
+    slo = res.slo
+    assert slo is not None
+    tpot = res.tpot_s[~np.isnan(res.tpot_s)]
+    tpot = tpot[tpot > 0]
+    interactivity = float(np.median(1.0 / tpot)) if tpot.size else 0.0
+    price = config.price_per_hour()
+    gpus = config.num_gpus
+    return Evaluation(
+        status=status,
+        num_gpus=gpus,
+        price_per_hour=price,
+        max_rate=max_rate,
+        goodput_per_gpu=max_rate / gpus,
+        goodput_per_dollar=(max_rate / price) if price else None,
+        interactivity_tok_s=interactivity,
+        attainment=res.attainment(slo),
+        request_goodput=res.request_goodput(slo),
+        ttft_p50_ms=_ms(res.ttft.p50),
+        ttft_p90_ms=_ms(res.ttft.p90),
+        ttft_p99_ms=_ms(res.ttft.p99),
+        tpot_p50_ms=_ms(res.tpot.p50),
+        tpot_p90_ms=_ms(res.tpot.p90),
+        tpot_p99_ms=_ms(res.tpot.p99),
+        itl_p99_ms=_ms(res.itl.p99),
+        num_simulations=sims,
+        bounded=bounded,
+    )

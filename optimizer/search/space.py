@@ -1,0 +1,323 @@
+"""The search space: which `ServingConfig`s a study may try (DOMAIN.md §5).
+
+One builder, `build_config(space, chooser)`, turns a sequence of choices into a
+`ServingConfig`. An Optuna trial drives it through `TrialChooser`
+(define-by-run, so conditional knobs such as the P:D split only exist in
+disaggregated mode); `enumerate_grid` replays it over every path, so the grid
+the benchmark evaluates and the space the sampler explores are the same by
+construction.
+
+Ordinal knobs (TP degree, token budget, batch limit, speculation depth) are
+sampled as integer indices into their choice tuples so the sampler sees their
+order; the chosen values are recorded on each trial as user attributes.
+A choice that yields an invalid config (a vLLM rule broken, the model not
+fitting) raises `ConfigError`; the study records it as a violated constraint,
+so such a config can never be recommended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Protocol
+
+from optimizer.config import (
+    ConfigError,
+    InstanceConfig,
+    KVLinkConfig,
+    ServingConfig,
+    ServingMode,
+    SpecMethod,
+    SpeculationConfig,
+)
+
+SPACE_SCHEMA_VERSION = 1
+
+
+class SearchSpaceError(ValueError):
+    """A search space (or an override of it) is invalid."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSpace:
+    """Defaults plus user overrides; every tuple lists the values a knob may take."""
+
+    model: str
+    accelerators: tuple[str, ...]  # the GPU types on offer (several: heterogeneous PD roles)
+    gpu_budget: int  # GPUs the whole fleet may use
+    modes: tuple[ServingMode, ...] = (ServingMode.COLOCATED, ServingMode.DISAGGREGATED)
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    max_num_batched_tokens: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384)
+    max_num_seqs: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
+    chunked_prefill: tuple[bool, ...] = (True, False)
+    spec_method: SpecMethod = SpecMethod.NONE  # fixed by the user's deployment
+    spec_k: tuple[int, ...] = (0,)  # speculation depths; 0 = off
+    acceptance_rate: float = 0.7
+    draft_model: str | None = None
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = False
+    kv_link: KVLinkConfig = field(default_factory=KVLinkConfig)
+    prices: tuple[tuple[str, float], ...] = ()  # (accelerator, USD per GPU-hour)
+
+    def __post_init__(self) -> None:
+        if not self.accelerators:
+            raise SearchSpaceError("accelerators: offer at least one GPU type")
+        if not isinstance(self.gpu_budget, int) or self.gpu_budget <= 0:
+            raise SearchSpaceError(
+                f"gpu_budget: expected a positive integer, got {self.gpu_budget!r}"
+            )
+        for name in (
+            "modes",
+            "tp",
+            "max_num_batched_tokens",
+            "max_num_seqs",
+            "chunked_prefill",
+            "spec_k",
+        ):
+            values = getattr(self, name)
+            if not values:
+                raise SearchSpaceError(f"{name}: expected at least one value")
+            if len(set(values)) != len(values):
+                raise SearchSpaceError(f"{name}: duplicate values in {list(values)}")
+        for name in ("tp", "max_num_batched_tokens", "max_num_seqs"):
+            values = getattr(self, name)
+            if any(not isinstance(v, int) or isinstance(v, bool) or v <= 0 for v in values):
+                raise SearchSpaceError(f"{name}: expected positive integers, got {list(values)}")
+            if list(values) != sorted(values):
+                raise SearchSpaceError(f"{name}: expected ascending values, got {list(values)}")
+        if any(not isinstance(k, int) or not 0 <= k <= 8 for k in self.spec_k):
+            raise SearchSpaceError(f"spec_k: expected depths in 0..8, got {list(self.spec_k)}")
+        if self.spec_method is SpecMethod.NONE and self.spec_k != (0,):
+            raise SearchSpaceError(
+                "spec_k: speculation depths need a spec_method (eagle, draft or ngram)"
+            )
+        if ServingMode.DISAGGREGATED in self.modes and self.gpu_budget < 2:
+            raise SearchSpaceError("modes: disaggregated serving needs a gpu_budget of at least 2")
+        if min(self.tp) > self.gpu_budget:
+            raise SearchSpaceError(
+                f"tp: every degree in {list(self.tp)} exceeds the gpu_budget {self.gpu_budget}"
+            )
+
+    def price_of(self, accelerator: str) -> float | None:
+        for name, price in self.prices:
+            if name == accelerator:
+                return price
+        return None
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> SearchSpace:
+        """A copy with some fields replaced (lists become tuples); unknown keys rejected."""
+        names = {f.name for f in fields(self)}
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise SearchSpaceError(
+                f"search-space overrides: unknown keys {unknown}; expected some of {sorted(names)}"
+            )
+        changes: dict[str, Any] = {}
+        for key, value in overrides.items():
+            if key == "modes":
+                value = tuple(_enum(ServingMode, v, key) for v in value)
+            elif key == "spec_method":
+                value = _enum(SpecMethod, value, key)
+            elif key == "kv_link":
+                value = KVLinkConfig(**value) if isinstance(value, Mapping) else value
+            elif key == "prices":
+                value = tuple((str(a), float(p)) for a, p in value)
+            elif isinstance(value, list):
+                value = tuple(value)
+            changes[key] = value
+        try:
+            return replace(self, **changes)
+        except TypeError as exc:
+            raise SearchSpaceError(f"search-space overrides: {exc}") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema_version": SPACE_SCHEMA_VERSION}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "kv_link":
+                value = {"bandwidth_gb_s": value.bandwidth_gb_s, "latency_ms": value.latency_ms}
+            elif f.name == "prices":
+                value = [list(p) for p in value]
+            elif isinstance(value, tuple):
+                value = [str(v) if isinstance(v, ServingMode) else v for v in value]
+            elif isinstance(value, SpecMethod):
+                value = value.value
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SearchSpace:
+        data = dict(data)
+        version = data.pop("schema_version", SPACE_SCHEMA_VERSION)
+        if version != SPACE_SCHEMA_VERSION:
+            raise SearchSpaceError(f"search space schema_version {version!r} is not supported")
+        for key in ("model", "accelerators", "gpu_budget"):
+            if key not in data:
+                raise SearchSpaceError(f"search space: missing key {key!r}")
+        base = cls(
+            model=data.pop("model"),
+            accelerators=tuple(data.pop("accelerators")),
+            gpu_budget=data.pop("gpu_budget"),
+        )
+        return base.with_overrides(data)
+
+
+def _enum(enum: type, value: object, where: str) -> Any:
+    try:
+        return enum(value)
+    except ValueError:
+        raise SearchSpaceError(
+            f"{where}: expected one of {[m.value for m in enum]}, got {value!r}"
+        ) from None
+
+
+class Chooser(Protocol):
+    """Makes the choices `build_config` asks for (an Optuna trial, or a grid path)."""
+
+    def index(self, name: str, num_choices: int) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TrialChooser:
+    """Choices from an Optuna trial: every knob is an integer index."""
+
+    trial: Any  # optuna.Trial
+
+    def index(self, name: str, num_choices: int) -> int:
+        if num_choices == 1:
+            return 0
+        return int(self.trial.suggest_int(name, 0, num_choices - 1))
+
+
+@dataclass(frozen=True, slots=True)
+class FixedChooser:
+    """Choices from a mapping of parameter name to index (a finished trial's params)."""
+
+    params: Mapping[str, int]
+
+    def index(self, name: str, num_choices: int) -> int:
+        return int(self.params.get(name, 0)) if num_choices > 1 else 0
+
+
+def _pick(chooser: Chooser, name: str, values: Sequence[Any]) -> Any:
+    return values[chooser.index(name, len(values))]
+
+
+def _instance(
+    space: SearchSpace, chooser: Chooser, role: str, budget: int, spec_k: int
+) -> InstanceConfig:
+    """One role's engine knobs. A prefill server's batch limit and a decode server's token
+    budget follow from the other knob (they barely matter there), so they are derived."""
+    acc = _pick(chooser, f"{role}.accelerator", space.accelerators)
+    tps = tuple(t for t in space.tp if t <= budget) or (min(space.tp),)
+    tp = _pick(chooser, f"{role}.tp", tps)
+    chunked = True
+    if role != "decode":
+        chunked = _pick(chooser, f"{role}.chunked", space.chunked_prefill)
+    if role == "decode":
+        seqs = _pick(chooser, f"{role}.max_seqs", space.max_num_seqs)
+        tokens = max(2048, seqs * (1 + spec_k))
+    else:
+        tokens = _pick(chooser, f"{role}.batched_tokens", space.max_num_batched_tokens)
+        if role == "prefill":
+            seqs = min(max(space.max_num_seqs), tokens)
+        else:
+            seqs = _pick(chooser, f"{role}.max_seqs", space.max_num_seqs)
+    return InstanceConfig(
+        accelerator=acc,
+        tp=tp,
+        max_num_batched_tokens=tokens,
+        max_num_seqs=seqs,
+        enable_chunked_prefill=chunked,
+        gpu_memory_utilization=space.gpu_memory_utilization,
+        block_size=space.block_size,
+        price_per_gpu_hour=space.price_of(acc),
+    )
+
+
+def build_config(space: SearchSpace, chooser: Chooser) -> ServingConfig:
+    """The config the choices describe; raises `ConfigError` when it is invalid."""
+    mode = _pick(chooser, "mode", space.modes)
+    k = _pick(chooser, "spec_k", space.spec_k)
+    spec = SpeculationConfig()
+    if k:
+        spec = SpeculationConfig(
+            method=space.spec_method,
+            num_speculative_tokens=k,
+            acceptance_rate=space.acceptance_rate,
+            draft_model=space.draft_model,
+        )
+    common = {
+        "speculation": spec,
+        "enable_prefix_caching": space.enable_prefix_caching,
+        "kv_link": space.kv_link,
+        "max_model_len": space.max_model_len,
+    }
+    if mode is ServingMode.COLOCATED:
+        inst = _instance(space, chooser, "replica", space.gpu_budget, k)
+        return ServingConfig.colocated(
+            space.model, inst, num_replicas=space.gpu_budget // inst.tp, **common
+        )
+    prefill_gpus = 1 + chooser.index("prefill_gpus", space.gpu_budget - 1)
+    prefill = _instance(space, chooser, "prefill", prefill_gpus, k)
+    decode = _instance(space, chooser, "decode", space.gpu_budget - prefill_gpus, k)
+    num_prefill = prefill_gpus // prefill.tp
+    num_decode = (space.gpu_budget - num_prefill * prefill.tp) // decode.tp
+    if num_prefill < 1 or num_decode < 1:
+        raise ConfigError(
+            f"P:D split: {prefill_gpus} prefill GPUs at tp={prefill.tp} and the rest at "
+            f"tp={decode.tp} leave no room for one instance of each role"
+        )
+    return ServingConfig.disaggregated(
+        space.model, prefill, decode, num_prefill=num_prefill, num_decode=num_decode, **common
+    )
+
+
+@dataclass(slots=True)
+class _PathChooser:
+    path: list[int]
+    fanout: list[int] = field(default_factory=list)
+    params: dict[str, int] = field(default_factory=dict)
+
+    def index(self, name: str, num_choices: int) -> int:
+        if num_choices == 1:
+            return 0
+        i = len(self.fanout)
+        self.fanout.append(num_choices)
+        if i >= len(self.path):
+            self.path.append(0)
+        self.params[name] = self.path[i]
+        return self.path[i]
+
+
+@dataclass(frozen=True, slots=True)
+class GridPoint:
+    params: tuple[tuple[str, int], ...]  # the choice indices, as a trial would record them
+    config: ServingConfig | None  # None when the choices are invalid
+    error: str = ""
+
+
+def enumerate_grid(space: SearchSpace) -> Iterator[GridPoint]:
+    """Every choice path of the space once, in a fixed order (invalid ones included)."""
+    stack: list[list[int]] = [[]]
+    while stack:
+        start = stack.pop()
+        chooser = _PathChooser(list(start))
+        try:
+            point = GridPoint(tuple(chooser.params.items()), build_config(space, chooser))
+        except ConfigError as exc:
+            point = GridPoint(tuple(chooser.params.items()), None, str(exc))
+        point = GridPoint(tuple(chooser.params.items()), point.config, point.error)
+        yield point
+        for i in range(len(chooser.fanout) - 1, len(start) - 1, -1):
+            for v in range(chooser.fanout[i] - 1, 0, -1):
+                stack.append([*chooser.path[:i], v])
+
+
+def config_key(config: ServingConfig) -> str:
+    """A canonical string for a config (cache and duplicate detection)."""
+    import json
+
+    return json.dumps(config.to_dict(), sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,213 @@
+"""The Optuna study: seeded multi-objective TPE with constraints, resumable and distributed.
+
+Objectives (both maximised): per-GPU goodput (per-dollar when GPU prices are
+given) and interactivity (median output tokens/s per user at the trace's
+rate). The constraint is `attainment target - attainment at the trace's rate`
+(<= 0 is feasible; invalid and pruned configs get a positive value), so the
+sampler steers away from them and `recommend` never picks them.
+
+Studies live in Optuna's RDB storage in the project's own database (its tables
+sit next to ours; our Alembic revision owns `alembic_version`, hence
+`skip_compatibility_check`). Heartbeats mark trials of a dead worker FAILED
+and `RetryFailedTrialCallback` re-queues their parameters, so a resumed or
+shared study keeps every completed trial and loses none.
+
+`run_trials` stops when the study holds `n_trials` finished trials in total,
+counted across every worker: a trial whose rank among live trials is past the
+budget is failed as surplus before it runs (never evaluated, never counted).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
+from optuna.storages._heartbeat import is_heartbeat_enabled
+from optuna.trial import TrialState
+
+from optimizer.config import ConfigError, ServingConfig
+from optimizer.search.objective import EvalStatus, Evaluation, TraceEvaluator
+from optimizer.search.space import SearchSpace, TrialChooser, build_config
+
+HEARTBEAT_S = 5
+GRACE_S = 20
+_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+_ATTR_CONFIG = "config"
+_ATTR_EVAL = "evaluation"
+_ATTR_CONSTRAINT = "constraint"
+_ATTR_SURPLUS = "surplus"
+
+
+def make_storage(url: str) -> RDBStorage:
+    """Optuna's RDB storage on the project database (migrate it with ours first)."""
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"timeout": 60}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return RDBStorage(
+            url,
+            engine_kwargs=kwargs,
+            heartbeat_interval=HEARTBEAT_S,
+            grace_period=GRACE_S,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
+            skip_compatibility_check=True,
+        )
+
+
+def make_sampler(seed: int, *, n_startup_trials: int = 10) -> optuna.samplers.BaseSampler:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.TPESampler(
+            seed=seed, n_startup_trials=n_startup_trials, multivariate=True, group=True
+        )
+
+
+def open_study(
+    name: str,
+    storage: optuna.storages.BaseStorage | str | None,
+    *,
+    seed: int,
+    n_startup_trials: int = 10,
+) -> optuna.Study:
+    """Create the study, or load it when it exists (a resumed or shared study)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        study_name=name,
+        storage=storage,
+        sampler=make_sampler(seed, n_startup_trials=n_startup_trials),
+        directions=["maximize", "maximize"],
+        load_if_exists=True,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TrialOutcome:
+    """A finished trial as the recommender sees it."""
+
+    number: int
+    config: ServingConfig
+    evaluation: Evaluation
+
+
+def trial_outcomes(study: optuna.Study) -> list[TrialOutcome]:
+    """Completed trials that produced a valid config, in trial order."""
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if _ATTR_CONFIG not in t.user_attrs or _ATTR_EVAL not in t.user_attrs:
+            continue
+        out.append(
+            TrialOutcome(
+                t.number,
+                ServingConfig.from_dict(json.loads(t.user_attrs[_ATTR_CONFIG])),
+                Evaluation.from_dict(json.loads(t.user_attrs[_ATTR_EVAL])),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    """The trial function: build a config, score it, record it on the trial."""
+
+    space: SearchSpace
+    evaluator: TraceEvaluator
+    per_dollar: bool = False
+
+    def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
+        try:
+            config = build_config(self.space, TrialChooser(trial))
+        except ConfigError as exc:
+            trial.set_user_attr("config_error", str(exc)[:500])
+            trial.set_constraint(_ATTR_CONSTRAINT, 1.0)
+            return 0.0, 0.0
+        ev = self.evaluator.evaluate(config)
+        trial.set_user_attr(_ATTR_CONFIG, json.dumps(config.to_dict(), sort_keys=True))
+        trial.set_user_attr(_ATTR_EVAL, json.dumps(ev.to_dict(), sort_keys=True))
+        trial.set_user_attr("status", ev.status.value)
+        trial.set_user_attr("num_gpus", ev.num_gpus)
+        target = self.evaluator.settings.attainment
+        violation = target - ev.attainment
+        if ev.status in (EvalStatus.PRUNED, EvalStatus.INVALID):
+            violation = max(violation, 0.0) + 1.0
+        trial.set_constraint(_ATTR_CONSTRAINT, float(violation))
+        goodput = ev.goodput_per_gpu
+        if self.per_dollar:
+            goodput = ev.goodput_per_dollar or 0.0
+        return float(goodput), float(ev.interactivity_tok_s)
+
+
+def warm_cache(study: optuna.Study, evaluator: TraceEvaluator) -> None:
+    """Seed the evaluator's cache from the study's completed trials (resume, workers)."""
+    from optimizer.search.space import config_key
+
+    for t in trial_outcomes(study):
+        evaluator.cache.entries.setdefault(config_key(t.config), t.evaluation)
+
+
+def count_finished(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=_FINISHED))
+
+
+def _is_surplus(study: optuna.Study, trial: optuna.Trial, n_trials: int) -> bool:
+    """True when `n_trials` live trials numbered before this one already exist."""
+    live = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+    ahead = [
+        t
+        for t in study.get_trials(deepcopy=False, states=live)
+        if t.number < trial.number and not t.user_attrs.get(_ATTR_SURPLUS)
+    ]
+    return len(ahead) >= n_trials
+
+
+class _Surplus(RuntimeError):
+    """A trial started after the study's budget was already taken by other workers."""
+
+
+def run_trials(
+    study: optuna.Study,
+    objective: Callable[[optuna.Trial], tuple[float, float]],
+    n_trials: int,
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_trial: Callable[[int], None] = lambda _done: None,
+    poll_s: float = 1.0,
+) -> int:
+    """Run trials until the study holds `n_trials` finished ones; returns that count.
+
+    Safe with any number of workers on one RDB study (Optuna's `optimize` keeps
+    the heartbeat and re-queues trials of dead workers). Stops after the
+    current trial once `should_stop()` is true.
+    """
+
+    def guarded(trial: optuna.Trial) -> tuple[float, float]:
+        if _is_surplus(study, trial, n_trials):
+            trial.set_user_attr(_ATTR_SURPLUS, True)
+            raise _Surplus(f"trial {trial.number}: the study's {n_trials} trials are taken")
+        return objective(trial)
+
+    heartbeat = is_heartbeat_enabled(study._storage)
+    while not should_stop():
+        done = count_finished(study)
+        if done >= n_trials:
+            return done
+        running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+        waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        if done + running >= n_trials and not waiting:
+            if not running:
+                return done
+            # Other workers hold the rest of the budget; wait for them or for their
+            # heartbeats to lapse (their trials are then failed and re-queued).
+            if heartbeat:
+                fail_stale_trials(study)
+            time.sleep(poll_s)
+            continue
+        study.optimize(guarded, n_trials=1, catch=(_Surplus,), gc_after_trial=False)
+        on_trial(count_finished(study))
+    return count_finished(study)
