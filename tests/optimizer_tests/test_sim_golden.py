@@ -166,3 +166,23 @@ def test_requests_the_deployment_cannot_hold_are_rejected_not_simulated():
     res = simulate(make_workload([0.0, 0.1], [4000, 100], [200, 10]), cfg, const())
     assert res.num_rejected == 1 and res.num_completed == 1
     assert math.isnan(res.ttft_s[0]) and res.ttft_s[1] == pytest.approx(C)
+
+
+class _CheapPrefill:
+    """Prices decode steps honestly but prefill-only steps impossibly fast."""
+
+    is_estimate = True
+
+    def step_time_s(self, load) -> float:
+        return C if load.num_decode_seqs else 0.001
+
+    def for_instance(self, accelerator: str, tp: int):
+        return self
+
+
+def test_steps_below_the_floor_that_the_probe_misses_are_clamped_and_counted():
+    floor = get_shape(MODEL).weight_bytes(1) / get_accelerator("h100").hbm_bytes_per_s
+    res = simulate(make_workload([0.0], [100], [3]), colocated(), _CheapPrefill())
+    assert res.num_floor_clamped_steps == 1
+    assert res.ttft_s[0] == pytest.approx(floor)
+    assert res.e2e_s[0] == pytest.approx(floor + 2 * C)
