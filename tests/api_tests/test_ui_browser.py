@@ -1,0 +1,126 @@
+"""The result page in a real headless browser (Debian's chromium driven by playwright).
+
+Skips with a visible reason without chromium or playwright; mandatory when
+SERVETUNE_REQUIRE_BROWSER=1.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.api_tests.conftest import make_service_keys, write_trace_csv
+
+CHROMIUM = os.environ.get("SERVETUNE_CHROMIUM", "/usr/bin/chromium")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+
+
+def _browser_missing() -> str | None:
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        return f"chromium not found at {CHROMIUM} (apt-get install -y chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install playwright; never `playwright install`)"
+    return None
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    import uvicorn
+
+    from api.main import create_app
+    from api.settings import Settings
+    from storage.service_records import JobKind
+    from tests.api_tests.fakes import make_fake_executor
+
+    url = f"sqlite:///{tmp_path / 'ui.db'}"
+    key, _, _ = make_service_keys(url)
+    app = create_app(
+        Settings(database_url=url, worker_poll_s=0.2, lease_s=5),
+        embedded_worker=True,
+        executors={JobKind.TUNING: make_fake_executor(0.05)},
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield base, key
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def test_result_page_in_headless_chromium(live_server, tmp_path: Path) -> None:
+    missing = _browser_missing()
+    if missing:
+        if os.environ.get("SERVETUNE_REQUIRE_BROWSER", "") in ("1", "true", "yes"):
+            pytest.fail(f"browser required (SERVETUNE_REQUIRE_BROWSER=1) but {missing}")
+        pytest.skip(f"browser test skipped: {missing} (set SERVETUNE_REQUIRE_BROWSER=1 to fail)")
+    from playwright.sync_api import sync_playwright
+
+    base, key = live_server
+    auth = {"Authorization": f"Bearer {key}"}
+    trace = write_trace_csv(tmp_path / "t.csv")
+    with httpx.Client(base_url=base, headers=auth, timeout=30) as http:
+        tid = http.post("/v1/traces", files={"file": trace.open("rb")}).json()["id"]
+        job = http.post(
+            "/v1/tuning-jobs",
+            json={
+                "trace_id": tid,
+                "model": "m",
+                "gpu": "h100",
+                "slo_ttft_ms": 2000,
+                "slo_tpot_ms": 50,
+                "num_trials": 20,
+            },
+        ).json()
+    shot = tmp_path / "job.png"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1400})
+            page.goto(base + job["ui_url"])
+            page.fill("#key-input", key)  # the key is asked for once ...
+            page.click("#key-entry button")
+            page.wait_for_selector("body[data-done='1']", timeout=60_000)
+            assert page.inner_text("#status") == "SUCCEEDED"
+            assert page.inner_text("#progress-text") == "trials 20 / 20"
+            assert page.locator("#pareto circle").count() == 6
+            assert "vllm serve m" in page.inner_text("#commands")
+            assert page.inner_text("#gain") == "1.6×"
+            assert "Decode-bound" in page.inner_text("#diagnosis")
+            page.locator("#pareto circle").nth(2).click()  # interactive: a point's config
+            assert '"max_num_batched_tokens": 6144' in page.inner_text("#point-config")
+            page.screenshot(path=str(shot), full_page=True)
+            page.reload()  # ... and kept in localStorage
+            page.wait_for_selector("body[data-done='1']", timeout=30_000)
+            assert page.is_hidden("#key-form")
+        finally:
+            browser.close()
+    if os.environ.get("SERVETUNE_SCREENSHOT_COPY"):
+        shutil.copy(shot, os.environ["SERVETUNE_SCREENSHOT_COPY"])
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
