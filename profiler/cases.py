@@ -60,6 +60,7 @@ class RankDims:
     intermediate: int
     vocab: int
     gated: bool
+    dtype_bytes: int
 
     @classmethod
     def of(cls, shape: ModelShape, tp: int) -> RankDims:
@@ -72,6 +73,7 @@ class RankDims:
             intermediate=shape.intermediate_size // tp,
             vocab=math.ceil(shape.vocab_size / tp),
             gated=shape.gated_mlp,
+            dtype_bytes=shape.dtype_bytes,
         )
 
 

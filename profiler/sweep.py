@@ -20,9 +20,13 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profiler.shapes import ModelShape
 from storage.records import KernelSample, OpKind
+
+if TYPE_CHECKING:
+    from profiler.cases import Case, RankDims
 
 # (done, total, label of the case just finished)
 ProgressFn = Callable[[int, int, str], None]
@@ -58,6 +62,8 @@ class ProfileGrid:
     min_repeats: int = 5
     max_case_s: float = 0.2  # stop repeating a case after this much time (>= min_repeats)
     num_threads: int = 1  # CPU only: torch.set_num_threads during the sweep
+    # Skip attention and mixed cases whose KV cache (keys + values, one rank) exceeds this.
+    max_kv_cache_gb: float = 1.0
 
     def __post_init__(self) -> None:
         zero_ok = {"prefill_context_lens", "mixed_chunk_lens", "mixed_num_decodes"}
@@ -77,8 +83,10 @@ class ProfileGrid:
                 raise ValueError(f"grid {name}: expected a positive integer, got {value!r}")
         if self.min_repeats > self.repeats:
             raise ValueError(f"grid min_repeats {self.min_repeats} > repeats {self.repeats}")
-        if not self.max_case_s > 0:
-            raise ValueError(f"grid max_case_s must be > 0, got {self.max_case_s!r}")
+        for name in ("max_case_s", "max_kv_cache_gb"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"grid {name} must be a number > 0, got {value!r}")
 
 
 def _is_int(value: object) -> bool:
@@ -115,7 +123,12 @@ def quick_grid() -> ProfileGrid:
 
 
 def default_gpu_grid() -> ProfileGrid:
-    """A 7–8B model (bf16) on one H100/H200: about 15 minutes, ~2,500 cases."""
+    """A 7–8B model (bf16) on one H100/H200: ~2,700 cases, within ~15 minutes.
+
+    Sized by a roofline estimate (about 3 minutes of kernel time at vendor peaks
+    plus per-case allocation), leaving room for real kernel efficiency; the KV
+    cap keeps every case inside an 80 GB part.
+    """
     tokens = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
     tokens += (1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
     return ProfileGrid(
@@ -123,20 +136,21 @@ def default_gpu_grid() -> ProfileGrid:
         tp_degrees=(1, 2, 4, 8),
         lm_head_rows=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
         prefill_batch_sizes=(1, 2, 4, 8),
-        prefill_chunk_lens=(16, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
+        prefill_chunk_lens=(16, 32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096, 8192),
         prefill_context_lens=(0, 512, 2048, 8192, 16384),
         decode_batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-        decode_kv_lens=(128, 512, 1024, 2048, 4096, 8192, 16384, 32768),
+        decode_kv_lens=(128, 256, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 32768),
         verify_batch_sizes=(1, 4, 16, 64, 256),
         verify_k_values=(1, 2, 3, 4, 5, 7),
         verify_kv_lens=(512, 2048, 8192),
         mixed_chunk_lens=(0, 128, 512, 2048),
-        mixed_num_decodes=(0, 8, 32, 128),
-        mixed_decode_kv_lens=(1024, 4096),
+        mixed_num_decodes=(0, 8, 32, 64),
+        mixed_decode_kv_lens=(512, 2048),
         warmup=5,
-        repeats=30,
+        repeats=50,
         min_repeats=10,
-        max_case_s=0.5,
+        max_case_s=1.0,
+        max_kv_cache_gb=40.0,
     )
 
 
@@ -182,9 +196,22 @@ def load_grid(path: str | Path, base: ProfileGrid | None = None) -> ProfileGrid:
         raise ValueError(f"{path}: {exc}") from exc
 
 
-def plan_cases(shape: ModelShape, grid: ProfileGrid) -> list:  # list[profiler.cases.Case]
+def _kv_gb(dims: RankDims, num_tokens: int) -> float:
+    """GB of keys + values one layer of one rank holds for `num_tokens` cached tokens."""
+    per_token = 2 * dims.kv_heads * dims.head_dim * dims.dtype_bytes
+    return num_tokens * per_token / 1e9
+
+
+def plan_cases(shape: ModelShape, grid: ProfileGrid) -> list[Case]:
     """Every case of `grid` for `shape`, grouped by op; checks TP degrees first."""
-    from profiler.cases import ATTENTION_OPS, TOKEN_OPS, TP_INDEPENDENT_OPS, Case, check_tp
+    from profiler.cases import (
+        ATTENTION_OPS,
+        TOKEN_OPS,
+        TP_INDEPENDENT_OPS,
+        Case,
+        RankDims,
+        check_tp,
+    )
 
     for tp in grid.tp_degrees:
         check_tp(shape, tp)
@@ -224,6 +251,7 @@ def plan_cases(shape: ModelShape, grid: ProfileGrid) -> list:  # list[profiler.c
                 Case(op, tp=tp, batch_size=b, q_len=q, kv_len=kv)
                 for tp in grid.tp_degrees
                 for b, q, kv in attention[op]
+                if _kv_gb(RankDims.of(shape, tp), b * kv) <= grid.max_kv_cache_gb
             ]
     if OpKind.MIXED_ITERATION in wanted:
         points = {
@@ -231,7 +259,8 @@ def plan_cases(shape: ModelShape, grid: ProfileGrid) -> list:  # list[profiler.c
             for chunk in grid.mixed_chunk_lens
             for n in grid.mixed_num_decodes
             for kv in grid.mixed_decode_kv_lens
-            if chunk or n
+            if (chunk or n)
+            and shape.num_layers * _kv_gb(RankDims.of(shape, 1), n * kv) <= grid.max_kv_cache_gb
         }
         cases += [
             Case(OpKind.MIXED_ITERATION, batch_size=n, q_len=chunk, kv_len=kv)

@@ -101,6 +101,22 @@ def test_sweep_rejects_a_tp_degree_that_does_not_fit() -> None:
         run_sweep(TINY, grid, "cpu")
 
 
+def test_kv_cache_cap_by_hand() -> None:
+    # tiny, one rank, one layer: 2 (K, V) x KV heads x 32 x 4 bytes = 512 B/token at tp 1,
+    # 256 B at tp 2 (one KV head). Decode b=2, kv=16: 32 tokens -> 16,384 B or 8,192 B.
+    only_decode = {**_fields(tiny_grid()), "ops": (OpKind.DECODE_ATTN,)}
+    kept = plan_cases(TINY, ProfileGrid(**{**only_decode, "max_kv_cache_gb": 1.7e-5}))
+    assert [c.tp for c in kept] == [1, 2]
+    capped = plan_cases(TINY, ProfileGrid(**{**only_decode, "max_kv_cache_gb": 1.6e-5}))
+    assert [c.tp for c in capped] == [2]
+    # Mixed (2 decodes x kv 16, tp 1): 4 layers x 16,384 B = 65,536 B.
+    mixed = {**_fields(tiny_grid()), "ops": (OpKind.MIXED_ITERATION,)}
+    points = plan_cases(TINY, ProfileGrid(**{**mixed, "max_kv_cache_gb": 6.6e-5}))
+    assert sorted((c.q_len, c.batch_size) for c in points) == [(0, 2), (4, 0), (4, 2)]
+    points = plan_cases(TINY, ProfileGrid(**{**mixed, "max_kv_cache_gb": 6.5e-5}))
+    assert sorted((c.q_len, c.batch_size) for c in points) == [(4, 0)]
+
+
 def test_presets_are_valid_and_sized() -> None:
     assert len(plan_cases(TINY, quick_grid())) < 60
     assert 500 < len(plan_cases(TINY, default_cpu_grid())) < 1500
@@ -116,6 +132,7 @@ def test_presets_are_valid_and_sized() -> None:
         ({"min_repeats": 9, "repeats": 3}, "min_repeats 9 > repeats 3"),
         ({"ops": (OpKind.ALL_REDUCE,)}, "imported, not profiled"),
         ({"max_case_s": 0}, "max_case_s"),
+        ({"max_kv_cache_gb": -1.0}, "max_kv_cache_gb must be a number > 0"),
     ],
 )
 def test_grid_validation(kw: dict, message: str) -> None:
