@@ -6,6 +6,9 @@ import typer
 
 from api.cli import db, keys, profile, serve, traces
 from api.cli.quickstart import quickstart
+from api.cli.simulate import simulate
+from api.cli.tune import explain, tune
+from api.cli.tune import worker as tune_worker
 
 app = typer.Typer(
     name="servetune",
@@ -20,6 +23,10 @@ app.command("quickstart")(quickstart)
 app.add_typer(keys.app, name="keys")
 app.command("serve")(serve.serve)
 app.command("worker")(serve.worker)
+app.command("tune")(tune)
+app.command("tune-worker")(tune_worker)
+app.command("explain")(explain)
+app.command("simulate")(simulate)
 
 
 def main() -> None:
