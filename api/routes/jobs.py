@@ -11,6 +11,8 @@ from api.deps import IdPath, PagingDep, PrincipalDep, SessionDep
 from api.problems import ApiError
 from api.schemas import JobCreated, Page, Problem, page
 from api.windows import EmptyWindow, resolve_window
+from api.worker.executors import TUNING_UNAVAILABLE, JobFailed
+from api.worker.tuning import to_request
 from storage.jobs import (
     JobNotFinished,
     count_jobs,
@@ -57,6 +59,16 @@ PARAMS_EXAMPLES = {
 }
 
 
+def check_params(params: TuningParams, trace_id: int) -> None:
+    """Reject what the search would reject (unknown model or GPU, budget too small) now,
+    with a 422, instead of in a failed job; skipped when the search is not installed."""
+    try:
+        to_request(params, trace_id)
+    except JobFailed as exc:
+        if str(exc) != TUNING_UNAVAILABLE:
+            raise ApiError(422, str(exc), kind="validation") from None
+
+
 def job_links(job_id: int) -> dict[str, str]:
     return {
         "status_url": f"/v1/tuning-jobs/{job_id}",
@@ -84,6 +96,7 @@ def create(
         )
     except EmptyWindow as exc:
         raise ApiError(422, str(exc), kind="empty-window") from None
+    check_params(params, window.trace_ids[-1])
     job = enqueue_job(session, project=principal.project, params=params, window=window)
     response.headers["Location"] = f"/v1/tuning-jobs/{job.id}"
     return JobCreated(id=job.id, status=job.status, **job_links(job.id))

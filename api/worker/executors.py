@@ -44,27 +44,8 @@ class Executor(Protocol):
     def __call__(self, ctx: JobContext) -> TuningOutcome: ...
 
 
-def run_tuning(ctx: JobContext) -> TuningOutcome:
-    """The seam to issue 5's search: `optimizer.search.run_tuning_job`, when it exists.
-
-    Expected signature there (keyword arguments):
-    `run_tuning_job(params: TuningParams, *, window: WindowSummary | None, storage_url: str,
-    study_name: str, on_progress: Callable[[JobProgress], None],
-    should_stop: Callable[[], bool]) -> TuningOutcome`.
-    """
-    try:
-        from optimizer.search import run_tuning_job  # type: ignore[attr-defined]
-    except ImportError as exc:
-        raise JobFailed(TUNING_UNAVAILABLE) from exc
-    return run_tuning_job(
-        ctx.job.params,
-        window=ctx.job.window,
-        storage_url=ctx.storage_url,
-        study_name=ctx.study_name,
-        on_progress=ctx.report,
-        should_stop=ctx.should_stop,
-    )
-
-
 def default_executors() -> Mapping[JobKind, Executor]:
+    """The real executors; tuning is issue 5's search (see api/worker/tuning.py)."""
+    from api.worker.tuning import run_tuning
+
     return {JobKind.TUNING: run_tuning}

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 from api.worker import Worker, WorkerOptions, default_executors
-from api.worker.executors import TUNING_UNAVAILABLE
 from storage.db import make_engine
 from tests.api_tests.conftest import Service, write_trace_csv
 
@@ -120,19 +119,28 @@ def test_cancel_queued_and_running(service: Service, tmp_path: Path) -> None:
     assert job["progress"]["trials_done"] < 10_000
 
 
-def test_real_backend_missing_fails_cleanly(service: Service, tmp_path: Path) -> None:
-    jid = _create(service, trace_id=_trace(service, tmp_path)).json()["id"]
+def test_real_tuner_runs_a_small_job(service: Service, tmp_path: Path) -> None:
+    """The default executor is issue 5's search: a 3-trial job on a 50-request trace."""
+    jid = _create(service, trace_id=_trace(service, tmp_path), num_trials=3).json()["id"]
     worker = Worker(
         make_engine(service.url),
         storage_url=service.url,
         executors=default_executors(),
-        options=WorkerOptions(lease_s=5, poll_s=0.2),
+        options=WorkerOptions(lease_s=30, poll_s=0.5),
     )
     assert worker.run_once()
-    job = service.client.get(f"/v1/tuning-jobs/{jid}", headers=service.auth(service.key_a)).json()
-    try:
-        import optimizer.search  # noqa: F401
-    except ImportError:
-        assert job["status"] == "failed" and job["error"] == TUNING_UNAVAILABLE
-    else:
-        assert job["status"] in ("succeeded", "failed")
+    h = service.auth(service.key_a)
+    job = service.client.get(f"/v1/tuning-jobs/{jid}", headers=h).json()
+    assert job["status"] == "succeeded", job["error"]
+    assert job["progress"]["trials_done"] == 3 and job["progress"]["trials_total"] == 3
+    outcome = service.client.get(f"/v1/tuning-jobs/{jid}/result", headers=h).json()["outcome"]
+    assert outcome["pareto"] and outcome["baseline"]["description"]
+    assert any(line.startswith("Latency model:") for line in outcome["diagnosis"])
+    if outcome["recommendation"] is not None:
+        commands = [c["command"] for c in outcome["recommendation"]["launch_commands"]]
+        assert any(c.startswith("vllm serve") for c in commands)
+
+
+def test_unknown_model_is_rejected_at_creation(service: Service, tmp_path: Path) -> None:
+    r = _create(service, trace_id=_trace(service, tmp_path), model="no-such-model")
+    assert r.status_code == 422 and "invalid tuning request: model" in r.json()["detail"]

@@ -90,7 +90,7 @@ def test_result_page_in_headless_chromium(live_server, tmp_path: Path) -> None:
             "/v1/tuning-jobs",
             json={
                 "trace_id": tid,
-                "model": "m",
+                "model": "llama-3.1-8b",
                 "gpu": "h100",
                 "slo_ttft_ms": 2000,
                 "slo_tpot_ms": 50,
