@@ -11,7 +11,8 @@ over a batch holding
 
 It is stored as KernelSample(op=MIXED_ITERATION, q_len=chunk_len,
 kv_len=decode_kv_len, batch_size=num_decodes, num_tokens=chunk_len +
-num_decodes, tp=1) and is composed from per-op samples as
+num_decodes, tp=1; kv_len = 0 when there are no decodes) and is composed
+from per-op samples as
 
     embedding(T) + norm(T) + lm_head(m)
     + num_layers x [2 norm(T) + qkv_proj(T) + rope(T)
@@ -23,7 +24,9 @@ with T = chunk_len + num_decodes and m = num_decodes + (1 if chunk_len else 0)
 rows sampled (the chunk is taken to be the prompt's last, so it samples once).
 The forward runs exactly these `profiler.kernels` functions plus the reshapes
 between them, so the difference between the measured and composed times is the
-per-iteration overhead a latency model has to learn.
+per-iteration overhead a latency model has to learn. On a shared CPU, calls of
+tens of milliseconds are preempted more often than short per-op calls, which
+inflates medians of whole iterations; their p10 is the steadier comparison.
 """
 
 from __future__ import annotations
