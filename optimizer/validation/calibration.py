@@ -1,0 +1,194 @@
+"""Calibration: a small correction of a latency model fitted from observed runs.
+
+The correction prices a step as
+
+    t = overhead_s + base(load) x (w x prefill_scale + (1 - w) x decode_scale)
+
+where `base` is the uncalibrated `StepLatency` and w the share of prefill
+tokens in the step. `CalibratedStepLatency` applies it and `CalibratedSource`
+wraps any `LatencySource`, so the simulator and the search pick calibration
+up through the interface they already use.
+
+`fit_calibration` finds the three parameters that make simulations of the
+observed workloads reproduce the observed mean and p90 TTFT and TPOT (least
+squares on log ratios, Nelder-Mead; each evaluation simulates every case).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from optimizer.config import ServingConfig
+from optimizer.latency.base import LatencySource, StepLatency, StepLoad
+from optimizer.sim import SLO, simulate
+from optimizer.validation.compare import Comparison, RequestOutcomes, ValidationError, compare
+from optimizer.workload import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Per-step overhead (s) and efficiency scales for prefill and decode work."""
+
+    overhead_s: float = 0.0
+    prefill_scale: float = 1.0
+    decode_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.overhead_s) and self.overhead_s >= 0):
+            raise ValidationError(f"calibration overhead_s must be >= 0, got {self.overhead_s}")
+        for name in ("prefill_scale", "decode_scale"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v > 0):
+                raise ValidationError(f"calibration {name} must be > 0, got {v}")
+
+    @property
+    def is_identity(self) -> bool:
+        return self.overhead_s == 0 and self.prefill_scale == 1 and self.decode_scale == 1
+
+
+@dataclass(frozen=True, slots=True)
+class CalibratedStepLatency:
+    """A `StepLatency` with a `Calibration` applied (picklable when `base` is)."""
+
+    base: StepLatency
+    calibration: Calibration
+
+    @property
+    def is_estimate(self) -> bool:
+        return self.base.is_estimate
+
+    def step_time_s(self, load: StepLoad) -> float:
+        c = self.calibration
+        t = self.base.step_time_s(load)
+        prefill = sum(load.prefill_q)
+        w = prefill / load.num_tokens if load.num_tokens > 0 else 0.0
+        return c.overhead_s + t * (w * c.prefill_scale + (1.0 - w) * c.decode_scale)
+
+
+@dataclass(frozen=True, slots=True)
+class CalibratedSource:
+    """A `LatencySource` applying a calibration per (accelerator, TP), or `default` to all."""
+
+    base: LatencySource
+    calibrations: dict[tuple[str, int], Calibration] = field(default_factory=dict)
+    default: Calibration | None = None
+
+    def for_instance(self, accelerator: str, tp: int) -> StepLatency:
+        step = self.base.for_instance(accelerator, tp)
+        cal = self.calibrations.get((accelerator.lower(), tp), self.default)
+        if cal is None or cal.is_identity:
+            return step
+        return CalibratedStepLatency(step, cal)
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationCase:
+    """One observed run: the workload, the deployment serving it, what was measured."""
+
+    workload: Workload
+    config: ServingConfig
+    measured: RequestOutcomes
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationFit:
+    calibration: Calibration
+    loss_before: float
+    loss_after: float
+    num_evaluations: int
+
+
+def predict(
+    case: CalibrationCase,
+    latency: LatencySource,
+    *,
+    seed: int = 0,
+    draft_latency: LatencySource | None = None,
+) -> RequestOutcomes:
+    result = simulate(case.workload, case.config, latency, seed=seed, draft_latency=draft_latency)
+    return RequestOutcomes.of_simulation(result)
+
+
+def evaluate(
+    cases: Sequence[CalibrationCase],
+    latency: LatencySource,
+    slo: SLO,
+    *,
+    seed: int = 0,
+    draft_latency: LatencySource | None = None,
+) -> list[Comparison]:
+    """Predicted against measured for every case."""
+    return [
+        compare(predict(c, latency, seed=seed, draft_latency=draft_latency), c.measured, slo)
+        for c in cases
+    ]
+
+
+def _figures(o: RequestOutcomes) -> np.ndarray:
+    ttft, tpot = o.ttft_s, o.tpot_s
+    tpot = tpot[~np.isnan(tpot)]
+    out = [np.nanmean(ttft), np.nanpercentile(ttft, 90)]
+    out += [np.mean(tpot), np.percentile(tpot, 90)] if tpot.size else [np.nan, np.nan]
+    return np.asarray(out, dtype=np.float64)
+
+
+def _loss(predicted: list[np.ndarray], measured: list[np.ndarray]) -> float:
+    total, count = 0.0, 0
+    for p, m in zip(predicted, measured, strict=True):
+        ok = np.isfinite(p) & np.isfinite(m) & (p > 0) & (m > 0)
+        total += float(np.sum(np.log(p[ok] / m[ok]) ** 2))
+        count += int(ok.sum())
+    return total / max(count, 1)
+
+
+def fit_calibration(
+    cases: Sequence[CalibrationCase],
+    latency: LatencySource,
+    *,
+    seed: int = 0,
+    draft_latency: LatencySource | None = None,
+    max_evaluations: int = 150,
+) -> CalibrationFit:
+    """Fit one `Calibration` (shared by every case) to observed TTFT and TPOT."""
+    from scipy.optimize import minimize
+
+    if not cases:
+        raise ValidationError("calibration needs at least one observed run")
+    measured = [_figures(c.measured) for c in cases]
+    evaluations = [0]
+
+    def loss_of(cal: Calibration) -> float:
+        evaluations[0] += 1
+        source = CalibratedSource(latency, default=cal)
+        preds = [
+            _figures(predict(c, source, seed=seed, draft_latency=draft_latency)) for c in cases
+        ]
+        return _loss(preds, measured)
+
+    def unpack(x: np.ndarray) -> Calibration:
+        return Calibration(abs(float(x[0])) * 1e-3, math.exp(x[1]), math.exp(x[2]))
+
+    before = loss_of(Calibration())
+    x0 = np.zeros(3)
+    simplex = np.array([x0, [1.0, 0, 0], [0, 0.3, 0], [0, 0, 0.3]])
+    res = minimize(
+        lambda x: loss_of(unpack(x)),
+        x0,
+        method="Nelder-Mead",
+        options={
+            "initial_simplex": simplex,
+            "maxfev": max_evaluations,
+            "xatol": 1e-3,
+            "fatol": 1e-6,
+        },
+    )
+    best = unpack(res.x)
+    after = float(res.fun)
+    if after > before:  # never return a correction that fits worse than none
+        best, after = Calibration(), before
+    return CalibrationFit(best, before, after, evaluations[0])

@@ -1,0 +1,41 @@
+"""The reference engine: a real tiny transformer served with the simulator's policies.
+
+A measuring instrument for `servetune validate`: continuous batching with a
+token budget, `max_num_seqs`, a paged KV cache with preemption, speculative
+decoding with a draft model, and prefill/decode disaggregation across two
+processes. Importing this package does not import torch.
+
+    from profiler.engine import ReplayRequests, replay
+    result = replay(ReplayRequests(arrival_s, input_tokens, output_tokens), config)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "EngineError": "profiler.engine.scheduler",
+    "ReplayOptions": "profiler.engine.realtime",
+    "ReplayRequests": "profiler.engine.realtime",
+    "ReplayResult": "profiler.engine.realtime",
+    "replay": "profiler.engine.realtime",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from profiler.engine.realtime import (  # noqa: F401
+        ReplayOptions,
+        ReplayRequests,
+        ReplayResult,
+        replay,
+    )
+    from profiler.engine.scheduler import EngineError  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'profiler.engine' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

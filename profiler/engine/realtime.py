@@ -1,0 +1,232 @@
+"""Real-time replay of a trace on the reference engine; per-request TTFT, TPOT, ITL.
+
+`replay(requests, config)` builds the instance(s) a `ServingConfig` describes
+(one colocated replica, or one prefill plus one decode instance in separate
+processes, see `profiler.engine.disagg`), releases each request at its
+arrival time on the wall clock and records when every output token appears.
+Timestamps come from `time.perf_counter` (CLOCK_MONOTONIC, shared by every
+process on the machine), reported relative to the replay's start.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from random import Random
+
+import numpy as np
+
+from optimizer.config import Role, ServingConfig, ServingMode
+from profiler.engine.instance import EngineInstance, InstanceSpec, StepRecord
+from profiler.engine.scheduler import EngineError, EngineRequest, SchedulerLimits
+from profiler.shapes import get_shape
+
+MAX_POOL_BYTES = 4 * 1024**3  # refuse KV pools larger than this (lower gpu_memory_utilization)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequests:
+    """The workload to replay: arrival times (s, sorted) and token counts."""
+
+    arrival_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        if n == 0 or len(self.input_tokens) != n or len(self.output_tokens) != n:
+            raise EngineError("replay needs equal, non-empty arrival/input/output arrays")
+        if np.any(np.diff(self.arrival_s) < 0):
+            raise EngineError("replay arrivals must be sorted")
+        if np.any(self.input_tokens <= 0) or np.any(self.output_tokens <= 0):
+            raise EngineError("replay token counts must be > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOptions:
+    device: str = "cpu"
+    num_threads: int = 1  # torch threads per process (CPU), fixed for stable timing
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """Measured outcome; times in seconds from the replay's start."""
+
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    num_preemptions: np.ndarray
+    itl_s: np.ndarray  # every gap between consecutive output tokens
+    steps: tuple[tuple[str, tuple[StepRecord, ...]], ...]  # (role, steps) per instance
+    num_kv_transfers: int = 0
+    kv_transfer_bytes: int = 0
+    kv_transfer_s: float = 0.0  # summed time from send to receipt
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        out = self.output_tokens
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(out > 1, (self.finish_s - self.first_token_s) / (out - 1), np.nan)
+
+    @property
+    def e2e_s(self) -> np.ndarray:
+        return self.finish_s - self.arrival_s
+
+    @property
+    def makespan_s(self) -> float:
+        return float(np.max(self.finish_s) - np.min(self.arrival_s))
+
+
+def instance_spec(
+    config: ServingConfig, role: Role, options: ReplayOptions, *, seed_offset: int = 0
+) -> InstanceSpec:
+    """The engine instance for one role of `config` (its knobs and KV capacity)."""
+    plan = next((p for p in config.roles() if p.role is role), None)
+    if plan is None:
+        raise EngineError(f"config has no {role.value} role")
+    if plan.count != 1:
+        raise EngineError(
+            f"the reference engine runs one instance per role; {role.value} has {plan.count}"
+        )
+    inst = plan.instance
+    if inst.tp != 1:
+        raise EngineError(f"the reference engine runs tp=1 only, {role.value} has tp={inst.tp}")
+    if config.enable_prefix_caching:
+        raise EngineError("the reference engine does not implement prefix caching")
+    shape = config.shape
+    pool = plan.kv_blocks * inst.block_size * shape.kv_bytes_per_token()
+    if pool > MAX_POOL_BYTES:
+        raise EngineError(
+            f"{role.value}: {plan.kv_blocks} KV blocks need {pool / 1e9:.1f} GB of KV pool "
+            f"(limit {MAX_POOL_BYTES / 1e9:.1f} GB); lower gpu_memory_utilization"
+        )
+    spec = config.speculation
+    speculate = spec.enabled and role is not Role.PREFILL
+    return InstanceSpec(
+        shape=shape,
+        limits=SchedulerLimits(
+            max_num_batched_tokens=inst.max_num_batched_tokens,
+            max_num_seqs=inst.max_num_seqs,
+            enable_chunked_prefill=inst.enable_chunked_prefill,
+            block_size=inst.block_size,
+            num_blocks=plan.kv_blocks,
+            num_speculative_tokens=spec.num_speculative_tokens if speculate else 0,
+        ),
+        acceptance_rate=spec.acceptance_rate,
+        draft_shape=get_shape(spec.draft_model) if speculate and spec.draft_model else None,
+        device=options.device,
+        seed=options.seed + seed_offset,
+    )
+
+
+def check_fits(requests: ReplayRequests, spec: InstanceSpec, *, prompt_only: bool) -> None:
+    lim = spec.limits
+    limit = lim.num_blocks * lim.block_size - lim.num_speculative_tokens
+    if not lim.enable_chunked_prefill:
+        limit = min(limit, lim.max_num_batched_tokens)
+    need = requests.input_tokens + (1 if prompt_only else requests.output_tokens)
+    bad = np.flatnonzero(need > limit)
+    if bad.size:
+        i = int(bad[0])
+        raise EngineError(
+            f"request {i} needs {int(need[i])} tokens but an instance holds at most {limit} "
+            f"({bad.size} such requests); raise the KV capacity or drop long requests"
+        )
+
+
+def make_requests(
+    requests: ReplayRequests, *, seed: int, disaggregated: bool
+) -> list[EngineRequest]:
+    """Engine requests with seeded random prompt token ids."""
+    rng = Random(seed)
+    out = []
+    for i, (a, p, o) in enumerate(
+        zip(requests.arrival_s.tolist(), requests.input_tokens.tolist(),
+            requests.output_tokens.tolist(), strict=True)
+    ):  # fmt: skip
+        stop = 1 if disaggregated and o > 1 else o
+        ids = [rng.randrange(1, 4096) for _ in range(p)]
+        out.append(EngineRequest(i, a, p, o, stop, ids))
+    return out
+
+
+def run_realtime(
+    engine: EngineInstance,
+    requests: list[EngineRequest],
+    t0: float,
+    on_finished: object = None,
+) -> None:
+    """Release `requests` at t0 + arrival and step until all have finished here."""
+    sched = engine.scheduler
+    n = len(requests)
+    nxt = 0
+    remaining = n
+    while remaining:
+        now = time.perf_counter()
+        while nxt < n and t0 + requests[nxt].arrival_s <= now:
+            sched.add(requests[nxt])
+            nxt += 1
+        if not sched.has_work():
+            if nxt < n:
+                time.sleep(max(0.0, t0 + requests[nxt].arrival_s - time.perf_counter()))
+            continue
+        result = engine.step()
+        if result is None:
+            continue
+        for r in result[1]:
+            remaining -= 1
+            if on_finished is not None:
+                on_finished(r)  # type: ignore[operator]
+
+
+def collect(
+    requests: list[EngineRequest],
+    t0: float,
+    steps: tuple[tuple[str, tuple[StepRecord, ...]], ...],
+    **extra: object,
+) -> ReplayResult:
+    rel = [np.asarray(r.token_times_s, dtype=np.float64) - t0 for r in requests]
+    itl = [np.diff(t) for t in rel if t.size > 1]
+    return ReplayResult(
+        arrival_s=np.array([r.arrival_s for r in requests]),
+        first_token_s=np.array([t[0] for t in rel]),
+        finish_s=np.array([t[-1] for t in rel]),
+        input_tokens=np.array([r.num_prompt for r in requests], dtype=np.int64),
+        output_tokens=np.array([r.num_output for r in requests], dtype=np.int64),
+        num_preemptions=np.array([r.num_preemptions for r in requests], dtype=np.int64),
+        itl_s=np.concatenate(itl) if itl else np.zeros(0),
+        steps=steps,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def replay(
+    requests: ReplayRequests, config: ServingConfig, options: ReplayOptions | None = None
+) -> ReplayResult:
+    """Serve `requests` in real time on the engine `config` describes."""
+    options = options or ReplayOptions()
+    if config.mode is ServingMode.DISAGGREGATED:
+        from profiler.engine.disagg import replay_disaggregated
+
+        return replay_disaggregated(requests, config, options)
+    import torch
+
+    from profiler.timing import fixed_threads
+
+    spec = instance_spec(config, Role.REPLICA, options)
+    check_fits(requests, spec, prompt_only=False)
+    with fixed_threads(options.num_threads), torch.inference_mode():
+        engine = EngineInstance(spec)
+        engine.warm_up()
+        reqs = make_requests(requests, seed=options.seed, disaggregated=False)
+        t0 = time.perf_counter() + 0.01
+        run_realtime(engine, reqs, t0)
+    return collect(reqs, t0, (("replica", tuple(engine.steps)),))
