@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import nnls
 from sklearn.ensemble import HistGradientBoostingRegressor
+from threadpoolctl import threadpool_limits
 
 from optimizer.latency.features import MODELLED_OPS, OpBatch, feature_matrix, work
 from storage.records import KernelSample, OpKind
@@ -43,6 +44,7 @@ class FitOptions:
     max_leaf_nodes: int = 31
     min_samples_leaf: int = 5
     seed: int = 0
+    num_threads: int = 1  # OpenMP threads; more oversubscribes a shared machine badly
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +125,8 @@ def fit_op_model(
         early_stopping=False,
         random_state=options.seed,
     )
-    residual.fit(feature_matrix(batch), np.log(t) - np.log(np.maximum(base, 1e-9)))
+    with threadpool_limits(limits=options.num_threads):
+        residual.fit(feature_matrix(batch), np.log(t) - np.log(np.maximum(base, 1e-9)))
     return OpModel(
         batch.op,
         coef,
