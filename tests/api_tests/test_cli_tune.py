@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import json
+
+from api.cli import app
+
+
+def test_tune_then_explain(cli_db, runner, tmp_path):
+    from api.cli.quickstart import write_sample_trace
+
+    trace = write_sample_trace(tmp_path / "t.csv", num_requests=150)
+    space = json.dumps({"tp": [1], "max_num_batched_tokens": [1024, 4096],
+                        "max_num_seqs": [128], "modes": ["colocated"]})  # fmt: skip
+    res = runner.invoke(app, [
+        "tune", "--trace", str(trace), "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "2",
+        "--slo-ttft-ms", "2000", "--slo-tpot-ms", "50", "--trials", "3", "--study", "cli1",
+        "--space", space, "--max-requests", "150", "--out", str(tmp_path / "out"),
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in res.output
+    assert "Baseline" in res.output
+    for name in ("outcome.json", "pareto.png", "pareto.html"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+    assert "cdn" not in (tmp_path / "out" / "pareto.html").read_text().lower()
+    res = runner.invoke(app, ["explain", "cli1"])
+    assert res.exit_code == 0, res.output
+    assert "prefill_share" in res.output
+
+
+def test_tune_rejects_bad_input(cli_db, runner):
+    res = runner.invoke(app, ["tune", "--trace", "/no/such.csv", "--model", "llama-3.1-8b",
+                              "--gpu", "h100", "--gpus", "2", "--slo-ttft-ms", "2000",
+                              "--slo-tpot-ms", "50"])  # fmt: skip
+    assert (
+        res.exit_code == 2 and "expected a stored trace id or an existing trace file" in res.output
+    )
+    res = runner.invoke(app, ["explain", "nope"])
+    assert res.exit_code == 2 and "no tuning run named 'nope'" in res.output

@@ -1,0 +1,195 @@
+"""Search: space/grid, seeded study, constraints, reproducibility, flags, baseline."""
+
+from __future__ import annotations
+
+import pytest
+
+from optimizer.config import (
+    InstanceConfig,
+    ServingConfig,
+    ServingMode,
+    SpecMethod,
+    SpeculationConfig,
+)
+from optimizer.latency.analytic import LinearLatency, SingleLatencySource
+from optimizer.search.flags import launch_commands
+from optimizer.search.objective import EvalSettings, EvalStatus, TraceEvaluator
+from optimizer.search.recommend import baseline_config, hypervolume_2d, recommend
+from optimizer.search.space import SearchSpace, SearchSpaceError, config_key, enumerate_grid
+from optimizer.search.study import Objective, open_study, run_trials, trial_outcomes
+from optimizer.sim import SLO
+from optimizer.workload import FixedLength, LognormalLength, synthetic_workload
+
+LAT = SingleLatencySource(LinearLatency(base_s=0.007, per_token_s=2.7e-5, per_kv_token_s=4e-8))
+
+
+def _workload():
+    return synthetic_workload(
+        200, 4.0, input_lengths=LognormalLength(800, 0.5, max_tokens=4000),
+        output_lengths=FixedLength(60), seed=1,
+    )  # fmt: skip
+
+
+def _space(**kw) -> SearchSpace:
+    base = dict(
+        model="llama-3.1-8b", accelerators=("h100",), gpu_budget=4,
+        tp=(1, 2), max_num_batched_tokens=(256, 1024, 4096), max_num_seqs=(64, 512),
+    )  # fmt: skip
+    base.update(kw)
+    return SearchSpace(**base)
+
+
+def _evaluator() -> TraceEvaluator:
+    return TraceEvaluator.for_trace(
+        _workload(), LAT, EvalSettings(SLO(2.0, 0.05), max_requests=200, seed=0)
+    )
+
+
+def test_grid_covers_each_path_once_and_flags_invalid_ones():
+    pts = list(enumerate_grid(_space(modes=(ServingMode.COLOCATED,))))
+    # 2 tp x 3 tokens x 2 seqs x 2 chunked
+    assert len(pts) == 24
+    assert len({p.params for p in pts}) == 24
+    bad = [p for p in pts if p.config is None]
+    # max_num_batched_tokens 256 < max_num_seqs 512 breaks vLLM's rule (2 tp x 2 chunked)
+    assert len(bad) == 4 and all("max_num_seqs" in p.error for p in bad)
+
+
+def test_disaggregated_split_stays_within_budget():
+    for p in enumerate_grid(_space(modes=(ServingMode.DISAGGREGATED,))):
+        if p.config is not None:
+            assert p.config.num_gpus <= 4
+            assert p.config.num_prefill >= 1 and p.config.num_decode >= 1
+
+
+def test_space_rejects_bad_overrides_with_the_field_named():
+    with pytest.raises(SearchSpaceError, match="unknown keys \\['chunk'\\]"):
+        _space().with_overrides({"chunk": [1]})
+    with pytest.raises(SearchSpaceError, match="spec_k"):
+        _space(spec_k=(0, 9), spec_method=SpecMethod.EAGLE)
+
+
+def _run(seed: int, n: int = 5):
+    study = open_study(f"s{seed}", None, seed=seed, n_startup_trials=3)
+    run_trials(study, Objective(_space(), _evaluator()), n)
+    return study
+
+
+def test_seeded_study_is_reproducible_and_never_recommends_invalid():
+    a, b = _run(3), _run(3)
+    assert [t.params for t in a.trials] == [t.params for t in b.trials]
+    assert [t.values for t in a.trials] == [t.values for t in b.trials]
+    assert len(a.trials) == 5
+    outcomes = trial_outcomes(a)
+    rec = recommend(outcomes)
+    if rec is not None:
+        assert rec.evaluation.status is EvalStatus.FEASIBLE
+    for t in a.trials:
+        if "config_error" in t.user_attrs:
+            assert t.constraints == [1.0]
+
+
+def test_invalid_config_never_recommended_even_with_high_goodput():
+    ev = _evaluator()
+    good = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_seqs=64), num_replicas=4)
+    outcomes = [o for o in trial_outcomes(_run(1)) if o.evaluation.feasible]
+    if not outcomes:
+        pytest.skip("no feasible trial in 5")
+    from dataclasses import replace
+
+    from optimizer.search.study import TrialOutcome
+
+    fake = TrialOutcome(99, good, replace(ev.evaluate(good), status=EvalStatus.INFEASIBLE,
+                                          goodput_per_gpu=1e9))  # fmt: skip
+    assert recommend([*outcomes, fake]).number != 99
+
+
+def test_ties_go_to_fewer_gpus():
+    from dataclasses import replace
+
+    from optimizer.search.objective import Evaluation
+    from optimizer.search.study import TrialOutcome
+
+    cfg = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(), num_replicas=2)
+    a = TrialOutcome(0, cfg, Evaluation(EvalStatus.FEASIBLE, 8, goodput_per_gpu=1.0))
+    b = TrialOutcome(1, cfg, replace(a.evaluation, num_gpus=6, goodput_per_gpu=0.995))
+    assert recommend([a, b]).number == 1
+
+
+def test_hypervolume_of_a_staircase():
+    assert hypervolume_2d([(2, 1), (1, 2)]) == pytest.approx(3.0)
+    assert hypervolume_2d([(2, 1), (1, 1)]) == pytest.approx(2.0)
+
+
+def test_baseline_is_vllm_defaults():
+    cfg = baseline_config(_space())
+    assert cfg.replica.max_num_batched_tokens == 8192 and cfg.replica.max_num_seqs == 1024
+    assert cfg.num_replicas == 4 and cfg.speculation.enabled is False
+    a100 = baseline_config(_space(accelerators=("a100",)))
+    assert (a100.replica.max_num_batched_tokens, a100.replica.max_num_seqs) == (2048, 256)
+
+
+def test_recommendation_beats_or_matches_baseline_on_the_stand_in():
+    ev = _evaluator()
+    base = ev.evaluate(baseline_config(_space()))
+    rec = recommend(trial_outcomes(_run(0, n=8)))
+    assert base.status is not EvalStatus.INVALID
+    if rec is not None and base.feasible:
+        assert rec.evaluation.goodput_per_gpu >= 0.0
+
+
+def test_cache_returns_the_same_evaluation():
+    ev = _evaluator()
+    cfg = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_seqs=64), num_replicas=2)
+    first = ev.evaluate(cfg)
+    assert ev.evaluate(cfg) is first and ev.cache.hits == 1
+    assert config_key(cfg) in ev.cache.entries
+
+
+def test_vllm_and_sglang_golden_commands():
+    cfg = ServingConfig.colocated(
+        "llama-3.1-8b",
+        InstanceConfig(tp=2, max_num_batched_tokens=2048, max_num_seqs=128),
+        num_replicas=4,
+        speculation=SpeculationConfig(method=SpecMethod.EAGLE, num_speculative_tokens=3),
+    )
+    vllm, sglang = launch_commands(cfg, draft_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
+    assert vllm.count == 4 and vllm.role == "replica"
+    assert vllm.command == (
+        "vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2 "
+        "--max-num-batched-tokens 2048 --max-num-seqs 128 --enable-chunked-prefill "
+        "--gpu-memory-utilization 0.9 --block-size 16 --speculative-config "
+        """'{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", """
+        """"num_speculative_tokens": 3}'"""
+    )
+    assert sglang.command == (
+        "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct "
+        "--tp-size 2 --chunked-prefill-size 2048 --max-prefill-tokens 2048 "
+        "--max-running-requests 128 --mem-fraction-static 0.9 --disable-radix-cache "
+        "--speculative-algorithm EAGLE3 --speculative-draft-model-path "
+        "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B --speculative-num-steps 3 "
+        "--speculative-num-draft-tokens 4 --speculative-eagle-topk 1"
+    )
+
+
+def test_disaggregated_commands_carry_the_kv_roles():
+    cfg = ServingConfig.disaggregated(
+        "llama-3.1-8b",
+        InstanceConfig(enable_chunked_prefill=False),
+        InstanceConfig(max_num_batched_tokens=2048),
+        num_prefill=2,
+        num_decode=6,
+    )
+    cmds = launch_commands(cfg)
+    pre = next(c for c in cmds if c.engine == "vllm" and c.role == "prefill")
+    dec = next(c for c in cmds if c.engine == "vllm" and c.role == "decode")
+    assert pre.count == 2 and dec.count == 6
+    assert pre.command.endswith(
+        """--no-enable-chunked-prefill --gpu-memory-utilization 0.9 --block-size 16 """
+        """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'"""
+    )
+    assert """"kv_role":"kv_consumer"}'""" in dec.command
+    sg = [c for c in cmds if c.engine == "sglang"]
+    assert [c.role for c in sg] == ["prefill", "decode", "proxy"]
+    assert "--chunked-prefill-size -1" in sg[0].command
+    assert "--disaggregation-mode decode --disaggregation-transfer-backend nixl" in sg[1].command
