@@ -2,7 +2,10 @@
 
 Generates a seeded sample trace shaped like a production chat service, stores
 it in the default database (SQLite in the user's data directory unless
-SERVETUNE_DATABASE_URL says otherwise) and prints its summary.
+SERVETUNE_DATABASE_URL says otherwise), prints its summary, then runs a full
+tuning study on it (Llama-3.1-8B on 4 H100s, TTFT <= 2 s, TPOT <= 50 ms at 90%;
+latency from the roofline estimate, labelled as such) and prints the
+recommendation with its launch commands.
 """
 
 from __future__ import annotations
@@ -42,8 +45,9 @@ def quickstart(
     out_dir: Annotated[
         Path | None, typer.Option(help="where to write the sample trace (default: data dir)")
     ] = None,
+    trials: Annotated[int, typer.Option(help="tuning trials (0: only store the trace)")] = 40,
 ) -> None:
-    """Generate a sample trace, store it, and print its summary."""
+    """Generate a sample trace, store it, tune a deployment for it and print the result."""
     from platformdirs import user_data_dir
 
     from api.cli.common import session
@@ -60,3 +64,19 @@ def quickstart(
     verb = "stored as" if result.created else "already stored as"
     console.print(f"{verb} trace [bold]{result.trace.id}[/]")
     console.print(_summary_table(result.trace))
+    if trials <= 0:
+        return
+    from api.cli.tune import _run_with_progress, print_outcome
+    from optimizer.jobs import TuneRequest, run_tuning_job
+    from storage.traces import TraceNotFound
+
+    request = TuneRequest(
+        trace_id=result.trace.id, model="llama-3.1-8b", gpus=("h100",), gpu_budget=4,
+        slo_ttft_ms=2000, slo_tpot_ms=50, attainment=0.9, n_trials=trials, seed=0,
+        max_requests=400,
+    )  # fmt: skip
+    name = f"quickstart-{result.trace.id}-{trials}"
+    outcome = _run_with_progress(request, get_settings().database_url, name, run_tuning_job,
+                                 TraceNotFound)  # fmt: skip
+    console.print(f"study [bold]{name}[/] ({outcome.num_trials} trials)")
+    print_outcome(outcome)
