@@ -1,0 +1,207 @@
+"""`servetune simulate`: replay a trace under one config and print what it would deliver."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from api.cli.common import console, fail, session
+
+if TYPE_CHECKING:
+    from optimizer.config import ServingConfig
+    from optimizer.sim import SimulationResult
+    from optimizer.workload import Workload
+
+
+def load_config(path: Path) -> ServingConfig:
+    """A ServingConfig from a YAML or JSON file (the `to_dict` layout)."""
+    import yaml
+
+    from optimizer.config import ConfigError, ServingConfig
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        fail(f"--config {path}: cannot read YAML/JSON: {exc}")
+    try:
+        return ServingConfig.from_dict(data)
+    except (ConfigError, ValueError, TypeError) as exc:
+        fail(f"--config {path}: {exc}")
+
+
+def load_workload(trace: str) -> Workload:
+    """A stored trace by id, or a trace file parsed (not stored)."""
+    from optimizer.traces import TraceFormatError, parse_trace
+    from optimizer.workload import Workload
+    from storage.traces import TraceNotFound, load_trace_columns
+
+    path = Path(trace)
+    if path.exists():
+        try:
+            return Workload.from_columns(parse_trace(path).columns, name=path.stem)
+        except TraceFormatError as exc:
+            fail(str(exc))
+    if not trace.isdigit():
+        fail(f"--trace {trace!r}: expected a stored trace id or an existing trace file")
+    try:
+        with session() as s:
+            return Workload.from_columns(load_trace_columns(s, int(trace)), name=f"trace-{trace}")
+    except TraceNotFound as exc:
+        fail(str(exc))
+
+
+def _with_gpu(config: ServingConfig, gpu: str) -> ServingConfig:
+    from optimizer.config import ConfigError
+
+    def swap(inst):
+        return None if inst is None else dataclasses.replace(inst, accelerator=gpu)
+
+    try:
+        return dataclasses.replace(
+            config,
+            replica=swap(config.replica),
+            prefill=swap(config.prefill),
+            decode=swap(config.decode),
+        )
+    except ConfigError as exc:
+        fail(f"--gpu {gpu}: {exc}")
+
+
+def summary_rows(result: SimulationResult) -> list[tuple[str, str]]:
+    def ms(v: float) -> str:
+        return "-" if math.isnan(v) else f"{v * 1e3:,.1f}"
+
+    rows = []
+    for label, p in (
+        ("TTFT ms", result.ttft),
+        ("TPOT ms", result.tpot),
+        ("ITL ms", result.itl),
+        ("E2E ms", result.e2e),
+        ("queueing ms", result.queueing),
+    ):
+        rows.append((f"{label} mean / p50 / p90 / p99", f"{ms(p.mean)} / {ms(p.p50)} / "
+                     f"{ms(p.p90)} / {ms(p.p99)}"))  # fmt: skip
+    rows += [
+        ("requests completed / rejected", f"{result.num_completed:,} / {result.num_rejected:,}"),
+        ("request throughput", f"{result.request_throughput:.3f} req/s"),
+        (
+            "output tokens/s (per GPU)",
+            f"{result.output_token_throughput:,.0f} ({result.output_tokens_per_gpu_s:,.0f})",
+        ),
+        ("GPUs", str(result.num_gpus)),
+        ("preemptions", f"{int(result.num_preemptions.sum()):,}"),
+    ]
+    if result.slo is not None:
+        rows.append(("SLO attainment", f"{result.slo_attainment:.1%}"))
+        rows.append(("request goodput", f"{result.goodput:.3f} req/s"))
+    return rows
+
+
+def result_json(result: SimulationResult, config: ServingConfig) -> dict:
+    def pct(p) -> dict:
+        return {k: (None if math.isnan(v) else v) for k, v in dataclasses.asdict(p).items()}
+
+    return {
+        "config": config.to_dict(),
+        "num_requests": result.num_requests,
+        "num_completed": result.num_completed,
+        "num_rejected": result.num_rejected,
+        "num_gpus": result.num_gpus,
+        "ttft_s": pct(result.ttft),
+        "tpot_s": pct(result.tpot),
+        "itl_s": pct(result.itl),
+        "e2e_s": pct(result.e2e),
+        "queueing_s": pct(result.queueing),
+        "request_throughput": result.request_throughput,
+        "output_token_throughput": result.output_token_throughput,
+        "output_tokens_per_gpu_s": result.output_tokens_per_gpu_s,
+        "slo": None if result.slo is None else dataclasses.asdict(result.slo),
+        "slo_attainment": result.slo_attainment,
+        "goodput": result.goodput,
+        "phases": dataclasses.asdict(result.phases),
+        "latency_is_estimate": result.latency_is_estimate,
+    }
+
+
+def simulate(
+    trace: Annotated[str, typer.Option(help="stored trace id, or a trace file")],
+    config: Annotated[Path, typer.Option(help="ServingConfig as YAML or JSON")],
+    model: Annotated[
+        str | None, typer.Option(help="model shape preset (overrides the config's)")
+    ] = None,
+    gpu: Annotated[
+        str | None, typer.Option(help="accelerator for every role (overrides the config's)")
+    ] = None,
+    latency_model: Annotated[
+        int | None, typer.Option(help="stored latency model id (default: roofline estimate)")
+    ] = None,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT SLO, ms")] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO, ms")] = None,
+    time_scale: Annotated[
+        float, typer.Option(help="multiply inter-arrival times (0.5 = twice the rate)")
+    ] = 1.0,
+    seed: Annotated[int, typer.Option()] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+) -> None:
+    """Replay a trace under one config and print TTFT, TPOT, ITL, goodput."""
+    from optimizer.config import ConfigError
+    from optimizer.sim import SLO, SimulationError
+    from optimizer.sim import simulate as run_simulation
+
+    cfg = load_config(config)
+    if model is not None:
+        try:
+            cfg = dataclasses.replace(cfg, model=model)
+        except ConfigError as exc:
+            fail(f"--model {model}: {exc}")
+    if gpu is not None:
+        cfg = _with_gpu(cfg, gpu)
+    if (slo_ttft_ms is None) != (slo_tpot_ms is None):
+        fail("give both --slo-ttft-ms and --slo-tpot-ms, or neither")
+    slo = None
+    if slo_ttft_ms is not None and slo_tpot_ms is not None:
+        try:
+            slo = SLO(ttft_s=slo_ttft_ms / 1e3, tpot_s=slo_tpot_ms / 1e3)
+        except ValueError as exc:
+            fail(str(exc))
+    if not (math.isfinite(time_scale) and time_scale > 0):
+        fail(f"--time-scale must be a positive number, got {time_scale}")
+    workload = load_workload(trace)
+    if time_scale != 1.0:
+        workload = workload.time_scaled(time_scale)
+    latency, label = resolve_latency(cfg.model, latency_model)
+    try:
+        result = run_simulation(workload, cfg, latency, seed=seed, slo=slo)
+    except (SimulationError, LookupError, ValueError) as exc:
+        fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(result_json(result, cfg), indent=2))
+        return
+    table = Table("figure", "value", title=f"{workload.name} on {cfg.mode.value} "
+                  f"({result.num_gpus} GPUs), latency: {label}")  # fmt: skip
+    for name, value in summary_rows(result):
+        table.add_row(name, value)
+    console.print(table)
+    if result.latency_is_estimate:
+        console.print("[yellow]figures priced by a roofline estimate, not measured kernels[/]")
+
+
+def resolve_latency(model: str, latency_model_id: int | None):
+    """The latency source for `model`: stored fitted models, else the roofline estimate."""
+    from optimizer.catalogs import resolve_latency as resolve
+    from profiler.shapes import ShapeError
+
+    try:
+        with session() as s:
+            resolved = resolve(
+                s, model, latency_model_ids=(latency_model_id,) if latency_model_id else ()
+            )
+    except (LookupError, ShapeError) as exc:
+        fail(str(exc))
+    return resolved.source, resolved.label

@@ -1,0 +1,68 @@
+"""`servetune simulate` on a tiny hand-made trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from api.cli import app
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "examples" / "colocated-h100.yaml"
+
+
+def _trace(path: Path, n: int = 20) -> Path:
+    rows = ["arrival_s,input_tokens,output_tokens"]
+    rows += [f"{i * 0.5},{200 + 10 * i},{20 + i}" for i in range(n)]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_simulate_json_from_file(cli_db: str, runner: CliRunner, tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "t.csv")
+    result = runner.invoke(
+        app,
+        ["simulate", "--trace", str(trace), "--config", str(CONFIG),
+         "--slo-ttft-ms", "2000", "--slo-tpot-ms", "50", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["num_requests"] == 20 and data["num_completed"] == 20
+    assert data["config"]["model"] == "llama-3.1-8b"
+    assert data["num_gpus"] == 1
+    # A light load on an H100: everyone meets a 2 s / 50 ms SLO.
+    assert data["slo_attainment"] == 1.0
+    assert data["ttft_s"]["p50"] <= data["ttft_s"]["p99"]
+    assert data["latency_is_estimate"] is True
+
+
+def test_simulate_stored_trace_table_and_overrides(
+    cli_db: str, runner: CliRunner, tmp_path: Path
+) -> None:
+    trace = _trace(tmp_path / "t.csv")
+    assert runner.invoke(app, ["traces", "import", str(trace)]).exit_code == 0
+    result = runner.invoke(
+        app, ["simulate", "--trace", "1", "--config", str(CONFIG), "--gpu", "a100"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "TTFT ms" in result.output and "roofline" in result.output
+
+
+def test_simulate_rejects_bad_inputs(cli_db: str, runner: CliRunner, tmp_path: Path) -> None:
+    trace = _trace(tmp_path / "t.csv")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: llama-3.1-8b\nmode: colocated\nreplica: {max_num_seqs: -1}\n")
+    out = runner.invoke(app, ["simulate", "--trace", str(trace), "--config", str(bad)])
+    assert out.exit_code == 2 and "max_num_seqs" in out.output
+    out = runner.invoke(app, ["simulate", "--trace", "99", "--config", str(CONFIG)])
+    assert out.exit_code == 2 and "trace 99 not found" in out.output
+    out = runner.invoke(
+        app, ["simulate", "--trace", str(trace), "--config", str(CONFIG), "--slo-ttft-ms", "5"]
+    )
+    assert out.exit_code == 2 and "both --slo-ttft-ms and --slo-tpot-ms" in out.output
+    out = runner.invoke(
+        app, ["simulate", "--trace", str(trace), "--config", str(CONFIG), "--gpu", "tpu9"]
+    )
+    assert out.exit_code == 2 and "tpu9" in out.output
