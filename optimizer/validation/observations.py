@@ -138,14 +138,17 @@ def parse_vllm_result(data: object, *, name: str = "vllm-bench", where: str = ""
     for key, arr in (("input_lens", inp), ("output_lens", out)):
         bad = np.flatnonzero(ok & ((arr != np.round(arr)) | (arr <= 0)))
         if bad.size:
-            raise _fail(
-                where, f"{key}[{int(bad[0])}] = {arr[bad[0]]!r}: expected a positive integer"
-            )
+            i = int(bad[0])
+            raise _fail(where, f"{key}[{i}] = {float(arr[i]):g}: expected a positive integer")
     bad = np.flatnonzero(ok & ((ttft <= 0) | (latency < ttft)))
     if bad.size:
         i = int(bad[0])
-        raise _fail(where, f"request {i}: ttft {ttft[i]!r} s and latency {latency[i]!r} s "
-                    "are inconsistent (need 0 < ttft <= latency)")  # fmt: skip
+        t, e = float(ttft[i]), float(latency[i])
+        raise _fail(
+            where,
+            f"request {i}: ttft {t:g} s and latency {e:g} s are inconsistent "
+            "(need 0 < ttft <= latency)",
+        )
     order = np.argsort(arrival[ok], kind="stable")
     pick = np.flatnonzero(ok)[order]
     arrival = arrival[pick] - arrival[pick].min()
