@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -11,23 +11,36 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from api.cache import TtlCache
 from api.problems import ApiError
 from api.settings import Settings
 from storage.db import session_scope
-from storage.keys import authenticate
+from storage.keys import authenticate, hash_key
 from storage.service_records import Principal
 
+# Dependencies that do no I/O are `async def`: FastAPI runs sync ones in the thread pool.
 
-def _settings(request: Request) -> Settings:
+
+async def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def _engine(request: Request) -> Engine:
+async def _engine(request: Request) -> Engine:
     return request.app.state.engine
+
+
+async def _key_cache(request: Request) -> TtlCache[str, Principal]:
+    return request.app.state.key_cache
+
+
+async def _response_cache(request: Request) -> TtlCache[Hashable, bytes]:
+    return request.app.state.response_cache
 
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
 EngineDep = Annotated[Engine, Depends(_engine)]
+KeyCacheDep = Annotated[TtlCache[str, Principal], Depends(_key_cache)]
+ResponseCacheDep = Annotated[TtlCache[Hashable, bytes], Depends(_response_cache)]
 
 
 def _session(engine: EngineDep) -> Iterator[Session]:
@@ -45,8 +58,15 @@ _bearer = HTTPBearer(
 )
 
 
-def _principal(
+def _lookup_key(engine: Engine, token: str) -> Principal | None:
+    # A short transaction of its own, so a long request (an upload) holds no lock for it.
+    with session_scope(engine) as session:
+        return authenticate(session, token)
+
+
+async def _principal(
     engine: EngineDep,
+    cache: KeyCacheDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     challenge = {"WWW-Authenticate": 'Bearer realm="servetune"'}
@@ -58,9 +78,8 @@ def _principal(
             kind="unauthorized",
             headers=challenge,
         )
-    # A short transaction of its own, so a long request (an upload) holds no lock for it.
-    with session_scope(engine) as session:
-        principal = authenticate(session, credentials.credentials)
+    token = credentials.credentials
+    principal = await cache.get_or_load(hash_key(token), lambda: _lookup_key(engine, token))
     if principal is None:
         raise ApiError(401, "unknown or revoked API key", kind="unauthorized", headers=challenge)
     return principal
@@ -69,7 +88,7 @@ def _principal(
 PrincipalDep = Annotated[Principal, Depends(_principal)]
 
 
-def _admin(principal: PrincipalDep) -> Principal:
+async def _admin(principal: PrincipalDep) -> Principal:
     if not principal.is_admin:
         raise ApiError(
             403,
@@ -88,7 +107,7 @@ class Paging:
     offset: int
 
 
-def _paging(
+async def _paging(
     limit: Annotated[int, Query(ge=1, le=1000, description="page size")] = 100,
     offset: Annotated[int, Query(ge=0, le=10**9, description="items to skip")] = 0,
 ) -> Paging:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections.abc import AsyncIterator, Mapping
@@ -9,6 +10,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from api.cache import TtlCache
 from api.metrics import Metrics, MetricsMiddleware
 from api.problems import install_problem_handlers
 from api.routes import health, jobs, keys, recommendations, schedules, traces, ui
@@ -57,6 +59,11 @@ def create_app(
             )
             thread = start_worker_thread(worker, stop)
             log.info("embedded worker %s running", worker.name)
+        # Everything alive now (modules, routes, the engine) lives as long as the app:
+        # move it out of the collector's reach, so a full collection under load scans
+        # only request garbage (~1 ms) instead of every object (~100 ms pauses, p99).
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:
@@ -81,6 +88,8 @@ def create_app(
     )
     app.state.settings = settings
     app.state.metrics = Metrics()
+    app.state.key_cache = TtlCache(settings.key_cache_s)
+    app.state.response_cache = TtlCache(settings.response_cache_s)
     install_problem_handlers(app)
     for module in (health, traces, jobs, recommendations, schedules, keys, ui):
         app.include_router(module.router)

@@ -28,6 +28,20 @@ class Settings(BaseSettings):
     upload_dir: str | None = Field(None, description="temp folder for uploads (default: system)")
     lease_s: float = Field(30.0, ge=2, description="job lease; a silent worker's job is taken over")
     worker_poll_s: float = Field(1.0, gt=0, le=60, description="heartbeat and queue polling period")
+    key_cache_s: float = Field(
+        2.0,
+        ge=0,
+        le=10,
+        description="API-key lookups are cached this long; a key revoked outside this process "
+        "keeps working at most this long (0: look up every request)",
+    )
+    response_cache_s: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="the latest-recommendation answer is cached this long per project and "
+        "filter; a new recommendation is served within this delay (0: no cache)",
+    )
     embedded_worker: bool | None = Field(
         None, description="run a worker thread inside `serve` (default: only with SQLite)"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from typing import Annotated
@@ -34,6 +35,14 @@ def serve(
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            help="API processes (PostgreSQL only); each keeps its own short-lived caches",
+        ),
+    ] = 1,
 ) -> None:
     """Run the REST API (migrations are applied on start)."""
     import uvicorn
@@ -41,9 +50,17 @@ def serve(
     from api.main import create_app
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
-    app = create_app(_settings(), embedded_worker=worker)
+    settings = _settings()
     console.print(f"servetune API on http://{host}:{port}  (docs: /docs, results: /ui/jobs/ID)")
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    common = {"host": host, "port": port, "log_level": log_level, "access_log": False}
+    if workers == 1:
+        uvicorn.run(create_app(settings, embedded_worker=worker), **common)
+        return
+    if settings.database_url.startswith("sqlite"):
+        fail("--workers > 1 needs PostgreSQL (SERVETUNE_DATABASE_URL); SQLite has one writer")
+    if worker is not None:  # the worker processes build their app from the environment
+        os.environ["SERVETUNE_EMBEDDED_WORKER"] = "true" if worker else "false"
+    uvicorn.run("api.main:create_app", factory=True, workers=workers, **common)
 
 
 def worker(

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.deps import AdminDep, IdPath, PagingDep, SessionDep
+from api.deps import AdminDep, IdPath, KeyCacheDep, PagingDep, SessionDep
 from api.problems import ApiError
 from api.schemas import KeyCreate, KeyCreated, Page, Problem, page
 from storage.keys import count_keys, create_key, list_keys, revoke_key
@@ -47,5 +47,8 @@ def list_(
 
 
 @router.delete("/{key_id}", response_model=ApiKeyInfo, responses=ERRORS, summary="Revoke a key")
-def revoke(key_id: IdPath, session: SessionDep, _: AdminDep) -> ApiKeyInfo:
-    return revoke_key(session, key_id)
+def revoke(key_id: IdPath, session: SessionDep, cache: KeyCacheDep, _: AdminDep) -> ApiKeyInfo:
+    info = revoke_key(session, key_id)
+    session.commit()  # before the cache drop, so no request can re-cache the live key
+    cache.discard_where(lambda principal: principal.key_id == key_id)
+    return info

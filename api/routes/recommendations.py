@@ -1,18 +1,40 @@
-"""/v1/recommendations: the latest recommendation for a deployment."""
+"""/v1/recommendations: the latest recommendation for a deployment.
+
+The hot read path (dashboards and deploy scripts poll it): an `async` route whose
+answer, the encoded JSON, is cached per (project, filter) for
+`Settings.response_cache_s` (see `api.cache`); with the API key cached too, a hit
+touches neither the database nor a thread.
+"""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
+from pydantic import TypeAdapter
+from sqlalchemy.engine import Engine
 
-from api.deps import NAME_PATTERN, PrincipalDep, SessionDep
+from api.deps import NAME_PATTERN, EngineDep, PrincipalDep, ResponseCacheDep
 from api.problems import ApiError
 from api.schemas import Problem
+from storage.db import session_scope
 from storage.recommendations import DeploymentFilter, latest_recommendation
 from storage.service_records import RecommendationInfo
 
 router = APIRouter(prefix="/v1/recommendations", tags=["recommendations"])
+
+
+@lru_cache(maxsize=1)
+def _adapter() -> TypeAdapter[RecommendationInfo]:
+    return TypeAdapter(RecommendationInfo)
+
+
+def _load_latest(engine: Engine, project: str, where: DeploymentFilter) -> bytes:
+    with session_scope(engine) as session:
+        info = latest_recommendation(session, project=project, where=where)
+    return _adapter().dump_json(info)
+
 
 Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=NAME_PATTERN)]
 
@@ -27,9 +49,10 @@ Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=NAME_PA
         422: {"model": Problem, "description": "both trace_id and stream given"},
     },
 )
-def latest(
-    session: SessionDep,
+async def latest(
+    engine: EngineDep,
     principal: PrincipalDep,
+    cache: ResponseCacheDep,
     trace_id: Annotated[int | None, Query(ge=1, le=2**31 - 1, examples=[1])] = None,
     stream: Name = None,
     model: Name = None,
@@ -37,7 +60,7 @@ def latest(
     num_gpus: Annotated[int | None, Query(ge=1, le=4096)] = None,
     slo_ttft_ms: Annotated[float | None, Query(gt=0, le=1e9)] = None,
     slo_tpot_ms: Annotated[float | None, Query(gt=0, le=1e9)] = None,
-) -> RecommendationInfo:
+) -> Response:
     if trace_id is not None and stream is not None:
         raise ApiError(422, "give at most one of trace_id or stream", kind="validation")
     source = None
@@ -53,4 +76,8 @@ def latest(
         slo_ttft_ms=slo_ttft_ms,
         slo_tpot_ms=slo_tpot_ms,
     )
-    return latest_recommendation(session, project=principal.project, where=where)
+    project = principal.project
+    body = await cache.get_or_load(
+        ("latest-recommendation", project, where), lambda: _load_latest(engine, project, where)
+    )
+    return Response(body, media_type="application/json")

@@ -1,0 +1,84 @@
+"""The hot-path caches: TTL expiry, single-flight loads, and revocation through the API
+taking effect at once despite the key cache."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from api.cache import TtlCache
+from tests.api_tests.conftest import Service
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_entries_expire_and_are_bounded() -> None:
+    clock = FakeClock()
+    cache: TtlCache[str, int] = TtlCache(2.0, max_entries=2, clock=clock)
+    cache.put("a", 1)
+    clock.now = 1.9
+    assert cache.get("a") == 1
+    clock.now = 2.0
+    assert cache.get("a") is None and len(cache) == 0
+    for key in "abc":
+        cache.put(key, ord(key))
+    assert cache.get("a") is None and cache.get("c") == ord("c") and len(cache) == 2
+    assert cache.discard_where(lambda v: v == ord("b")) == 1 and cache.get("b") is None
+    off: TtlCache[str, int] = TtlCache(0)
+    off.put("a", 1)
+    assert off.get("a") is None
+    with pytest.raises(ValueError):
+        TtlCache(-1)
+
+
+def test_concurrent_misses_share_one_load_and_none_is_not_cached() -> None:
+    cache: TtlCache[str, int] = TtlCache(60)
+    calls: list[int] = []
+    gate = threading.Event()
+
+    def load() -> int:
+        gate.wait(5)
+        calls.append(1)
+        return 7
+
+    def missing() -> int | None:
+        calls.append(2)
+        return None
+
+    def broken() -> int:
+        raise LookupError("nope")
+
+    async def main() -> None:
+        waiters = [asyncio.ensure_future(cache.get_or_load("k", load)) for _ in range(20)]
+        await asyncio.sleep(0.05)
+        gate.set()
+        assert await asyncio.gather(*waiters) == [7] * 20
+        assert calls == [1] and await cache.get_or_load("k", load) == 7
+        assert await cache.get_or_load("m", missing) is None
+        assert await cache.get_or_load("m", missing) is None
+        assert calls == [1, 2, 2]
+        for _ in range(2):
+            with pytest.raises(LookupError):
+                await cache.get_or_load("x", broken)
+
+    asyncio.run(main())
+
+
+def test_revoking_through_the_api_takes_effect_at_once(service: Service) -> None:
+    admin = service.auth(service.admin)
+    created = service.client.post("/v1/keys", json={"project": "a"}, headers=admin).json()
+    mine = service.auth(created["key"])
+    assert service.client.get("/v1/traces", headers=mine).status_code == 200  # now cached
+    assert service.client.delete(f"/v1/keys/{created['id']}", headers=admin).status_code == 200
+    r = service.client.get("/v1/traces", headers=mine)
+    assert r.status_code == 401 and "revoked" in r.json()["detail"]
+    listed = service.client.get("/v1/keys?project=a", headers=admin).json()["items"]
+    assert [k["revoked_at"] is not None for k in listed] == [False, True]
