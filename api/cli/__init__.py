@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from api.cli import db, keys, profile, serve, traces
+from api.cli import db, keys, observations, profile, serve, traces, validate
 from api.cli.quickstart import quickstart
 from api.cli.simulate import simulate
 from api.cli.tune import explain, tune
@@ -27,6 +27,9 @@ app.command("tune")(tune)
 app.command("tune-worker")(tune_worker)
 app.command("explain")(explain)
 app.command("simulate")(simulate)
+app.command("validate")(validate.validate)
+app.add_typer(observations.app, name="observations")
+app.command("calibrate")(observations.calibrate)
 
 
 def main() -> None:

@@ -6,17 +6,21 @@ from storage.models.profiles import KernelSampleRow, ProfileRunRow
 from storage.models.service import ApiKeyRow, JobRow, RecommendationRow, ScheduleRow
 from storage.models.traces import TraceRequestRow, TraceRow
 from storage.models.tuning import TuningRunRow
+from storage.models.validation import CalibrationRow, ObservationRow, ValidationRunRow
 
 __all__ = [
     "ApiKeyRow",
     "Base",
+    "CalibrationRow",
     "JobRow",
     "KernelSampleRow",
     "LatencyModelRow",
+    "ObservationRow",
     "ProfileRunRow",
     "RecommendationRow",
     "ScheduleRow",
     "TraceRequestRow",
     "TraceRow",
     "TuningRunRow",
+    "ValidationRunRow",
 ]

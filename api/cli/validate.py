@@ -1,0 +1,267 @@
+"""`servetune validate`: the simulator's prediction against a real replay on this machine.
+
+Pipeline: profile the config's model shape here (or reuse a stored profile
+run), fit the per-operator latency model and its per-step overhead (from the
+profile's whole mixed iterations), simulate the workload, replay the same
+workload in real time on the reference engine (`profiler.engine`), and print
+predicted against measured mean/p50/p90/p99 TTFT and TPOT and goodput with
+their errors. The comparison is stored unless `--no-store`.
+
+The helpers (`fit_engine_latency`, `prepare_workload`, `run_validation`) are
+shared with `benchmarks/bench_validate.py`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from api.cli.common import console, fail, session
+
+if TYPE_CHECKING:
+    from optimizer.config import ServingConfig
+    from optimizer.latency.base import LatencySource
+    from optimizer.sim import SLO
+    from optimizer.validation import Comparison
+    from optimizer.workload import Workload
+    from profiler.engine import ReplayResult
+    from storage.records import KernelSample
+
+DRAFT_SHAPE = "tiny-draft"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLatency:
+    """Latency sources fitted from a profile of this machine."""
+
+    target: LatencySource
+    draft: LatencySource | None
+    overhead_s: float
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationOutcome:
+    comparison: Comparison
+    replay: ReplayResult
+    workload: Workload
+
+
+def profile_samples(shape_name: str, *, quick: bool = False) -> list[KernelSample]:
+    """Profile `shape_name` on this CPU at tp=1 (the default CPU grid, or a smoke grid)."""
+    from profiler.shapes import get_shape
+    from profiler.sweep import default_cpu_grid, quick_grid, run_sweep
+
+    grid = quick_grid() if quick else default_cpu_grid()
+    return run_sweep(get_shape(shape_name), replace(grid, tp_degrees=(1,)), "cpu")
+
+
+def _mixed_load(sample: KernelSample):
+    from optimizer.latency.base import StepLoad
+
+    chunk, n = sample.q_len, sample.batch_size
+    return StepLoad(
+        num_tokens=chunk + n,
+        num_logits=n + (1 if chunk else 0),
+        prefill_q=(chunk,) if chunk else (),
+        prefill_kv=(chunk,) if chunk else (),
+        num_decode_seqs=n,
+        decode_kv_tokens=n * sample.kv_len,
+    )
+
+
+def fit_engine_latency(
+    samples: list[KernelSample], shape_name: str, accelerator: str = "cpu"
+) -> EngineLatency:
+    """Fit per-op models, the per-step overhead (mixed iterations) and compile tables."""
+    from optimizer.latency import build_catalog, fit_latency_model
+    from optimizer.latency.compose import DEFAULT_OVERHEAD_S, Pricing, fit_overhead_s
+    from optimizer.latency.roofline import RooflinePricer
+    from profiler.hardware import get_accelerator
+    from profiler.shapes import get_shape
+    from storage.records import OpKind
+
+    shape = get_shape(shape_name)
+    model = fit_latency_model(samples, accelerator=accelerator, source="profiler")
+    mixed = [s for s in samples if s.op is OpKind.MIXED_ITERATION and s.model == shape.name]
+    overhead = DEFAULT_OVERHEAD_S
+    if mixed:
+        pricing = Pricing(shape, 1, RooflinePricer(get_accelerator(accelerator)), model)
+        overhead = fit_overhead_s(
+            pricing, [_mixed_load(s) for s in mixed], [s.median_ms / 1e3 for s in mixed]
+        )
+    target = build_catalog(shape, [model], (1,), overhead_s=overhead, allow_roofline=False)
+    draft = build_catalog(
+        get_shape(DRAFT_SHAPE), [model], (1,), overhead_s=overhead, allow_roofline=False
+    )
+    label = (
+        f"learned from a {len(samples)}-sample {accelerator} profile, "
+        f"overhead {overhead * 1e3:.2f} ms"
+    )
+    return EngineLatency(target, draft, overhead, label)
+
+
+def prepare_workload(
+    workload: Workload,
+    *,
+    time_scale: float,
+    max_requests: int,
+    max_input_tokens: int | None,
+    max_output_tokens: int | None,
+) -> Workload:
+    """The first `max_requests`, arrivals x `time_scale`, token counts clipped to the caps."""
+    from optimizer.workload import Workload as W
+
+    w = workload.head(max_requests).time_scaled(time_scale)
+    inp, out = w.input_tokens, w.output_tokens
+    if max_input_tokens is not None:
+        inp = np.minimum(inp, max_input_tokens)
+    if max_output_tokens is not None:
+        out = np.minimum(out, max_output_tokens)
+    return W(w.arrival_s - w.arrival_s[0], inp, out, name=w.name)
+
+
+def run_validation(
+    workload: Workload,
+    config: ServingConfig,
+    latency: EngineLatency,
+    *,
+    slo: SLO | None = None,
+    seed: int = 0,
+) -> ValidationOutcome:
+    """Simulate, replay for real, compare."""
+    from optimizer.sim import simulate
+    from optimizer.validation import RequestOutcomes, compare, default_slo
+    from profiler.engine import ReplayOptions, ReplayRequests, replay
+
+    draft = latency.draft if config.speculation.draft_model else None
+    sim = simulate(workload, config, latency.target, seed=seed, draft_latency=draft)
+    requests = ReplayRequests(workload.arrival_s, workload.input_tokens, workload.output_tokens)
+    real = replay(requests, config, ReplayOptions(seed=seed))
+    measured = RequestOutcomes(
+        real.arrival_s, real.input_tokens, real.output_tokens, real.ttft_s, real.e2e_s
+    )
+    slo = slo or default_slo(measured)
+    comparison = compare(RequestOutcomes.of_simulation(sim), measured, slo)
+    return ValidationOutcome(comparison, real, workload)
+
+
+def comparison_table(comparison: Comparison, title: str) -> Table:
+    from optimizer.validation import Metric
+
+    table = Table(title=title)
+    for col in ("metric", "predicted", "measured", "error"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for e in comparison.errors:
+        scale, unit = (1.0, "req/s") if e.metric is Metric.GOODPUT else (1e3, "ms")
+        if e.metric is Metric.ATTAINMENT:
+            scale, unit = 100.0, "%"
+        err = e.relative_error
+        table.add_row(
+            e.metric.value,
+            f"{e.predicted * scale:.2f} {unit}",
+            f"{e.measured * scale:.2f} {unit}",
+            "n/a" if not np.isfinite(err) else f"{err * 100:+.1f}%",
+        )
+    slo = comparison.slo
+    table.caption = f"SLO: TTFT <= {slo.ttft_s * 1e3:.0f} ms, TPOT <= {slo.tpot_s * 1e3:.1f} ms"
+    return table
+
+
+def _load_samples(profile_run: int | None, shape_name: str, quick: bool) -> list[KernelSample]:
+    from storage.profiles import ProfileRunNotFound, load_samples
+
+    if profile_run is not None:
+        try:
+            with session() as s:
+                samples = load_samples(s, profile_run)
+        except ProfileRunNotFound as exc:
+            fail(str(exc))
+        if not any(x.model == shape_name for x in samples):
+            fail(f"--profile-run {profile_run} holds no samples of {shape_name!r}")
+        return samples
+    console.print(f"profiling {shape_name} on this CPU (tp=1)…")
+    samples = profile_samples(shape_name, quick=quick)
+    from profiler.device import describe_device
+    from storage.profiles import create_profile_run
+
+    with session() as s:
+        info = create_profile_run(
+            s, name=f"validate-{shape_name}", source="profiler", accelerator="cpu",
+            device=describe_device(__import__("torch").device("cpu"), 1), samples=samples,
+        )  # fmt: skip
+    console.print(
+        f"stored profile run {info.id} ({len(samples)} samples); reuse: --profile-run {info.id}"
+    )
+    return samples
+
+
+def validate(
+    trace: Annotated[str, typer.Option(help="trace file or stored trace id")],
+    config: Annotated[Path, typer.Option(help="serving config (YAML/JSON, ServingConfig layout)")],
+    time_scale: Annotated[float, typer.Option(help="multiply arrival times by this")] = 1.0,
+    max_requests: Annotated[int, typer.Option(help="replay the first N requests")] = 30,
+    max_input_tokens: Annotated[int | None, typer.Option(help="clip prompts to this")] = 1024,
+    max_output_tokens: Annotated[int | None, typer.Option(help="clip outputs to this")] = 128,
+    profile_run: Annotated[int | None, typer.Option(help="reuse a stored CPU profile run")] = None,
+    quick_profile: Annotated[bool, typer.Option(help="smoke-test profile grid")] = False,
+    slo_ttft_ms: Annotated[
+        float | None, typer.Option(help="SLO (default 2x measured median)")
+    ] = None,
+    slo_tpot_ms: Annotated[
+        float | None, typer.Option(help="SLO (default 2x measured median)")
+    ] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    store: Annotated[bool, typer.Option(help="store the comparison")] = True,
+) -> None:
+    """Predict with the simulator, replay for real on the reference engine, compare."""
+    from api.cli.simulate import load_config, load_workload
+    from optimizer.sim import SLO
+    from optimizer.workload import WorkloadError
+    from profiler.engine import EngineError
+
+    cfg = load_config(config)
+    if max_requests <= 0 or not time_scale > 0:
+        fail("--max-requests and --time-scale must be positive")
+    if (slo_ttft_ms is None) != (slo_tpot_ms is None):
+        fail("give both --slo-ttft-ms and --slo-tpot-ms, or neither")
+    slo = SLO(slo_ttft_ms / 1e3, slo_tpot_ms / 1e3) if slo_ttft_ms and slo_tpot_ms else None
+    try:
+        workload = prepare_workload(
+            load_workload(trace), time_scale=time_scale, max_requests=max_requests,
+            max_input_tokens=max_input_tokens, max_output_tokens=max_output_tokens,
+        )  # fmt: skip
+    except WorkloadError as exc:
+        fail(str(exc))
+    latency = fit_engine_latency(_load_samples(profile_run, cfg.model, quick_profile), cfg.model)
+    console.print(f"latency model: {latency.label}")
+    try:
+        outcome = run_validation(workload, cfg, latency, slo=slo, seed=seed)
+    except EngineError as exc:
+        fail(f"reference engine: {exc}")
+    real = outcome.replay
+    console.print(comparison_table(outcome.comparison, f"{workload.name}: predicted vs measured"))
+    load = os.getloadavg()[0]
+    console.print(
+        f"{len(workload)} requests, {real.num_preemptions.sum()} preemptions, "
+        f"{real.num_kv_transfers} KV transfers ({real.kv_transfer_bytes / 1e6:.1f} MB, "
+        f"{real.kv_transfer_s * 1e3:.1f} ms total); machine load average {load:.2f}"
+    )
+    if store:
+        from storage.validation import save_validation_run
+
+        with session() as s:
+            run = save_validation_run(
+                s, kind="replay", workload=workload.name or trace, config=cfg.to_dict(),
+                latency=latency.label, comparison=outcome.comparison.to_dict(),
+                details={"load_average": load, "num_kv_transfers": real.num_kv_transfers,
+                         "kv_transfer_bytes": real.kv_transfer_bytes,
+                         "num_preemptions": int(real.num_preemptions.sum())},
+            )  # fmt: skip
+        console.print(f"stored validation run {run.id}")
