@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from optimizer.catalogs import ResolvedLatency, resolve_latency
 from optimizer.latency.base import LatencySource
 from optimizer.search.objective import EvalSettings, TraceEvaluator
 from optimizer.search.outcome import TuneOutcome, build_outcome
@@ -41,13 +42,17 @@ __all__ = [
 ]
 
 
-def default_latency(model: str) -> tuple[LatencySource, str, bool]:
-    """The latency source for `model`: the roofline estimate from accelerator specs
-    (labelled as such) until fitted models are wired in."""
-    from optimizer.latency.catalog import LatencyCatalog
-    from profiler.shapes import get_shape
+def stored_latency(database_url: str, model: str) -> ResolvedLatency:
+    """The latency source for `model`: the newest fitted model stored per accelerator,
+    the roofline estimate (labelled as such) for any other accelerator."""
+    from storage.db import make_engine, session_scope
 
-    return LatencyCatalog(get_shape(model)), "roofline estimate (accelerator specs)", True
+    engine = make_engine(database_url)
+    try:
+        with session_scope(engine) as s:
+            return resolve_latency(s, model)
+    finally:
+        engine.dispose()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +64,8 @@ class _Setup:
     latency_is_estimate: bool
 
 
-def prepare(request: TuneRequest, trace: Workload, latency: LatencySource | None = None) -> _Setup:
-    label, estimate = "custom", False
-    if latency is None:
-        latency, label, estimate = default_latency(request.model)
+def prepare(request: TuneRequest, trace: Workload, resolved: ResolvedLatency) -> _Setup:
+    latency, label, estimate = resolved.source, resolved.label, resolved.is_estimate
     settings = EvalSettings(
         slo=request.slo,
         attainment=request.attainment,
@@ -127,7 +130,8 @@ def run_worker(
     if raw is None:
         raise LookupError(f"study {study_name!r} was not created by servetune (no request)")
     request = TuneRequest.from_dict(json.loads(raw))
-    setup = prepare(request, _load_trace(database_url, request.trace_id), latency)
+    resolved = _resolved(database_url, request.model, latency)
+    setup = prepare(request, _load_trace(database_url, request.trace_id), resolved)
     study = open_study(study_name, storage, seed=request.seed + _worker_salt())
     warm_cache(study, setup.evaluator)
     start, first = time.monotonic(), count_finished(study)
@@ -139,6 +143,12 @@ def run_worker(
         should_stop=should_stop,
         on_trial=lambda d: on_progress(progress(d)),
     )
+
+
+def _resolved(database_url: str, model: str, latency: LatencySource | None) -> ResolvedLatency:
+    if latency is None:
+        return stored_latency(database_url, model)
+    return ResolvedLatency(latency, "custom latency source", False)
 
 
 def _worker_salt() -> int:
@@ -161,7 +171,7 @@ def run_tuning_job(
 
     upgrade_database(database_url)  # ours first: Optuna then leaves alembic_version alone
     trace = _load_trace(database_url, request.trace_id)
-    setup = prepare(request, trace, latency)
+    setup = prepare(request, trace, _resolved(database_url, request.model, latency))
     engine = make_engine(database_url)
     try:
         with session_scope(engine) as s:
