@@ -4,8 +4,9 @@ For a config the evaluator (1) simulates a prefix of the evaluation window at
 the trace's own rate and prunes the config when SLO attainment is hopeless
 there; (2) simulates the whole window at the trace's rate (attainment, TTFT/TPOT
 percentiles, request goodput, interactivity); (3) finds the max sustainable
-rate (DistServe capacity: the highest rate scale whose attainment reaches the
-target) by bracketing and log-scale bisection, reusing the run at scale 1.
+rate (DistServe capacity, `optimizer.sim.max_sustainable_rate`: capped by the
+saturation throughput, bracketed and bisected on a log scale), reusing the run
+at scale 1.
 
 Why pruning is safe: a config that misses the attainment target at the
 trace's rate has a max sustainable rate below that rate, so every config that
@@ -20,7 +21,6 @@ re-propose configs, and the grid benchmark revisits them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -30,7 +30,7 @@ import numpy as np
 from optimizer.config import RoutingPolicy, ServingConfig, ServingMode
 from optimizer.latency.base import LatencySource
 from optimizer.search.space import config_key
-from optimizer.sim import SLO, SimulationResult, simulate
+from optimizer.sim import SLO, SimulationResult, max_sustainable_rate, simulate
 from optimizer.workload import Workload
 
 
@@ -187,56 +187,20 @@ class TraceEvaluator:
         base = run(workload)
         sims += 1
         att = base.attainment(s.slo)
-        # Saturation: every request at once; its throughput bounds any sustainable rate.
-        burst = run(workload.time_scaled(1e-6))
-        sims += 1
-        scale, extra, bounded = _capacity(
-            lambda x: run(workload.rate_scaled(x)).attainment(s.slo) >= s.attainment,
-            ok_at_1=att >= s.attainment,
-            upper=max(burst.request_throughput / workload.mean_rate, 1e-3),
-            settings=s,
+        cap = max_sustainable_rate(
+            workload,
+            unit,
+            self.latency,
+            s.slo,
+            attainment=s.attainment,
+            seed=s.seed,
+            rel_tol=s.rel_tol,
+            max_simulations=s.max_simulations,
+            at_trace_rate=base,
         )
-        rate = workload.mean_rate * scale * copies
+        rate = cap.request_rate * copies
         status = EvalStatus.FEASIBLE if att >= s.attainment else EvalStatus.INFEASIBLE
-        return _metrics(status, config, base, rate, sims + extra, bounded)
-
-
-def _capacity(
-    ok: Callable[[float], bool], *, ok_at_1: bool, upper: float, settings: EvalSettings
-) -> tuple[float, int, bool]:
-    """The highest rate scale with attainment >= target, between 0 and `upper` (the
-    saturation throughput as a scale). Probes 0.7 x upper first (loose SLOs sit near
-    saturation), then bisects on a log scale. Returns (scale, probes, bounded)."""
-    probes = 0
-
-    def probe(x: float) -> bool:
-        nonlocal probes
-        probes += 1
-        return ok(x)
-
-    if ok_at_1:
-        lo, hi = 1.0, max(upper, 1.0)
-        if hi <= 1.0 + settings.rel_tol:
-            return 1.0, probes, True
-        guess = 0.7 * hi
-        if guess > lo * (1 + settings.rel_tol):
-            if probe(guess):
-                lo = guess
-            else:
-                hi = guess
-    else:
-        lo, hi = min(0.5, upper), 1.0
-        while not probe(lo):
-            hi, lo = lo, lo / 4.0
-            if probes >= 4:  # below 1/128 of the trace's rate: call it zero
-                return 0.0, probes, True
-    while hi / lo > 1.0 + settings.rel_tol and probes < settings.max_simulations:
-        mid = math.sqrt(lo * hi)
-        if probe(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo, probes, hi / lo <= 1.0 + settings.rel_tol
+        return _metrics(status, config, base, rate, sims + cap.num_simulations, cap.bounded)
 
 
 def _ms(value: float) -> float:

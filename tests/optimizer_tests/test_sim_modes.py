@@ -133,3 +133,30 @@ def test_result_reports_throughput_slo_and_phase_breakdown():
     assert ph.prefill_only_gpu_s + ph.decode_only_gpu_s + ph.mixed_gpu_s == pytest.approx(busy)
     assert res.ttft.p50 <= res.ttft.p90 <= res.ttft.p99 <= res.ttft.max
     assert res.itl.p50 > 0 and res.latency_is_estimate
+
+
+def test_capacity_of_a_short_trace_never_exceeds_saturation_throughput():
+    # 40 requests and a loose TTFT SLO: compressing the trace would let the whole
+    # burst be absorbed by the queue, so only the saturation cap keeps the answer
+    # physical (DistServe's capacity is a sustainable rate, not a one-off burst).
+    w = synthetic_workload(
+        40, 1.0, input_lengths=FixedLength(200), output_lengths=FixedLength(20), seed=4
+    )
+    cfg = ServingConfig.colocated(MODEL, InstanceConfig(max_num_batched_tokens=2048))
+    slo = SLO(ttft_s=30.0, tpot_s=1.0)
+    cap = max_sustainable_rate(w, cfg, LINEAR, slo, attainment=0.9, rel_tol=0.05)
+    assert cap.bounded and cap.attainment >= 0.9
+    assert 0 < cap.request_rate <= cap.saturation_rate * (1 + 1e-9)
+    burst = simulate(w.time_scaled(1e-6), cfg, LINEAR)
+    assert cap.saturation_rate == pytest.approx(burst.request_throughput)
+
+
+def test_capacity_is_zero_when_even_a_trickle_misses_the_slo():
+    w = synthetic_workload(
+        30, 1.0, input_lengths=FixedLength(200), output_lengths=FixedLength(20), seed=5
+    )
+    cfg = ServingConfig.colocated(MODEL)
+    slo = SLO(ttft_s=1e-6, tpot_s=1e-6)  # faster than any step
+    cap = max_sustainable_rate(w, cfg, LINEAR, slo)
+    assert cap.rate_scale == 0.0 and cap.request_rate == 0.0
+    assert cap.attainment == 0.0
