@@ -13,7 +13,17 @@ from fastapi import FastAPI
 from api.cache import TtlCache
 from api.metrics import Metrics, MetricsMiddleware
 from api.problems import install_problem_handlers
-from api.routes import health, jobs, keys, recommendations, schedules, traces, ui
+from api.routes import (
+    health,
+    jobs,
+    keys,
+    latency_models,
+    profiles,
+    recommendations,
+    schedules,
+    traces,
+    ui,
+)
 from api.settings import Settings, get_settings
 from api.worker import Executor, Worker, WorkerOptions, default_executors
 from api.worker.runner import start_worker_thread
@@ -82,6 +92,15 @@ def create_app(
             {"name": "tuning-jobs", "description": "Optuna searches run by workers"},
             {"name": "recommendations", "description": "The newest tuned config per deployment"},
             {"name": "schedules", "description": "Re-tuning on an interval, cron or drift"},
+            {
+                "name": "profiles",
+                "description": "GPU kernel measurements, shared by all projects (import: admin)",
+            },
+            {
+                "name": "latency-models",
+                "description": "Latency models fitted on profiles, shared by all projects "
+                "(fit: admin)",
+            },
             {"name": "keys", "description": "API keys (admin scope)"},
             {"name": "health", "description": "Liveness, readiness, Prometheus metrics"},
         ],
@@ -91,7 +110,8 @@ def create_app(
     app.state.key_cache = TtlCache(settings.key_cache_s)
     app.state.response_cache = TtlCache(settings.response_cache_s)
     install_problem_handlers(app)
-    for module in (health, traces, jobs, recommendations, schedules, keys, ui):
+    routers = (health, traces, jobs, recommendations, schedules, profiles, latency_models, keys, ui)
+    for module in routers:
         app.include_router(module.router)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app

@@ -20,6 +20,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from api.schemas import FieldError, Problem
 from storage.jobs import JobNotFound
 from storage.keys import KeyNotFound
+from storage.latency_models import LatencyModelNotFound
+from storage.profiles import ProfileRunNotFound
 from storage.recommendations import RecommendationNotFound
 from storage.schedules import ScheduleNotFound
 from storage.traces import TraceNotFound
@@ -34,6 +36,8 @@ NOT_FOUND_ERRORS = (
     ScheduleNotFound,
     KeyNotFound,
     RecommendationNotFound,
+    ProfileRunNotFound,
+    LatencyModelNotFound,
 )
 
 

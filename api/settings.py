@@ -24,6 +24,12 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL; default: a SQLite file in the user's data directory",
     )
     max_upload_bytes: int = Field(2 * 1024**3, gt=0, description="largest trace file accepted")
+    max_profile_bytes: int = Field(
+        512 * 1024**2, gt=0, description="largest uploaded profile archive or CSV accepted"
+    )
+    max_profile_unpacked_bytes: int = Field(
+        4 * 1024**3, gt=0, description="most bytes an uploaded profile archive may unpack to"
+    )
     max_trace_rows: int = Field(50_000_000, gt=0, description="most requests in one trace")
     upload_dir: str | None = Field(None, description="temp folder for uploads (default: system)")
     lease_s: float = Field(30.0, ge=2, description="job lease; a silent worker's job is taken over")

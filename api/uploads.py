@@ -47,16 +47,22 @@ class _Part:
     text: bytearray = field(default_factory=bytearray)
 
 
-def _too_large(max_bytes: int) -> ApiError:
+def _too_large(max_bytes: int, setting: str) -> ApiError:
     return ApiError(
         413,
-        f"the uploaded file is larger than the limit of {max_bytes:,} bytes "
-        "(SERVETUNE_MAX_UPLOAD_BYTES)",
+        f"the uploaded file is larger than the limit of {max_bytes:,} bytes ({setting})",
         kind="too-large",
     )
 
 
-async def receive_upload(request: Request, *, max_bytes: int, tmp_dir: str | None) -> Upload:
+async def receive_upload(
+    request: Request,
+    *,
+    max_bytes: int,
+    tmp_dir: str | None,
+    text_fields: tuple[str, ...] = TEXT_FIELDS,
+    setting: str = "SERVETUNE_MAX_UPLOAD_BYTES",
+) -> Upload:
     ctype, params = parse_options_header(request.headers.get("content-type", ""))
     if ctype != b"multipart/form-data" or b"boundary" not in params:
         raise ApiError(
@@ -67,7 +73,7 @@ async def receive_upload(request: Request, *, max_bytes: int, tmp_dir: str | Non
         )
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes + 64 * 1024:
-        raise _too_large(max_bytes)
+        raise _too_large(max_bytes, setting)
     fd, name = tempfile.mkstemp(prefix="servetune-upload-", suffix=".part", dir=tmp_dir)
     out = os.fdopen(fd, "wb")
     upload = Upload(path=Path(name), filename="", num_bytes=0)
@@ -97,7 +103,7 @@ async def receive_upload(request: Request, *, max_bytes: int, tmp_dir: str | Non
             part.filename = opts[b"filename"].decode("utf-8", "replace")
         if part.name == FILE_FIELD:
             if seen_file:
-                raise ApiError(422, "more than one `file` part; upload one trace per request")
+                raise ApiError(422, "more than one `file` part; upload one file per request")
             seen_file = True
             upload.filename = Path(part.filename or "upload").name or "upload"
 
@@ -107,13 +113,13 @@ async def receive_upload(request: Request, *, max_bytes: int, tmp_dir: str | Non
             if upload.num_bytes > max_bytes:
                 raise _TooLarge
             out.write(data[start:end])
-        elif part.name in TEXT_FIELDS:
+        elif part.name in text_fields:
             part.text += data[start:end]
             if len(part.text) > MAX_FIELD_BYTES:
                 raise ApiError(422, f"field {part.name!r} is longer than {MAX_FIELD_BYTES} bytes")
 
     def on_part_end() -> None:
-        if part.name in TEXT_FIELDS:
+        if part.name in text_fields:
             try:
                 upload.fields[part.name] = part.text.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -138,7 +144,7 @@ async def receive_upload(request: Request, *, max_bytes: int, tmp_dir: str | Non
     except _TooLarge:
         out.close()
         upload.discard()
-        raise _too_large(max_bytes) from None
+        raise _too_large(max_bytes, setting) from None
     except ApiError:
         out.close()
         upload.discard()
@@ -152,8 +158,8 @@ async def receive_upload(request: Request, *, max_bytes: int, tmp_dir: str | Non
         upload.discard()
         raise ApiError(
             422,
-            "missing the `file` part: send the trace as multipart field `file` "
-            f"(optional fields: {', '.join(TEXT_FIELDS)})",
+            "missing the `file` part: send it as multipart field `file` "
+            f"(optional fields: {', '.join(text_fields)})",
             kind="validation",
         )
     return upload
