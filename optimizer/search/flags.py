@@ -54,6 +54,16 @@ def _draft(config: ServingConfig, draft_model: str | None) -> str:
     return draft_model or config.speculation.draft_model or DRAFT_PLACEHOLDER
 
 
+def _max_model_len(config: ServingConfig, inst: InstanceConfig) -> int | None:
+    """The context limit to pass: with chunked prefill off a prompt must fit one step's
+    token budget (vLLM refuses to start otherwise), which is also what was simulated."""
+    mml = config.max_model_len
+    if not inst.enable_chunked_prefill:
+        budget = inst.max_num_batched_tokens
+        mml = budget if mml is None else min(mml, budget)
+    return mml
+
+
 def _vllm_args(
     config: ServingConfig, inst: InstanceConfig, *, speculate: bool, draft_model: str | None
 ) -> list[str]:
@@ -72,8 +82,9 @@ def _vllm_args(
         "--block-size",
         str(inst.block_size),
     ]
-    if config.max_model_len is not None:
-        args += ["--max-model-len", str(config.max_model_len)]
+    mml = _max_model_len(config, inst)
+    if mml is not None:
+        args += ["--max-model-len", str(mml)]
     if config.enable_prefix_caching:
         args.append("--enable-prefix-caching")
     spec = config.speculation
@@ -104,8 +115,9 @@ def _sglang_args(
         "--mem-fraction-static",
         f"{inst.gpu_memory_utilization:g}",
     ]
-    if config.max_model_len is not None:
-        args += ["--context-length", str(config.max_model_len)]
+    mml = _max_model_len(config, inst)
+    if mml is not None:
+        args += ["--context-length", str(mml)]
     if not config.enable_prefix_caching:
         args.append("--disable-radix-cache")
     spec = config.speculation

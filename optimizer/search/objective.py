@@ -30,7 +30,13 @@ import numpy as np
 from optimizer.config import RoutingPolicy, ServingConfig, ServingMode
 from optimizer.latency.base import LatencySource
 from optimizer.search.space import config_key
-from optimizer.sim import SLO, SimulationResult, max_sustainable_rate, simulate
+from optimizer.sim import (
+    SLO,
+    SimulationResult,
+    max_request_tokens,
+    max_sustainable_rate,
+    simulate,
+)
 from optimizer.workload import Workload
 
 
@@ -121,6 +127,7 @@ class TraceEvaluator:
     latency: LatencySource
     settings: EvalSettings
     cache: EvaluationCache = field(default_factory=EvaluationCache)
+    longest_request_tokens: int = 0  # over the whole trace, not just the window
 
     @classmethod
     def for_trace(
@@ -128,7 +135,8 @@ class TraceEvaluator:
     ) -> TraceEvaluator:
         """Evaluate on the trace's first `settings.max_requests` requests."""
         window = trace.head(settings.max_requests) if len(trace) > settings.max_requests else trace
-        return cls(window, latency, settings)
+        longest = int((trace.input_tokens + trace.output_tokens).max())
+        return cls(window, latency, settings, longest_request_tokens=longest)
 
     @property
     def trace_rate(self) -> float:
@@ -172,6 +180,15 @@ class TraceEvaluator:
 
     def _evaluate(self, config: ServingConfig) -> Evaluation:
         s = self.settings
+        limit = max_request_tokens(config)
+        if limit < self.longest_request_tokens:
+            # A deployment that rejects some of the user's requests is never recommended.
+            return Evaluation(
+                EvalStatus.INVALID,
+                config.num_gpus,
+                error=f"rejects the trace's longest requests ({self.longest_request_tokens} "
+                f"prompt + output tokens; this config holds at most {limit})",
+            )
         unit, workload, copies = self._unit(config)
 
         def run(wl: Workload) -> SimulationResult:

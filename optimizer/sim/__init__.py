@@ -1,7 +1,7 @@
 """Discrete-event serving simulator (chunked prefill, speculation, PD disaggregation)."""
 
 from optimizer.sim.capacity import CapacityResult, max_sustainable_rate
-from optimizer.sim.engine import SimulationError, simulate
+from optimizer.sim.engine import SimulationError, max_request_tokens, simulate
 from optimizer.sim.floor import DecodeFloorError, check_decode_floor, decode_floor_s
 from optimizer.sim.metrics import SLO, Percentiles, PhaseBreakdown, SimulationResult
 
@@ -15,6 +15,7 @@ __all__ = [
     "SimulationResult",
     "check_decode_floor",
     "decode_floor_s",
+    "max_request_tokens",
     "max_sustainable_rate",
     "simulate",
 ]

@@ -164,6 +164,12 @@ def _build_instances(
     return front, back, records
 
 
+def max_request_tokens(config: ServingConfig) -> int:
+    """The most prompt + output tokens one request may have on `config` (longer ones
+    are rejected, as vLLM rejects them)."""
+    return min(_token_limits(config))
+
+
 def _token_limits(config: ServingConfig) -> list[int]:
     """Per role, the most prompt + output tokens one request may have."""
     k = config.speculation.num_speculative_tokens

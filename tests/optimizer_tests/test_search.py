@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from optimizer.config import (
@@ -186,10 +187,36 @@ def test_disaggregated_commands_carry_the_kv_roles():
     assert pre.count == 2 and dec.count == 6
     assert pre.command.endswith(
         """--no-enable-chunked-prefill --gpu-memory-utilization 0.9 --block-size 16 """
+        # chunked prefill off: vLLM needs max_model_len <= the token budget
+        """--max-model-len 8192 """
         """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'"""
     )
     assert """"kv_role":"kv_consumer"}'""" in dec.command
     sg = [c for c in cmds if c.engine == "sglang"]
     assert [c.role for c in sg] == ["prefill", "decode", "proxy"]
     assert "--chunked-prefill-size -1" in sg[0].command
+    assert "--context-length 8192" in sg[0].command
+    assert "--max-model-len" not in dec.command  # chunked: no limit beyond the KV cache
     assert "--disaggregation-mode decode --disaggregation-transfer-backend nixl" in sg[1].command
+
+
+def test_configs_that_reject_the_traces_longest_request_are_invalid():
+    from optimizer.workload import Workload
+
+    wl = _workload()
+    # One long prompt late in the trace, outside the 200-request evaluation window.
+    long = Workload(
+        arrival_s=np.append(wl.arrival_s, wl.arrival_s[-1] + 1.0),
+        input_tokens=np.append(wl.input_tokens, 6000),
+        output_tokens=np.append(wl.output_tokens, 100),
+    )
+    ev = TraceEvaluator.for_trace(long, LAT, EvalSettings(SLO(2.0, 0.05), max_requests=200))
+    assert ev.longest_request_tokens == 6100
+    unchunked = ServingConfig.colocated(
+        "llama-3.1-8b", InstanceConfig(max_num_batched_tokens=4096, enable_chunked_prefill=False)
+    )
+    bad = ev.evaluate(unchunked)
+    assert bad.status is EvalStatus.INVALID
+    assert "6100" in bad.error and "4096" in bad.error
+    chunked = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_batched_tokens=4096))
+    assert ev.evaluate(chunked).status is not EvalStatus.INVALID
