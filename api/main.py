@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.cache import TtlCache
+from api.fastpath import CachedGetMiddleware
 from api.metrics import Metrics, MetricsMiddleware
 from api.problems import install_problem_handlers
 from api.routes import (
@@ -24,6 +25,7 @@ from api.routes import (
     traces,
     ui,
 )
+from api.routes.recommendations import LATEST_PATH
 from api.settings import Settings, get_settings
 from api.worker import Executor, Worker, WorkerOptions, default_executors
 from api.worker.runner import start_worker_thread
@@ -113,5 +115,11 @@ def create_app(
     routers = (health, traces, jobs, recommendations, schedules, profiles, latency_models, keys, ui)
     for module in routers:
         app.include_router(module.router)
-    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(
+        CachedGetMiddleware,
+        paths=frozenset({LATEST_PATH}),
+        key_cache=app.state.key_cache,
+        response_cache=app.state.response_cache,
+    )
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)  # outermost
     return app

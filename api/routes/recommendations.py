@@ -3,7 +3,8 @@
 The hot read path (dashboards and deploy scripts poll it): an `async` route whose
 answer, the encoded JSON, is cached per (project, filter) for
 `Settings.response_cache_s` (see `api.cache`); with the API key cached too, a hit
-touches neither the database nor a thread.
+touches neither the database nor a thread, and a repeated poll with the same
+query is answered before routing by `api.fastpath`.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import TypeAdapter
 from sqlalchemy.engine import Engine
 
 from api.deps import NAME_PATTERN, EngineDep, PrincipalDep, ResponseCacheDep
+from api.fastpath import fast_key
 from api.problems import ApiError
 from api.schemas import Problem
 from storage.db import session_scope
@@ -23,6 +25,7 @@ from storage.recommendations import DeploymentFilter, latest_recommendation
 from storage.service_records import RecommendationInfo
 
 router = APIRouter(prefix="/v1/recommendations", tags=["recommendations"])
+LATEST_PATH = "/v1/recommendations/latest"
 
 
 @lru_cache(maxsize=1)
@@ -50,6 +53,7 @@ Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=NAME_PA
     },
 )
 async def latest(
+    request: Request,
     engine: EngineDep,
     principal: PrincipalDep,
     cache: ResponseCacheDep,
@@ -80,4 +84,6 @@ async def latest(
     body = await cache.get_or_load(
         ("latest-recommendation", project, where), lambda: _load_latest(engine, project, where)
     )
+    # Also under the raw query, for repeated polls answered by api.fastpath.
+    cache.put(fast_key(LATEST_PATH, project, request.scope.get("query_string", b"")), body)
     return Response(body, media_type="application/json")

@@ -82,3 +82,44 @@ def test_revoking_through_the_api_takes_effect_at_once(service: Service) -> None
     assert r.status_code == 401 and "revoked" in r.json()["detail"]
     listed = service.client.get("/v1/keys?project=a", headers=admin).json()["items"]
     assert [k["revoked_at"] is not None for k in listed] == [False, True]
+
+
+def _store_recommendation(url: str, project: str) -> int:
+    from storage.db import make_engine, session_scope
+    from storage.jobs import claim_job, enqueue_job, finish_job
+    from storage.service_records import JobStatus
+    from storage.tuning_records import TuningParams
+    from tests.api_tests.fakes import fake_outcome
+
+    params = TuningParams(
+        model="llama-3.1-8b", gpu="h100", slo_ttft_ms=2000, slo_tpot_ms=50, stream="prod"
+    )
+    engine = make_engine(url)
+    with session_scope(engine) as s:
+        job = enqueue_job(s, project=project, params=params)
+    with session_scope(engine) as s:
+        claim = claim_job(s, worker="test", lease_s=60)
+        finish_job(s, claim, status=JobStatus.SUCCEEDED, outcome=fake_outcome(3))
+    engine.dispose()
+    return job.id
+
+
+def test_repeated_polls_keep_the_route_rules(service: Service) -> None:
+    """The second identical poll is answered by api.fastpath; it must agree with the route."""
+    url = "/v1/recommendations/latest?stream=prod&model=llama-3.1-8b"
+    a = service.auth(service.key_a)
+    assert service.client.get(url, headers=a).status_code == 404  # misses are not cached
+    job_id = _store_recommendation(service.url, "a")
+    first = service.client.get(url, headers=a)
+    second = service.client.get(url, headers=a)
+    assert first.status_code == second.status_code == 200 and first.json()["job_id"] == job_id
+    assert second.content == first.content
+    assert second.headers["content-type"] == "application/json"
+    # Another project, a malformed or missing key: never the cached answer.
+    assert service.client.get(url, headers=service.auth(service.key_b)).status_code == 404
+    for bad in (f"Basic {service.key_a}", f"Bearer {service.key_a}x", "Bearer"):
+        assert service.client.get(url, headers={"Authorization": bad}).status_code == 401
+    assert service.client.get(url).status_code == 401
+    assert service.client.get(url + "&num_gpus=0", headers=a).status_code == 422
+    metrics = service.client.get("/metrics").text
+    assert 'route="/v1/recommendations/latest",status="200"} 2' in metrics
