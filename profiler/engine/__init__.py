@@ -15,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
+    "Clock": "profiler.engine.realtime",
     "EngineError": "profiler.engine.scheduler",
     "ReplayOptions": "profiler.engine.realtime",
     "ReplayRequests": "profiler.engine.realtime",
@@ -26,6 +27,7 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from profiler.engine.realtime import (  # noqa: F401
+        Clock,
         ReplayOptions,
         ReplayRequests,
         ReplayResult,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from optimizer.config import Role, ServingConfig
 from profiler.engine.instance import EngineInstance, InstanceSpec, StepRecord
 from profiler.engine.realtime import (
+    Clock,
     ReplayOptions,
     ReplayRequests,
     ReplayResult,
@@ -126,6 +127,8 @@ def replay_disaggregated(
     from profiler.engine.realtime import run_realtime
     from profiler.timing import fixed_threads
 
+    if options.clock is not Clock.WALL:
+        raise EngineError("disaggregated replays run on the wall clock (two processes)")
     prefill_spec = instance_spec(config, Role.PREFILL, options)
     decode_spec = instance_spec(config, Role.DECODE, options, seed_offset=7)
     check_fits(requests, prefill_spec, prompt_only=True)

@@ -11,6 +11,7 @@ verify cost stays real), and commits the emitted tokens.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from random import Random
 
@@ -70,6 +71,7 @@ class EngineInstance:
             )
         self.coin = Random(spec.seed)
         self.steps: list[StepRecord] = []
+        self.clock: Callable[[], float] = time.perf_counter  # see realtime.CpuClock
         self.pending_kv: dict[int, torch.Tensor] = {}  # PD: KV received, written on admission
 
     def _sync(self) -> None:
@@ -121,7 +123,7 @@ class EngineInstance:
 
     def step(self) -> tuple[list[Chunk], list[EngineRequest]] | None:
         """Run one step; None when there is nothing to do. Returns (chunks, finished)."""
-        start = time.perf_counter()
+        start = self.clock()
         chunks = self.scheduler.plan()
         if not chunks:
             return None
@@ -153,7 +155,7 @@ class EngineInstance:
             else:
                 emitted.append(toks)
         self._sync()
-        end = time.perf_counter()
+        end = self.clock()
         finished = self.scheduler.commit(chunks, emitted, end)
         num_prefill = sum(c.num_new for c in chunks if not c.is_decode)
         self.steps.append(

@@ -5,13 +5,17 @@
 processes, see `profiler.engine.disagg`), releases each request at its
 arrival time on the wall clock and records when every output token appears.
 Timestamps come from `time.perf_counter` (CLOCK_MONOTONIC, shared by every
-process on the machine), reported relative to the replay's start.
+process on the machine), reported relative to the replay's start. On a
+shared CPU a colocated replay can instead run on `Clock.CPU` (`CpuClock`):
+each step still runs for real, but only the CPU time the engine's thread got
+counts, so other processes' load does not inflate the measurement.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from random import Random
 
 import numpy as np
@@ -42,11 +46,37 @@ class ReplayRequests:
             raise EngineError("replay token counts must be > 0")
 
 
+class Clock(StrEnum):
+    WALL = "wall"  # time.perf_counter: what a user of the machine would see
+    CPU = "cpu"  # this thread's CPU time, jumping over idle gaps (see CpuClock)
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayOptions:
     device: str = "cpu"
     num_threads: int = 1  # torch threads per process (CPU), fixed for stable timing
     seed: int = 0
+    clock: Clock = Clock.WALL
+
+
+class CpuClock:
+    """A virtual clock for a shared CPU: it advances with this thread's CPU time
+    (so time other processes steal from the engine does not count) and jumps
+    forward over idle gaps instead of sleeping. Colocated replays only (CUDA
+    work runs off the thread, so a GPU replay must use the wall clock)."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self) -> None:
+        self.offset = time.perf_counter() - time.thread_time()
+
+    def __call__(self) -> float:
+        return self.offset + time.thread_time()
+
+    def wait_until(self, t: float) -> None:
+        now = self()
+        if t > now:
+            self.offset += t - now
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,17 +196,21 @@ def run_realtime(
 ) -> None:
     """Release `requests` at t0 + arrival and step until all have finished here."""
     sched = engine.scheduler
+    clock = engine.clock
     n = len(requests)
     nxt = 0
     remaining = n
     while remaining:
-        now = time.perf_counter()
+        now = clock()
         while nxt < n and t0 + requests[nxt].arrival_s <= now:
             sched.add(requests[nxt])
             nxt += 1
         if not sched.has_work():
             if nxt < n:
-                time.sleep(max(0.0, t0 + requests[nxt].arrival_s - time.perf_counter()))
+                if isinstance(clock, CpuClock):
+                    clock.wait_until(t0 + requests[nxt].arrival_s)
+                else:
+                    time.sleep(max(0.0, t0 + requests[nxt].arrival_s - clock()))
             continue
         result = engine.step()
         if result is None:
@@ -226,7 +260,11 @@ def replay(
     with fixed_threads(options.num_threads), torch.inference_mode():
         engine = EngineInstance(spec)
         engine.warm_up()
+        if options.clock is Clock.CPU:
+            if engine.device.type != "cpu":
+                raise EngineError("the cpu clock measures CPU replays only; use clock=wall")
+            engine.clock = CpuClock()
         reqs = make_requests(requests, seed=options.seed, disaggregated=False)
-        t0 = time.perf_counter() + 0.01
+        t0 = engine.clock() + 0.01
         run_realtime(engine, reqs, t0)
     return collect(reqs, t0, (("replica", tuple(engine.steps)),))

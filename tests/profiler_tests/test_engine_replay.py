@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from optimizer.config import InstanceConfig, ServingConfig, SpecMethod, SpeculationConfig
-from profiler.engine import EngineError, ReplayRequests, replay
+from profiler.engine import Clock, EngineError, ReplayOptions, ReplayRequests, replay
 
 INSTANCE = InstanceConfig(
     accelerator="cpu", max_num_batched_tokens=64, max_num_seqs=4, gpu_memory_utilization=0.05
@@ -19,14 +19,18 @@ def requests(prompts: list[int], outputs: list[int]) -> ReplayRequests:
     )
 
 
-def test_colocated_replay_records_every_token() -> None:
-    result = replay(requests([40, 100, 8], [5, 3, 1]), ServingConfig.colocated("tiny", INSTANCE))
+@pytest.mark.parametrize("clock", [Clock.WALL, Clock.CPU])
+def test_colocated_replay_records_every_token(clock: Clock) -> None:
+    reqs = ReplayRequests(np.array([0.0, 0.0, 5.0]), np.array([40, 100, 8]), np.array([5, 3, 1]))
+    cfg = ServingConfig.colocated("tiny", INSTANCE)
+    result = replay(reqs, cfg, ReplayOptions(clock=clock))
     assert result.output_tokens.tolist() == [5, 3, 1]
     assert np.all(result.ttft_s > 0) and np.all(result.e2e_s >= result.ttft_s)
     assert np.isnan(result.tpot_s[2]) and np.all(result.tpot_s[:2] > 0)
     assert result.itl_s.size == (5 - 1) + (3 - 1)
     steps = result.steps[0][1]
     assert max(s.num_tokens for s in steps) <= 64  # the token budget holds
+    assert result.first_token_s[2] >= 5.0  # released at its arrival (the cpu clock jumps)
 
 
 def _speculative(alpha: float) -> ServingConfig:
