@@ -21,10 +21,20 @@ degree `tp`; see `profiler.kernels` for the tensor shapes):
 | prefill/decode/verify_attn | batch·q_len | 0 | 0 | batch_size, q_len, kv_len, heads |
 
 Attention `kv_len` counts all keys attended, cached context plus new tokens.
+
+Cold caches: in a real forward every layer reads its own weights and KV cache,
+so they come from memory, not from a cache warmed by the previous repeat.
+With `cold_bytes > 0` a case allocates enough copies of its weights (GEMMs,
+LM head, embedding table) or KV caches (attention) to total at least that
+many bytes and cycles through them, one copy per call. Activations stay
+fixed: in a forward they were just written by the previous operator. On this
+project's 2-core CPU a hot-cache GEMM at a few tokens runs 2-5x faster than the
+same GEMM in a whole forward; rotating over 64 MB removes that bias.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +57,7 @@ TOKEN_OPS = (
 )
 TP_INDEPENDENT_OPS = (OpKind.NORM, OpKind.ADD)
 ATTENTION_OPS = (OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.VERIFY_ATTN)
+MAX_COPIES = 1024  # rotation copies of one case's weights / KV caches
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +128,22 @@ def _rand(*size: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(*size, device=device, dtype=dtype) * 0.05
 
 
+def num_copies(bytes_per_copy: int, cold_bytes: int) -> int:
+    """Copies of a case's weights or caches that together reach `cold_bytes` (>= 1)."""
+    if cold_bytes <= 0 or bytes_per_copy <= 0:
+        return 1
+    return max(1, min(MAX_COPIES, math.ceil(cold_bytes / bytes_per_copy)))
+
+
+def _copies(*tensors: torch.Tensor, cold_bytes: int) -> Callable[[], tuple[torch.Tensor, ...]]:
+    """A closure returning the next copy of `tensors` (cycled; clones made once, here)."""
+    size = sum(t.numel() * t.element_size() for t in tensors)
+    sets = [tensors] + [
+        tuple(t.clone() for t in tensors) for _ in range(num_copies(size, cold_bytes) - 1)
+    ]
+    return itertools.cycle(sets).__next__
+
+
 def gemm_nk(op: OpKind, dims: RankDims) -> tuple[int, int]:
     """The (n, k) GEMM shape of a projection op on one rank."""
     h, d = dims.hidden, dims.head_dim
@@ -149,18 +176,20 @@ def sample_nk(op: OpKind, dims: RankDims) -> tuple[int, int]:
 
 
 def build_call(
-    case: Case, shape: ModelShape, device: torch.device, dtype: torch.dtype
+    case: Case, shape: ModelShape, device: torch.device, dtype: torch.dtype, cold_bytes: int = 0
 ) -> Callable[[], object]:
-    """Allocate the case's inputs on `device` and return a closure running the op once."""
+    """Allocate the case's inputs on `device` and return a closure running the op once
+    (with weights or KV caches rotated over `cold_bytes`, see the module docstring)."""
     dims = RankDims.of(shape, case.tp)
     kw = {"device": device, "dtype": dtype}
     t, h = case.num_tokens, dims.hidden
     op = case.op
     if op in GEMM_OPS or op is OpKind.LM_HEAD:
         n, k = gemm_nk(op, dims)
-        x, w = _rand(t, k, **kw), _rand(n, k, **kw)  # (T, k), (n, k)
+        x = _rand(t, k, **kw)  # (T, k)
+        weight = _copies(_rand(n, k, **kw), cold_bytes=cold_bytes)  # (n, k) each
         fn = kernels.lm_head if op is OpKind.LM_HEAD else kernels.gemm
-        return lambda: fn(x, w)
+        return lambda: fn(x, *weight())
     if op is OpKind.NORM:
         x, w = _rand(t, h, **kw), torch.ones(h, **kw)  # (T, h), (h,)
         return lambda: kernels.rms_norm(x, w)
@@ -180,15 +209,15 @@ def build_call(
         return lambda: (kernels.rope(q, cos, sin), kernels.rope(kk, cos, sin))
     if op is OpKind.EMBEDDING:
         ids = torch.randint(0, dims.vocab, (t,), device=device)  # (T,)
-        table = _rand(dims.vocab, h, **kw)  # (V/t, h)
-        return lambda: kernels.embedding(ids, table)
+        table = _copies(_rand(dims.vocab, h, **kw), cold_bytes=cold_bytes)  # (V/t, h) each
+        return lambda: kernels.embedding(ids, *table())
     if op in ATTENTION_OPS:
-        return _attention_call(case, dims, device, dtype)
+        return _attention_call(case, dims, device, dtype, cold_bytes)
     raise ValueError(f"{op} is not profiled per operator")
 
 
 def _attention_call(
-    case: Case, dims: RankDims, device: torch.device, dtype: torch.dtype
+    case: Case, dims: RankDims, device: torch.device, dtype: torch.dtype, cold_bytes: int
 ) -> Callable[[], object]:
     b, q_len, kv_len, d = case.batch_size, case.q_len, case.kv_len, dims.head_dim
     if not (b >= 1 and 1 <= q_len <= kv_len):
@@ -197,8 +226,11 @@ def _attention_call(
     q = _rand(b, dims.heads, q_len, d, **kw)  # (B, a/t, q, d)
     k_new = _rand(b, dims.kv_heads, q_len, d, **kw)  # (B, g/t, q, d)
     v_new = _rand(b, dims.kv_heads, q_len, d, **kw)
-    k_cache = _rand(b, dims.kv_heads, kv_len, d, **kw)  # (B, g/t, kv, d)
-    v_cache = _rand(b, dims.kv_heads, kv_len, d, **kw)
+    caches = _copies(  # (B, g/t, kv, d) keys and values, each copy
+        _rand(b, dims.kv_heads, kv_len, d, **kw),
+        _rand(b, dims.kv_heads, kv_len, d, **kw),
+        cold_bytes=cold_bytes,
+    )
     attend = {
         OpKind.PREFILL_ATTN: kernels.prefill_attention,
         OpKind.DECODE_ATTN: kernels.decode_attention,
@@ -206,6 +238,7 @@ def _attention_call(
     }[case.op]
 
     def call() -> torch.Tensor:
+        k_cache, v_cache = caches()
         kernels.write_kv(k_cache, k_new)
         kernels.write_kv(v_cache, v_new)
         return attend(q, k_cache, v_cache)

@@ -38,7 +38,7 @@ import torch
 
 from profiler import kernels
 from profiler.shapes import ModelShape
-from profiler.timing import TimingConfig, time_call
+from profiler.timing import Timing, TimingConfig, time_call
 from storage.records import KernelSample, OpKind
 
 
@@ -162,6 +162,13 @@ def measure_mixed_iteration(
     """Time one mixed forward (see the module docstring for the parameters' meaning)."""
     forward = build_forward(shape, chunk_len, num_decodes, decode_kv_len, device)
     result = time_call(forward, device, timing or TimingConfig())
+    return mixed_sample(shape, chunk_len, num_decodes, decode_kv_len, result)
+
+
+def mixed_sample(
+    shape: ModelShape, chunk_len: int, num_decodes: int, decode_kv_len: int, result: Timing
+) -> KernelSample:
+    """The stored record of a timed mixed iteration."""
     return KernelSample(
         op=OpKind.MIXED_ITERATION,
         median_ms=result.median_ms,
