@@ -4,25 +4,36 @@
 job uses: for each accelerator with a stored fitted latency model, the newest
 one (or the ids the caller names) compiled for the model shape; any other
 accelerator falls back to the roofline estimate, labelled as such.
+
+`fit_and_store(session, profile_run_id)` turns a stored profile run into a
+stored latency model: fit, hold-out metrics, save.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
 from optimizer.latency.base import LatencySource
 from optimizer.latency.catalog import LatencyCatalog, build_catalog
-from optimizer.latency.persist import load_model
-from profiler.shapes import get_shape
+from optimizer.latency.evaluate import evaluate_holdout
+from optimizer.latency.model import FitOptions, LatencyModelError, fit_latency_model
+from optimizer.latency.persist import PAYLOAD_SCHEMA_VERSION, dump_model, feature_names, load_model
+from profiler.shapes import ModelShape, get_shape
 from storage.latency_models import (
     LatencyModelInfo,
     get_latency_model,
     list_latency_models,
     load_latency_payload,
+    save_latency_model,
 )
+from storage.profiles import get_profile_run, load_samples
+from storage.records import OpKind
+
+# A stage of fit_and_store, for a progress display.
+FitProgress = Callable[[str], None]
 
 ROOFLINE_ONLY = "roofline estimate (accelerator specs)"
 
@@ -75,3 +86,60 @@ def resolve_latency(
         False,
         tuple(i.id for i in infos),
     )
+
+
+def fit_and_store(
+    session: Session,
+    profile_run_id: int,
+    *,
+    name: str | None = None,
+    shape: ModelShape | str | None = None,
+    options: FitOptions | None = None,
+    progress: FitProgress | None = None,
+) -> LatencyModelInfo:
+    """Fit a latency model on a stored profile run, evaluate it on hold-outs, store it.
+
+    `shape` names the model whose mixed iterations the profile measured (default:
+    the shape preset its samples name). Raises ProfileRunNotFound for a missing
+    run and LatencyModelError (a ValueError) when it cannot be fitted; nothing is
+    stored then. The new model is the next version of `name` (default: the run's).
+    """
+    say = progress or (lambda _stage: None)
+    run = get_profile_run(session, profile_run_id)
+    say(f"loading samples of profile run {run.id} ({run.num_samples:,})")
+    samples = load_samples(session, run.id)
+    if isinstance(shape, str):
+        shape = get_shape(shape)
+    say("fitting operator models")
+    model = fit_latency_model(
+        samples, accelerator=run.accelerator, source=run.source, options=options, shape=shape
+    )
+    metrics = evaluate_holdout(
+        samples, options=options, progress=lambda op, split: say(f"hold-out: {op} ({split})")
+    )
+    shapes = sorted({s.model for s in samples if s.model})
+    shape_name = shape.name if shape is not None else (shapes[0] if len(shapes) == 1 else "")
+    tps = sorted({s.tp for s in samples if s.op is not OpKind.MIXED_ITERATION and s.tp >= 1})
+    say("saving")
+    return save_latency_model(
+        session,
+        name=name or run.name,
+        accelerator=run.accelerator,
+        payload=dump_model(model),
+        schema_version=PAYLOAD_SCHEMA_VERSION,
+        profile_run_id=run.id,
+        shape_name=shape_name,
+        tp_degrees=tuple(tps) or (1,),
+        features=feature_names(model),
+        metrics=metrics,
+    )
+
+
+__all__ = [
+    "ROOFLINE_ONLY",
+    "FitProgress",
+    "LatencyModelError",
+    "ResolvedLatency",
+    "fit_and_store",
+    "resolve_latency",
+]

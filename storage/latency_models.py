@@ -15,6 +15,18 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from storage.models.latency_models import LatencyModelRow
+from storage.records import HoldoutMetric, HoldoutSplit
+
+__all__ = [
+    "HoldoutMetric",
+    "LatencyModelInfo",
+    "LatencyModelNotFound",
+    "get_latency_model",
+    "latest_latency_model",
+    "list_latency_models",
+    "load_latency_payload",
+    "save_latency_model",
+]
 
 METRICS_SCHEMA_VERSION = 1
 
@@ -22,17 +34,6 @@ METRICS_SCHEMA_VERSION = 1
 class LatencyModelNotFound(LookupError):
     def __init__(self, what: str) -> None:
         super().__init__(f"latency model {what} not found")
-
-
-@dataclass(frozen=True, slots=True)
-class HoldoutMetric:
-    """Error of one operator's model on one hold-out split (percentages)."""
-
-    op: str
-    split: str  # "random" | "extrapolation"
-    num_rows: int
-    median_ape: float
-    p90_ape: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +63,7 @@ def _metrics_from_json(data: dict) -> tuple[HoldoutMetric, ...]:
             f"latency model metrics: unknown schema_version {data.get('schema_version')!r}"
         )
     return tuple(
-        HoldoutMetric(str(op), str(split), int(n), float(med), float(p90))
+        HoldoutMetric(str(op), HoldoutSplit(split), int(n), float(med), float(p90))
         for op, split, n, med, p90 in data["rows"]
     )
 

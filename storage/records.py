@@ -146,6 +146,24 @@ class KernelSample:
     message_bytes: int = 0
 
 
+class HoldoutSplit(StrEnum):
+    """How a latency model's hold-out rows were chosen."""
+
+    RANDOM = "random"  # a seeded random share of the rows
+    EXTRAPOLATION = "extrapolation"  # the largest token counts (beyond the training range)
+
+
+@dataclass(frozen=True, slots=True)
+class HoldoutMetric:
+    """Error of one operator's model on one hold-out split (percentages)."""
+
+    op: str
+    split: HoldoutSplit
+    num_rows: int
+    median_ape: float
+    p90_ape: float
+
+
 @dataclass(frozen=True, slots=True)
 class ProfileRunInfo:
     id: int

@@ -21,20 +21,32 @@ from profiler.hardware import Accelerator, HardwareError, get_accelerator
 from profiler.shapes import ModelShape
 
 
+def model_overhead_s(model: LatencyModel, overhead_s: float | None = None) -> float:
+    """`overhead_s` when given, else the model's fitted overhead, else the default."""
+    if overhead_s is not None:
+        return overhead_s
+    return DEFAULT_OVERHEAD_S if model.overhead_s is None else model.overhead_s
+
+
 def compile_learned(
     shape: ModelShape,
     model: LatencyModel,
     tp: int,
     *,
-    overhead_s: float = DEFAULT_OVERHEAD_S,
+    overhead_s: float | None = None,
     accelerator: Accelerator | None = None,
     grid: TableGrid | None = None,
 ) -> CompiledStepLatency:
-    """Compile a fitted model for one shape and TP degree (roofline for uncovered ops)."""
+    """Compile a fitted model for one shape and TP degree (roofline for uncovered ops).
+
+    The per-iteration overhead is `overhead_s` when given, else the model's own
+    (fitted on mixed iterations), else `DEFAULT_OVERHEAD_S`.
+    """
     acc = accelerator or get_accelerator(model.accelerator)
     pricing = Pricing(shape, tp, RooflinePricer(acc), model)
     label = f"learned ({model.source})" if model.source else "learned"
-    return compile_step_latency(pricing, overhead_s, label=label, is_estimate=False, grid=grid)
+    overhead = model_overhead_s(model, overhead_s)
+    return compile_step_latency(pricing, overhead, label=label, is_estimate=False, grid=grid)
 
 
 def compile_roofline(
@@ -96,11 +108,12 @@ def build_catalog(
     models: Sequence[LatencyModel],
     tps: Iterable[int] = (1, 2, 4, 8),
     *,
-    overhead_s: float = DEFAULT_OVERHEAD_S,
+    overhead_s: float | None = None,
     allow_roofline: bool = True,
     grid: TableGrid | None = None,
 ) -> LatencyCatalog:
-    """Compile every fitted model for each TP degree that divides the shape's heads."""
+    """Compile every fitted model for each TP degree that divides the shape's heads
+    (overhead: `overhead_s` for all when given, else each model's, see compile_learned)."""
     compiled: dict[tuple[str, int], CompiledStepLatency] = {}
     for model in models:
         acc = get_accelerator(model.accelerator)

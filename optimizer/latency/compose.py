@@ -17,16 +17,17 @@ uses the compiled tables of `optimizer.latency.table` instead.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from optimizer.latency.base import StepLoad
 from optimizer.latency.features import OpBatch
-from optimizer.latency.model import LatencyModel, OpModel
+from optimizer.latency.model import LatencyModel, LatencyModelError, OpModel
 from optimizer.latency.roofline import RooflinePricer
-from profiler.shapes import ModelShape
-from storage.records import OpKind
+from profiler.hardware import HardwareError, get_accelerator
+from profiler.shapes import ModelShape, ShapeError, get_shape
+from storage.records import KernelSample, OpKind
 
 DEFAULT_OVERHEAD_S = 0.0005  # assumed engine overhead per iteration without calibration
 PER_MODEL_GEMMS = (OpKind.QKV_PROJ, OpKind.ATTN_OUT_PROJ, OpKind.MLP_UP, OpKind.MLP_DOWN)
@@ -194,3 +195,55 @@ def fit_overhead_s(
         m - iteration_ms(pricing, ld, 0.0) / 1e3 for ld, m in zip(loads, measured_s, strict=True)
     ]
     return max(0.0, float(np.median(gaps)))
+
+
+def mixed_load(sample: KernelSample) -> StepLoad:
+    """The StepLoad a MIXED_ITERATION sample measured (conventions of profiler.mixed:
+    one fresh prefill chunk of q_len tokens, batch_size decodes of kv_len keys each)."""
+    if sample.op is not OpKind.MIXED_ITERATION:
+        raise ValueError(f"expected a {OpKind.MIXED_ITERATION.value} sample, got {sample.op}")
+    chunk, decodes = sample.q_len, sample.batch_size
+    return StepLoad(
+        num_tokens=chunk + decodes,
+        num_logits=decodes + (1 if chunk else 0),
+        prefill_q=(chunk,) if chunk else (),
+        prefill_kv=(chunk,) if chunk else (),
+        num_decode_seqs=decodes,
+        decode_kv_tokens=decodes * sample.kv_len,
+    )
+
+
+def mixed_pricing(model: LatencyModel, shape: ModelShape) -> Pricing:
+    """How `model` prices the tensor-parallel-1 forwards of `shape` mixed iterations measure."""
+    try:
+        acc = get_accelerator(model.accelerator)
+    except HardwareError as exc:
+        raise LatencyModelError(f"mixed iterations: {exc}") from exc
+    return Pricing(shape, 1, RooflinePricer(acc), model)
+
+
+def _shape_of(samples: Sequence[KernelSample], shape: ModelShape | None) -> ModelShape:
+    names = sorted({s.model for s in samples})
+    if len(names) != 1:
+        raise LatencyModelError(f"mixed iterations of several shapes {names}; fit one at a time")
+    if shape is not None:
+        if shape.name != names[0]:
+            raise LatencyModelError(
+                f"mixed iterations measure shape {names[0]!r}, not {shape.name!r}"
+            )
+        return shape
+    try:
+        return get_shape(names[0])
+    except ShapeError as exc:
+        raise LatencyModelError(f"mixed iterations: {exc}; pass the shape explicitly") from exc
+
+
+def fit_mixed_overhead(
+    model: LatencyModel, mixed: Sequence[KernelSample], shape: ModelShape | None = None
+) -> LatencyModel:
+    """`model` with its per-iteration overhead fitted on measured mixed iterations."""
+    pricing = mixed_pricing(model, _shape_of(mixed, shape))
+    overhead = fit_overhead_s(
+        pricing, [mixed_load(s) for s in mixed], [s.median_ms / 1e3 for s in mixed]
+    )
+    return replace(model, overhead_s=overhead, num_mixed=len(mixed))

@@ -25,6 +25,7 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 from threadpoolctl import threadpool_limits
 
 from optimizer.latency.features import MODELLED_OPS, OpBatch, feature_matrix, work
+from profiler.shapes import ModelShape
 from storage.records import KernelSample, OpKind
 
 MIN_SAMPLES = 8
@@ -75,11 +76,18 @@ class OpModel:
 
 @dataclass(frozen=True, slots=True)
 class LatencyModel:
-    """Fitted operator models of one accelerator (one profile run)."""
+    """Fitted operator models of one accelerator (one profile run).
+
+    `overhead_s` is the per-iteration cost the operators do not explain, fitted
+    on the profile's measured mixed iterations (`compose.fit_overhead_s`); None
+    when the profile has none (compiled tables then assume a default).
+    """
 
     accelerator: str
     source: str
     ops: dict[OpKind, OpModel] = field(default_factory=dict)
+    overhead_s: float | None = None
+    num_mixed: int = 0  # mixed iterations the overhead was fitted on
 
     def has(self, op: OpKind) -> bool:
         return op in self.ops
@@ -158,9 +166,11 @@ def fit_latency_model(
     accelerator: str,
     source: str = "",
     options: FitOptions | None = None,
+    shape: ModelShape | None = None,
 ) -> LatencyModel:
     """Fit one model per operator present in `samples` (operators with too few samples
-    or without latency features, e.g. MIXED_ITERATION, are skipped)."""
+    or without latency features are skipped), then the per-iteration overhead when
+    there are MIXED_ITERATION samples (of `shape`, else of the preset they name)."""
     options = options or FitOptions()
     ops = {
         op: fit_op_model(batch, t, options, _models_of(samples, op))
@@ -171,4 +181,11 @@ def fit_latency_model(
         raise LatencyModelError(
             f"{accelerator}: no operator has {MIN_SAMPLES}+ samples of a modelled kind"
         )
-    return LatencyModel(accelerator, source, ops)
+    model = LatencyModel(accelerator, source, ops)
+    mixed = [s for s in samples if s.op is OpKind.MIXED_ITERATION]
+    if not mixed:
+        return model
+    # compose prices a batch from this module's models, so it is imported here.
+    from optimizer.latency.compose import fit_mixed_overhead
+
+    return fit_mixed_overhead(model, mixed, shape)

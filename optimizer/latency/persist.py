@@ -4,6 +4,9 @@ The payload is a pickle of plain parts (accelerator, source, and per operator
 the base coefficients, the fitted residual ensemble, dtype and coverage)
 prefixed by a magic header with `PAYLOAD_SCHEMA_VERSION`. Only load payloads
 this project wrote (pickle executes code from untrusted input).
+
+Version 2 adds the fitted per-iteration overhead (and how many mixed
+iterations it was fitted on); version 1 payloads still load, without one.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import pickle
 from optimizer.latency.model import LatencyModel, OpModel
 from storage.records import OpKind
 
-PAYLOAD_SCHEMA_VERSION = 1
+PAYLOAD_SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 _MAGIC = b"servetune-latency-model\n"
 
 
@@ -38,24 +42,36 @@ def dump_model(model: LatencyModel) -> bytes:
             )
             for op, m in model.ops.items()
         ],
+        "overhead_s": model.overhead_s,
+        "num_mixed": model.num_mixed,
     }
     return _MAGIC + pickle.dumps((PAYLOAD_SCHEMA_VERSION, parts), protocol=5)
 
 
 def load_model(payload: bytes, schema_version: int = PAYLOAD_SCHEMA_VERSION) -> LatencyModel:
-    if schema_version != PAYLOAD_SCHEMA_VERSION or not payload.startswith(_MAGIC):
+    if schema_version not in READABLE_VERSIONS or not payload.startswith(_MAGIC):
         raise PayloadError(
-            f"latency model payload: expected schema_version {PAYLOAD_SCHEMA_VERSION} "
+            f"latency model payload: expected schema_version in {READABLE_VERSIONS} "
             f"with a servetune header, got schema_version {schema_version}"
         )
     version, parts = pickle.loads(payload[len(_MAGIC) :])
-    if version != PAYLOAD_SCHEMA_VERSION:
-        raise PayloadError(f"latency model payload: unknown schema_version {version}")
+    if version != schema_version:
+        raise PayloadError(
+            f"latency model payload: stored as schema_version {schema_version} "
+            f"but holds version {version}"
+        )
     ops = {}
     for value, coef, residual, dtype_bytes, num, models, gpus, square in parts["ops"]:
         op = OpKind(value)
         ops[op] = OpModel(op, coef, residual, dtype_bytes, num, models, gpus, square)
-    return LatencyModel(parts["accelerator"], parts["source"], ops)
+    overhead = parts.get("overhead_s") if version >= 2 else None
+    return LatencyModel(
+        parts["accelerator"],
+        parts["source"],
+        ops,
+        overhead_s=None if overhead is None else float(overhead),
+        num_mixed=int(parts.get("num_mixed", 0)),
+    )
 
 
 def feature_names(model: LatencyModel) -> tuple[str, ...]:

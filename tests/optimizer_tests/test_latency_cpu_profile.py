@@ -2,30 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from optimizer.latency.compose import Pricing, fit_overhead_s, iteration_ms
+from optimizer.latency.evaluate import evaluate_mixed
 from optimizer.latency.model import FitOptions, fit_latency_model
-from optimizer.latency.roofline import RooflinePricer
-from profiler.hardware import get_accelerator
 from profiler.shapes import get_shape
-from storage.records import KernelSample, OpKind
-
-
-def mixed_load(s: KernelSample):
-    """A MIXED_ITERATION sample (see profiler.mixed) as the StepLoad it measured."""
-    from optimizer.latency import StepLoad
-
-    chunk, decodes = s.q_len, s.batch_size
-    return StepLoad(
-        num_tokens=chunk + decodes,
-        num_logits=decodes + (1 if chunk else 0),
-        prefill_q=(chunk,) if chunk else (),
-        prefill_kv=(chunk,) if chunk else (),
-        num_decode_seqs=decodes,
-        decode_kv_tokens=decodes * s.kv_len,
-    )
+from storage.records import OpKind
 
 
 @pytest.mark.slow
@@ -57,11 +39,6 @@ def test_composed_prediction_of_measured_mixed_iterations() -> None:
     mixed = [s for s in samples if s.op is OpKind.MIXED_ITERATION]
     assert len(mixed) >= 10
     model = fit_latency_model(samples, accelerator="cpu", options=FitOptions(max_iter=100))
-    pricing = Pricing(shape, 1, RooflinePricer(get_accelerator("cpu")), model)
-    loads = [mixed_load(s) for s in mixed]
-    half = len(mixed) // 2
-    overhead = fit_overhead_s(pricing, loads[::2], [s.median_ms / 1e3 for s in mixed[::2]])
-    pred = np.array([iteration_ms(pricing, ld, overhead) for ld in loads[1::2]])
-    true = np.array([s.median_ms for s in mixed[1::2]])
-    ape = np.abs(pred / true - 1.0) * 100
-    assert half > 0 and np.median(ape) <= 15.0, f"median APE {np.median(ape):.1f}%"
+    assert model.overhead_s is not None and model.num_mixed == len(mixed)
+    acc = evaluate_mixed(model, shape, mixed)
+    assert acc.num_test > 0 and acc.median_ape <= 15.0, f"median APE {acc.median_ape:.1f}%"
