@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from api.cli import db, keys, observations, profile, serve, traces, validate
+from api.cli import db, keys, latency, observations, profile, serve, traces, validate
 from api.cli.quickstart import quickstart
 from api.cli.simulate import simulate
 from api.cli.tune import explain, tune
@@ -19,6 +19,7 @@ app = typer.Typer(
 app.add_typer(db.app, name="db")
 app.add_typer(traces.app, name="traces")
 app.add_typer(profile.app, name="profile")
+app.add_typer(latency.app, name="latency")
 app.command("quickstart")(quickstart)
 app.add_typer(keys.app, name="keys")
 app.command("serve")(serve.serve)

@@ -1,0 +1,157 @@
+"""`servetune latency`: fit latency models on stored profile runs, list and inspect them.
+
+servetune latency fit --profile RUN_ID [--name NAME] [--model SHAPE]
+servetune latency list
+servetune latency show ID
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from api.cli.common import console, fail, session
+
+if TYPE_CHECKING:
+    from storage.latency_models import LatencyModelInfo
+
+app = typer.Typer(help="Latency models: fit on a profile run, list, show.", no_args_is_help=True)
+
+
+def metrics_table(info: LatencyModelInfo) -> Table:
+    """Hold-out errors per operator: random and extrapolation splits side by side."""
+    from storage.records import HoldoutSplit
+
+    by_op: dict[str, dict[HoldoutSplit, object]] = {}
+    for m in info.metrics:
+        by_op.setdefault(m.op, {})[HoldoutSplit(m.split)] = m
+    table = Table(
+        title=f"latency model {info.id}: hold-out APE, random 20% | largest 10% of tokens"
+    )
+    table.add_column("op", no_wrap=True)
+    for header in ("rand n", "median", "p90", "extrap n", "median", "p90"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for op in sorted(by_op):
+        cells = [op]
+        for split in (HoldoutSplit.RANDOM, HoldoutSplit.EXTRAPOLATION):
+            m = by_op[op].get(split)
+            if m is None:
+                cells += ["-", "-", "-"]
+            else:
+                cells += [str(m.num_rows), f"{m.median_ape:.2f}%", f"{m.p90_ape:.2f}%"]
+        table.add_row(*cells)
+    return table
+
+
+@app.command("fit")
+def fit(
+    profile: Annotated[int, typer.Option(help="stored profile run id to fit on")],
+    name: Annotated[
+        str | None, typer.Option(help="model name (default: the run's; refits add versions)")
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="shape of the run's mixed iterations (default: the preset they name)"),
+    ] = None,
+    max_iter: Annotated[
+        int | None,
+        typer.Option(min=1, help="boosting iterations per operator (default 400; fewer: faster)"),
+    ] = None,
+) -> None:
+    """Fit per-operator models and the per-iteration overhead, evaluate, store."""
+    from optimizer.catalogs import fit_and_store
+    from optimizer.latency.model import FitOptions, LatencyModelError
+    from profiler.shapes import ShapeError
+    from storage.profiles import ProfileRunNotFound
+
+    try:
+        with (
+            console.status(f"fitting profile run {profile}") as status,
+            session() as s,
+        ):
+            info = fit_and_store(
+                s,
+                profile,
+                name=name,
+                shape=model,
+                options=None if max_iter is None else FitOptions(max_iter=max_iter),
+                progress=lambda stage: status.update(f"profile run {profile}: {stage}"),
+            )
+    except (ProfileRunNotFound, ShapeError, LatencyModelError, ValueError) as exc:
+        fail(f"nothing stored: {exc}")
+    console.print(
+        f"stored latency model [bold]{info.id}[/] ({info.name} v{info.version}, "
+        f"{info.accelerator}, {len(info.features)} operators)"
+    )
+    console.print(metrics_table(info))
+
+
+@app.command("list")
+def list_() -> None:
+    """List stored latency models."""
+    from storage.latency_models import list_latency_models
+
+    with session() as s:
+        infos = list_latency_models(s)
+    if not infos:
+        console.print("no latency models stored yet: `servetune latency fit --profile RUN_ID`")
+        return
+    table = Table("id", "name", "version", "accelerator", "shape", "profile run", "tp", "created")
+    for i in infos:
+        table.add_row(
+            str(i.id),
+            i.name,
+            str(i.version),
+            i.accelerator,
+            i.shape_name or "-",
+            "-" if i.profile_run_id is None else str(i.profile_run_id),
+            ",".join(str(t) for t in i.tp_degrees),
+            f"{i.created_at:%Y-%m-%d %H:%M}",
+        )
+    console.print(table)
+
+
+@app.command("show")
+def show(model_id: Annotated[int, typer.Argument(help="latency model id")]) -> None:
+    """Show a stored model's provenance, overhead and hold-out metrics."""
+    from optimizer.latency.persist import PayloadError, load_model
+    from storage.latency_models import (
+        LatencyModelNotFound,
+        get_latency_model,
+        load_latency_payload,
+    )
+
+    try:
+        with session() as s:
+            info = get_latency_model(s, model_id)
+            payload, version = load_latency_payload(s, model_id)
+    except LatencyModelNotFound as exc:
+        fail(str(exc))
+    try:
+        fitted = load_model(payload, version)
+    except PayloadError as exc:
+        fail(f"latency model {model_id}: {exc}")
+    overhead = (
+        "not fitted (no mixed iterations): default assumed"
+        if fitted.overhead_s is None
+        else f"{fitted.overhead_s * 1e3:.3f} ms (fitted on {fitted.num_mixed} mixed iterations)"
+    )
+    about = Table(title=f"latency model {info.id}: {info.name} v{info.version}", show_header=False)
+    about.add_column("figure")
+    about.add_column("value")
+    for label, value in (
+        ("accelerator", info.accelerator),
+        ("source", fitted.source or "-"),
+        ("shape", info.shape_name or "-"),
+        ("profile run", "-" if info.profile_run_id is None else str(info.profile_run_id)),
+        ("tp degrees", ",".join(str(t) for t in info.tp_degrees)),
+        ("operators", ", ".join(op.value for op in fitted.ops)),
+        ("per-iteration overhead", overhead),
+        ("payload", f"{info.payload_bytes:,} bytes, schema_version {info.schema_version}"),
+        ("created (UTC)", f"{info.created_at:%Y-%m-%d %H:%M}"),
+    ):
+        about.add_row(label, value)
+    console.print(about)
+    console.print(metrics_table(info))
