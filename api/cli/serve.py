@@ -51,13 +51,13 @@ def serve(
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     settings = _settings()
+    if workers > 1 and settings.database_url.startswith("sqlite"):
+        fail("--workers > 1 needs PostgreSQL (SERVETUNE_DATABASE_URL); SQLite has one writer")
     console.print(f"servetune API on http://{host}:{port}  (docs: /docs, results: /ui/jobs/ID)")
     common = {"host": host, "port": port, "log_level": log_level, "access_log": False}
     if workers == 1:
         uvicorn.run(create_app(settings, embedded_worker=worker), **common)
         return
-    if settings.database_url.startswith("sqlite"):
-        fail("--workers > 1 needs PostgreSQL (SERVETUNE_DATABASE_URL); SQLite has one writer")
     if worker is not None:  # the worker processes build their app from the environment
         os.environ["SERVETUNE_EMBEDDED_WORKER"] = "true" if worker else "false"
     uvicorn.run("api.main:create_app", factory=True, workers=workers, **common)
