@@ -111,6 +111,7 @@ def create_app(
     app.state.metrics = Metrics()
     app.state.key_cache = TtlCache(settings.key_cache_s)
     app.state.response_cache = TtlCache(settings.response_cache_s)
+    app.state.fit_lock = threading.Lock()  # one latency-model fit at a time per process
     install_problem_handlers(app)
     routers = (health, traces, jobs, recommendations, schedules, profiles, latency_models, keys, ui)
     for module in routers:

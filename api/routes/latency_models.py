@@ -1,19 +1,31 @@
-"""/v1/latency-models: latency models fitted on stored profiles (list, get).
+"""/v1/latency-models: latency models fitted on stored profiles (list, get, fit).
 
 Like profiles, latency models are global: the newest one per accelerator prices
 every project's tuning jobs. Any key may read them; fitting one needs the admin
 scope. The fitted payload itself is never served, only its description and
 hold-out accuracy.
+
+A fit runs synchronously in the thread pool: about 3 s for a Vidur table and
+30-40 s for a whole AIConfigurator GPU folder on two busy cores. One fit at a
+time per API process (a second gets 409), so an admin cannot starve the
+service's CPU; nothing is stored unless the fit succeeds.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel, Field
+from sqlalchemy.engine import Engine
+from starlette.concurrency import run_in_threadpool
 
-from api.deps import IdPath, PagingDep, PrincipalDep, SessionDep
+from api.deps import AdminDep, EngineDep, IdPath, PagingDep, PrincipalDep, SessionDep
+from api.problems import ApiError
 from api.schemas import Page, Problem, page
+from profiler.shapes import PRESETS
+from storage.db import session_scope
 from storage.latency_models import LatencyModelInfo, get_latency_model, list_latency_models
 
 router = APIRouter(prefix="/v1/latency-models", tags=["latency-models"])
@@ -21,6 +33,33 @@ ERRORS = {
     401: {"model": Problem, "description": "missing or unknown API key"},
     404: {"model": Problem, "description": "no such latency model"},
 }
+ADMIN_ERRORS = {
+    **ERRORS,
+    403: {"model": Problem, "description": "the key has no admin scope"},
+    404: {"model": Problem, "description": "no such profile run"},
+    409: {"model": Problem, "description": "another fit is running in this API process"},
+    422: {"model": Problem, "description": "unknown shape, or the samples cannot be fitted"},
+}
+
+
+class FitRequest(BaseModel):
+    profile_run_id: int = Field(ge=1, le=2**31 - 1, examples=[1])
+    name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="stored as the next version of this name (default: the profile run's name)",
+    )
+    shape: str | None = Field(
+        None,
+        max_length=100,
+        examples=["llama-3.1-8b"],
+        description="model shape preset the profile's mixed iterations measured "
+        "(default: the shape its samples name)",
+    )
+
+
 Label = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 
 
@@ -44,3 +83,42 @@ def list_(
 )
 def get(model_id: IdPath, session: SessionDep, _: PrincipalDep) -> LatencyModelInfo:
     return get_latency_model(session, model_id)
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=LatencyModelInfo,
+    responses=ADMIN_ERRORS,
+    summary="Fit a latency model on a stored profile run (admin; synchronous)",
+)
+async def fit(
+    spec: FitRequest, request: Request, response: Response, engine: EngineDep, _: AdminDep
+) -> LatencyModelInfo:
+    if spec.shape is not None and spec.shape.lower() not in PRESETS:
+        raise ApiError(
+            422,
+            f"unknown model shape {spec.shape!r}; expected one of {sorted(PRESETS)}",
+            kind="validation",
+        )
+    lock: threading.Lock = request.app.state.fit_lock
+    if not lock.acquire(blocking=False):
+        raise ApiError(409, "a latency-model fit is already running; retry when it is done")
+    try:
+        info = await run_in_threadpool(_fit, engine, spec)
+    finally:
+        lock.release()
+    response.headers["Location"] = f"/v1/latency-models/{info.id}"
+    return info
+
+
+def _fit(engine: Engine, spec: FitRequest) -> LatencyModelInfo:
+    from optimizer.catalogs import fit_and_store  # scikit-learn: loaded on first fit only
+
+    try:
+        with session_scope(engine) as session:
+            return fit_and_store(session, spec.profile_run_id, name=spec.name, shape=spec.shape)
+    except LookupError:
+        raise
+    except ValueError as exc:
+        raise ApiError(422, f"cannot fit profile run {spec.profile_run_id}: {exc}") from None

@@ -24,6 +24,18 @@ ALL_REDUCE = (
 )
 
 
+def _all_reduce_csv(num_rows: int) -> bytes:
+    """A synthetic Vidur all_reduce.csv: latency grows with message size and workers."""
+    lines = [ALL_REDUCE.splitlines()[0]]
+    for i in range(num_rows):
+        workers, size = (2, 4, 8)[i % 3], 2048 * 2 ** (i // 3)
+        ms = 0.01 + size * workers * 1e-9
+        lines.append(
+            f"{i},{ms * 0.9},{ms * 1.2},{ms},{ms},{ms * 0.05},0,{workers},{size},all_reduce,8,8"
+        )
+    return ("\n".join(lines) + "\n").encode()
+
+
 def _post(service: Service, filename: str, data: bytes, key: str | None = None, **fields: str):
     return service.client.post(
         "/v1/profiles",
@@ -157,3 +169,34 @@ def test_latency_models_are_listed_for_every_project(service: Service) -> None:
     assert got["id"] == mid and "payload" not in got
     missing = service.client.get("/v1/latency-models/999", headers=user)
     assert missing.status_code == 404 and missing.headers["content-type"] == PROBLEM
+
+
+# The fit is CPU work on loaded samples; storage on both back-ends is covered above.
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_fit_a_latency_model_from_a_stored_profile(service: Service) -> None:
+    admin = service.auth(service.admin)
+    data = _all_reduce_csv(36)
+    run = _post(service, "all_reduce.csv", data, format="vidur", gpu="h100").json()
+    body = {"profile_run_id": run["id"], "name": "h100 net"}
+    denied = service.client.post(
+        "/v1/latency-models", json=body, headers=service.auth(service.key_a)
+    )
+    assert denied.status_code == 403
+    r = service.client.post("/v1/latency-models", json=body, headers=admin)
+    assert r.status_code == 201, r.text
+    model = r.json()
+    assert model["profile_run_id"] == run["id"] and model["accelerator"] == "h100"
+    assert model["name"] == "h100 net" and model["version"] == 1
+    assert r.headers["location"] == f"/v1/latency-models/{model['id']}"
+    tiny = _post(service, "all_reduce.csv", ALL_REDUCE.encode(), format="vidur", gpu="h100")
+    for bad, status, words in (
+        ({"profile_run_id": 999}, 404, "profile run 999"),
+        ({"profile_run_id": run["id"], "shape": "/etc/passwd"}, 422, "unknown model shape"),
+        ({"profile_run_id": 0}, 422, "profile_run_id"),
+        ({"profile_run_id": tiny.json()["id"]}, 422, "cannot fit"),
+    ):
+        r = service.client.post("/v1/latency-models", json=bad, headers=admin)
+        assert r.status_code == status and r.headers["content-type"] == PROBLEM, r.text
+        assert words in r.json()["detail"]
+    listing = service.client.get("/v1/latency-models", headers=admin).json()
+    assert listing["total"] == 1
