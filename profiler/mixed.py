@@ -22,11 +22,20 @@ from per-op samples as
 
 with T = chunk_len + num_decodes and m = num_decodes + (1 if chunk_len else 0)
 rows sampled (the chunk is taken to be the prompt's last, so it samples once).
-The forward runs exactly these `profiler.kernels` functions plus the reshapes
-between them, so the difference between the measured and composed times is the
-per-iteration overhead a latency model has to learn. On a shared CPU, calls of
-tens of milliseconds are preempted more often than short per-op calls, which
-inflates medians of whole iterations; their p10 is the steadier comparison.
+The forward runs exactly these `profiler.kernels` functions plus the glue
+between them (splits, views, copies of the chunk's keys, the concatenation of
+prefill and decode outputs, the gather of sampled rows), under the same thread
+count as the per-op cases, so the difference between the measured and composed
+times is the per-iteration overhead a latency model has to learn (about 0.45 ms
+per layer for the tiny shape on this project's CPU).
+
+Two biases once made composed sums miss measured iterations by ~40% on CPU:
+per-op cases timed with hot caches (their weights reused by every repeat,
+while a forward streams each layer's weights once: up to 5x at a few tokens),
+fixed by the cold-cache rotation of `profiler.cases`; and bursts of other work
+on a shared machine, which hit long calls more often than short ones, damped
+by measuring the grid in several passes and keeping each case's least
+disturbed one (`ProfileGrid.passes`).
 """
 
 from __future__ import annotations
