@@ -182,6 +182,26 @@ def iteration_ms(pricing: Pricing, load: StepLoad, overhead_s: float) -> float:
     return total + 1e3 * overhead_s
 
 
+def iterations_ms(pricing: Pricing, loads: Sequence[StepLoad], overhead_s: float) -> np.ndarray:
+    """`iteration_ms` of many loads at once: one prediction call per operator, not per load."""
+    n = len(loads)
+    total = pricing.dense_ms(np.array([ld.num_tokens for ld in loads], dtype=np.float64))
+    logits = np.array([ld.num_logits for ld in loads], dtype=np.float64)
+    if (logits > 0).any():
+        total[logits > 0] += pricing.lm_head_ms(logits[logits > 0])
+    owner = np.array([i for i, ld in enumerate(loads) for _ in ld.prefill_q], dtype=np.int64)
+    if owner.size:
+        q = np.array([v for ld in loads for v in ld.prefill_q], dtype=np.float64)
+        kv = np.array([v for ld in loads for v in ld.prefill_kv], dtype=np.float64)
+        total += np.bincount(owner, pricing.prefill_attn_ms(q, kv), minlength=n)
+    for dq in sorted({ld.decode_q for ld in loads if ld.num_decode_seqs > 0}):
+        rows = [i for i, ld in enumerate(loads) if ld.num_decode_seqs > 0 and ld.decode_q == dq]
+        seqs = np.array([loads[i].num_decode_seqs for i in rows], dtype=np.float64)
+        kv_sum = np.array([loads[i].decode_kv_tokens for i in rows], dtype=np.float64)
+        total[rows] += pricing.decode_attn_ms(seqs, kv_sum / seqs, dq)
+    return total + 1e3 * overhead_s
+
+
 def fit_overhead_s(
     pricing: Pricing, loads: Sequence[StepLoad], measured_s: Sequence[float]
 ) -> float:
@@ -191,9 +211,7 @@ def fit_overhead_s(
             "need matching non-empty loads and measurements, "
             f"got {len(loads)} and {len(measured_s)}"
         )
-    gaps = [
-        m - iteration_ms(pricing, ld, 0.0) / 1e3 for ld, m in zip(loads, measured_s, strict=True)
-    ]
+    gaps = np.asarray(measured_s, dtype=np.float64) - iterations_ms(pricing, loads, 0.0) / 1e3
     return max(0.0, float(np.median(gaps)))
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.latency.compose import fit_overhead_s, iteration_ms, mixed_load, mixed_pricing
+from optimizer.latency.compose import fit_overhead_s, iterations_ms, mixed_load, mixed_pricing
 from optimizer.latency.features import OpBatch, token_count
 from optimizer.latency.model import (
     MIN_SAMPLES,
@@ -158,7 +158,7 @@ def evaluate_mixed(
         pricing, [loads[i] for i in idx[:cut]], [mixed[i].median_ms / 1e3 for i in idx[:cut]]
     )
     test = idx[cut:]
-    pred = np.array([iteration_ms(pricing, loads[i], overhead) for i in test])
+    pred = iterations_ms(pricing, [loads[i] for i in test], overhead)
     true = np.array([mixed[i].median_ms for i in test])
     signed = (pred / true - 1.0) * 100.0
     errors = np.abs(signed)

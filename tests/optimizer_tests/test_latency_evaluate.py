@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from optimizer.latency import StepLoad, build_catalog, compile_learned
-from optimizer.latency.compose import DEFAULT_OVERHEAD_S, iteration_ms, mixed_load, mixed_pricing
+from optimizer.latency.compose import (
+    DEFAULT_OVERHEAD_S,
+    iteration_ms,
+    iterations_ms,
+    mixed_load,
+    mixed_pricing,
+)
 from optimizer.latency.evaluate import (
     AccuracyTargets,
     HoldoutOptions,
@@ -141,6 +147,16 @@ def test_overhead_fitted_on_mixed_iterations_and_used_by_catalogs() -> None:
     acc = evaluate_mixed(model, TINY, measured)
     assert acc.num_fit + acc.num_test == 14 and acc.overhead_s == pytest.approx(0.002)
     assert acc.median_ape < 1e-6
+
+    # The batched composition used by the overhead fit equals the per-load one.
+    loads = [mixed_load(s) for s in mixed] + [
+        StepLoad(40, 9, (16, 8), (100, 8), 8, 800, 3),
+        StepLoad(5, 5, (), (), 5, 500, 2),
+        StepLoad(7, 1, (7,), (7,)),
+    ]
+    batched = iterations_ms(mixed_pricing(model, TINY), loads, 0.001)
+    one_by_one = [iteration_ms(mixed_pricing(model, TINY), ld, 0.001) for ld in loads]
+    np.testing.assert_allclose(batched, one_by_one, rtol=1e-12)
 
     load = StepLoad(40, 9, (32,), (32,), 8, 8 * 256)
     own = compile_learned(TINY, model, 1, grid=SMALL).step_time_s(load)
