@@ -240,18 +240,22 @@ def mixed_pricing(model: LatencyModel, shape: ModelShape) -> Pricing:
     return Pricing(shape, 1, RooflinePricer(acc), model)
 
 
-def _shape_of(samples: Sequence[KernelSample], shape: ModelShape | None) -> ModelShape:
+def _mixed_of(
+    samples: Sequence[KernelSample], shape: ModelShape | None
+) -> tuple[ModelShape, list[KernelSample]]:
+    """The shape mixed iterations measured and its samples (`shape`'s, when given)."""
     names = sorted({s.model for s in samples})
-    if len(names) != 1:
-        raise LatencyModelError(f"mixed iterations of several shapes {names}; fit one at a time")
     if shape is not None:
-        if shape.name != names[0]:
-            raise LatencyModelError(
-                f"mixed iterations measure shape {names[0]!r}, not {shape.name!r}"
-            )
-        return shape
+        mine = [s for s in samples if s.model == shape.name]
+        if not mine:
+            raise LatencyModelError(f"no mixed iterations of shape {shape.name!r}, only of {names}")
+        return shape, mine
+    if len(names) != 1:
+        raise LatencyModelError(
+            f"mixed iterations of several shapes {names}; name the one to fit the overhead on"
+        )
     try:
-        return get_shape(names[0])
+        return get_shape(names[0]), list(samples)
     except ShapeError as exc:
         raise LatencyModelError(f"mixed iterations: {exc}; pass the shape explicitly") from exc
 
@@ -260,7 +264,8 @@ def fit_mixed_overhead(
     model: LatencyModel, mixed: Sequence[KernelSample], shape: ModelShape | None = None
 ) -> LatencyModel:
     """`model` with its per-iteration overhead fitted on measured mixed iterations."""
-    pricing = mixed_pricing(model, _shape_of(mixed, shape))
+    shape, mixed = _mixed_of(mixed, shape)
+    pricing = mixed_pricing(model, shape)
     overhead = fit_overhead_s(
         pricing, [mixed_load(s) for s in mixed], [s.median_ms / 1e3 for s in mixed]
     )

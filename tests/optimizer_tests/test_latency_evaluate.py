@@ -173,8 +173,13 @@ def test_mixed_iterations_of_an_unknown_shape_are_rejected() -> None:
     odd = [replace(s, model="no-such-shape") for s in mixed]
     with pytest.raises(LatencyModelError, match="no-such-shape"):
         fit_latency_model(ops + odd, accelerator="cpu", options=FAST)
-    with pytest.raises(LatencyModelError, match="not 'small'"):
+    with pytest.raises(LatencyModelError, match="no mixed iterations of shape 'small'"):
         fit_latency_model(ops + mixed, accelerator="cpu", options=FAST, shape=get_shape("small"))
+    with pytest.raises(LatencyModelError, match="several shapes"):
+        fit_latency_model(ops + mixed + odd, accelerator="cpu", options=FAST)
+    # Naming the shape picks its iterations out of a profile of several.
+    both = fit_latency_model(ops + mixed + odd, accelerator="cpu", options=FAST, shape=TINY)
+    assert both.num_mixed == len(mixed)
 
 
 def test_payload_v2_keeps_the_overhead_and_v1_still_loads() -> None:
