@@ -3,7 +3,9 @@
 `resolve_latency(session, model)` builds the `LatencySource` every command and
 job uses: for each accelerator with a stored fitted latency model, the newest
 one (or the ids the caller names) compiled for the model shape; any other
-accelerator falls back to the roofline estimate, labelled as such.
+accelerator falls back to the roofline estimate, labelled as such. Stored
+calibrations (fitted on observed runs by `servetune calibrate`) of whatever
+prices an accelerator are applied on top.
 
 `fit_and_store(session, profile_run_id)` turns a stored profile run into a
 stored latency model: fit, hold-out metrics, save.
@@ -21,6 +23,7 @@ from optimizer.latency.catalog import LatencyCatalog, build_catalog
 from optimizer.latency.evaluate import evaluate_holdout
 from optimizer.latency.model import FitOptions, LatencyModelError, fit_latency_model
 from optimizer.latency.persist import PAYLOAD_SCHEMA_VERSION, dump_model, feature_names, load_model
+from optimizer.validation.api import calibrated_source
 from profiler.shapes import ModelShape, get_shape
 from storage.latency_models import (
     LatencyModelInfo,
@@ -31,6 +34,7 @@ from storage.latency_models import (
 )
 from storage.profiles import get_profile_run, load_samples
 from storage.records import OpKind
+from storage.validation import CalibrationRecord, latest_calibrations
 
 # A stage of fit_and_store, for a progress display.
 FitProgress = Callable[[str], None]
@@ -75,17 +79,35 @@ def resolve_latency(
         infos = _newest_per_accelerator(list_latency_models(session))
     else:
         infos = []
-    if not infos:
-        return ResolvedLatency(LatencyCatalog(shape), ROOFLINE_ONLY, True)
-    fitted = [load_model(*load_latency_payload(session, i.id)) for i in infos]
-    catalog = build_catalog(shape, fitted, tps)
-    used = ", ".join(f"{i.accelerator} #{i.id} ({i.name} v{i.version})" for i in infos)
-    return ResolvedLatency(
-        catalog,
-        f"fitted latency models: {used}; roofline estimate for other accelerators",
-        False,
-        tuple(i.id for i in infos),
-    )
+    if infos:
+        fitted = [load_model(*load_latency_payload(session, i.id)) for i in infos]
+        source: LatencySource = build_catalog(shape, fitted, tps)
+        used = ", ".join(f"{i.accelerator} #{i.id} ({i.name} v{i.version})" for i in infos)
+        label = f"fitted latency models: {used}; roofline estimate for other accelerators"
+    else:
+        source, label = LatencyCatalog(shape), ROOFLINE_ONLY
+    cals = _calibrations(session, shape.name, {i.accelerator.lower(): i.id for i in infos})
+    if cals:
+        source = calibrated_source(source, cals)
+        keys = ", ".join(f"{c.accelerator} tp{c.tp} #{c.id}" for c in cals)
+        label += f"; calibrated against observed runs ({keys})"
+    return ResolvedLatency(source, label, not infos, tuple(i.id for i in infos))
+
+
+def _calibrations(
+    session: Session, shape_name: str, model_ids: dict[str, int]
+) -> list[CalibrationRecord]:
+    """The newest stored calibration per (accelerator, TP) that belongs to what prices it:
+    the fitted model in use for that accelerator, or the roofline (no model id)."""
+    chosen: dict[tuple[str, int], CalibrationRecord] = {}
+    for c in latest_calibrations(session, shape_name=shape_name):
+        if c.latency_model_id is None and c.accelerator.lower() not in model_ids:
+            chosen[(c.accelerator.lower(), c.tp)] = c
+    for acc, model_id in model_ids.items():
+        for c in latest_calibrations(session, shape_name=shape_name, latency_model_id=model_id):
+            if c.accelerator.lower() == acc:
+                chosen[(acc, c.tp)] = c
+    return sorted(chosen.values(), key=lambda c: (c.accelerator, c.tp))
 
 
 def fit_and_store(
