@@ -32,6 +32,7 @@ from optimizer.validation.observations import (
     load_vllm_result,
     parse_vllm_result,
 )
+from optimizer.validation.stepfit import StepFit, StepObservation, fit_step_calibration
 
 __all__ = [
     "CalibratedSource",
@@ -45,6 +46,8 @@ __all__ = [
     "Observation",
     "ObservationFormatError",
     "RequestOutcomes",
+    "StepFit",
+    "StepObservation",
     "Summary",
     "ValidationError",
     "compare",
@@ -52,6 +55,7 @@ __all__ = [
     "default_slo",
     "evaluate",
     "fit_calibration",
+    "fit_step_calibration",
     "load_vllm_result",
     "parse_vllm_result",
     "summarize",

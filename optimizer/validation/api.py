@@ -75,10 +75,18 @@ class CalibrationLike(Protocol):
     decode_scale: float
 
 
+def _kv_token_s(stored: CalibrationLike) -> float:
+    """The KV-gathering term (stored in `details` by engine self-calibrations)."""
+    details = getattr(stored, "details", None) or {}
+    return float(details.get("kv_token_s", 0.0))
+
+
 def calibrated_source(base: LatencySource, stored: Iterable[CalibrationLike]) -> LatencySource:
     """Wrap `base` with stored calibrations (one per accelerator and TP); `base` if none."""
     cals = {
-        (c.accelerator.lower(), c.tp): Calibration(c.overhead_s, c.prefill_scale, c.decode_scale)
+        (c.accelerator.lower(), c.tp): Calibration(
+            c.overhead_s, c.prefill_scale, c.decode_scale, _kv_token_s(c)
+        )
         for c in stored
     }
     return CalibratedSource(base, cals) if cals else base

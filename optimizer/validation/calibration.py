@@ -3,11 +3,14 @@
 The correction prices a step as
 
     t = overhead_s + base(load) x (w x prefill_scale + (1 - w) x decode_scale)
+        + kv_token_s x (KV tokens the step reads)
 
 where `base` is the uncalibrated `StepLatency` and w the share of prefill
-tokens in the step. `CalibratedStepLatency` applies it and `CalibratedSource`
-wraps any `LatencySource`, so the simulator and the search pick calibration
-up through the interface they already use.
+tokens in the step. The KV term (0 unless fitted on measured steps, see
+`optimizer.validation.stepfit`) prices gathering a paged KV cache, which
+per-op profiles of contiguous caches do not see. `CalibratedStepLatency`
+applies it and `CalibratedSource` wraps any `LatencySource`, so the simulator
+and the search pick calibration up through the interface they already use.
 
 `fit_calibration` finds the three parameters that make simulations of the
 observed workloads reproduce the observed mean and p10-p90 of TTFT and TPOT (least
@@ -41,10 +44,13 @@ class Calibration:
     overhead_s: float = 0.0
     prefill_scale: float = 1.0
     decode_scale: float = 1.0
+    kv_token_s: float = 0.0  # per KV token read in the step (paged-KV gathering)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.overhead_s) and self.overhead_s >= 0):
             raise ValidationError(f"calibration overhead_s must be >= 0, got {self.overhead_s}")
+        if not (math.isfinite(self.kv_token_s) and self.kv_token_s >= 0):
+            raise ValidationError(f"calibration kv_token_s must be >= 0, got {self.kv_token_s}")
         for name in ("prefill_scale", "decode_scale"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
@@ -52,7 +58,12 @@ class Calibration:
 
     @property
     def is_identity(self) -> bool:
-        return self.overhead_s == 0 and self.prefill_scale == 1 and self.decode_scale == 1
+        return (
+            self.overhead_s == 0
+            and self.prefill_scale == 1
+            and self.decode_scale == 1
+            and self.kv_token_s == 0
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +82,15 @@ class CalibratedStepLatency:
         t = self.base.step_time_s(load)
         prefill = sum(load.prefill_q)
         w = prefill / load.num_tokens if load.num_tokens > 0 else 0.0
-        return c.overhead_s + t * (w * c.prefill_scale + (1.0 - w) * c.decode_scale)
+        t = c.overhead_s + t * (w * c.prefill_scale + (1.0 - w) * c.decode_scale)
+        if c.kv_token_s:
+            t += c.kv_token_s * kv_tokens_read(load)
+        return t
+
+
+def kv_tokens_read(load: StepLoad) -> int:
+    """KV tokens a step reads: every decoding sequence's and every prefill chunk's context."""
+    return load.decode_kv_tokens + sum(load.prefill_kv)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +125,7 @@ class CalibrationFit:
     loss_before: float
     loss_after: float
     num_evaluations: int
+    outliers: tuple[str, ...] = ()  # cases left out of the fit (see `fit_calibration`)
 
 
 def predict(
@@ -160,8 +180,44 @@ def fit_calibration(
     seed: int = 0,
     draft_latency: LatencySource | None = None,
     max_evaluations: int = 200,
+    outlier_factor: float = 4.0,
 ) -> CalibrationFit:
-    """Fit one `Calibration` (shared by every case) to observed TTFT and TPOT."""
+    """Fit one `Calibration` (shared by every case) to observed TTFT and TPOT.
+
+    With three or more cases, a case whose own loss under the fitted correction
+    exceeds `outlier_factor` x the median case loss (a run disturbed by other
+    load, or a deployment the correction's form cannot describe) is flagged,
+    left out and the fit repeated on the rest; `CalibrationFit.outliers` names
+    them. `outlier_factor=0` keeps every case."""
+    fit = _fit(cases, latency, seed, draft_latency, max_evaluations)
+    if outlier_factor <= 0 or len(cases) < 3:
+        return fit
+    source = CalibratedSource(latency, default=fit.calibration)
+    losses = []
+    for c in cases:
+        try:
+            p = _figures(predict(c, source, seed=seed, draft_latency=draft_latency))
+            losses.append(_loss([p], [_figures(c.measured)]))
+        except DecodeFloorError:
+            losses.append(_INVALID_LOSS)
+    limit = outlier_factor * max(float(np.median(losses)), 1e-4)
+    out = [i for i, x in enumerate(losses) if x > limit]
+    if not out:
+        return fit
+    keep = [c for i, c in enumerate(cases) if i not in out]
+    refit = _fit(keep, latency, seed, draft_latency, max_evaluations)
+    names = tuple(cases[i].name or f"case {i}" for i in out)
+    evals = fit.num_evaluations + refit.num_evaluations
+    return CalibrationFit(refit.calibration, refit.loss_before, refit.loss_after, evals, names)
+
+
+def _fit(
+    cases: Sequence[CalibrationCase],
+    latency: LatencySource,
+    seed: int,
+    draft_latency: LatencySource | None,
+    max_evaluations: int,
+) -> CalibrationFit:
     from scipy.optimize import minimize
 
     if not cases:
