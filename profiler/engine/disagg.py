@@ -9,10 +9,23 @@ only then are the prefill blocks freed, as the simulator frees them when the
 transfer lands. The decode instance queues the request for KV blocks and
 writes the received KV into them on admission. Transfers are counted (bytes,
 send-to-receipt time).
+
+On `Clock.CPU` (for a shared machine) each process runs on its own thread's
+CPU clock (`CpuClock`), so other processes' load, and the two engines'
+competition for cores, do not count. The prefill process publishes its
+virtual time and the number of hand-offs sent after every step; a hand-off
+carries its virtual send time plus the measured cost of moving the KV into
+the channel (copy out of the pool and into shared memory, on the sender's
+CPU clock and off its timeline, as a transfer link would run beside the
+engine). The decode process admits a hand-off at its virtual arrival time
+and steps only once the prefill's published time has reached its own and
+every hand-off sent so far has been received (conservative synchronisation:
+nothing can arrive in its past), jumping forward over idle gaps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
 from dataclasses import dataclass
@@ -21,6 +34,7 @@ from optimizer.config import Role, ServingConfig
 from profiler.engine.instance import EngineInstance, InstanceSpec, StepRecord
 from profiler.engine.realtime import (
     Clock,
+    CpuClock,
     ReplayOptions,
     ReplayRequests,
     ReplayResult,
@@ -44,6 +58,7 @@ class _Handoff:
     first_token_s: float
     sent_s: float
     kv: object  # torch.Tensor (layers, 2, prompt, g, d)
+    ready_s: float = 0.0  # virtual arrival at the decode instance (CPU clock only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +116,81 @@ def _decode_worker(spec: InstanceSpec, num_threads: int, inbox, outbox) -> None:
         outbox.put(("done", (outcomes, tuple(engine.steps))))
 
 
+def _decode_worker_cpu(spec: InstanceSpec, num_threads: int, inbox, outbox, shared) -> None:
+    """The decode instance on its own CPU clock, kept behind the prefill's (see module doc)."""
+    import heapq
+
+    import torch
+
+    from profiler.engine.realtime import CpuClock
+
+    torch.set_num_threads(num_threads)
+    with torch.inference_mode():
+        engine = EngineInstance(spec)
+        engine.warm_up()
+        clock = CpuClock()
+        engine.clock = clock
+        outbox.put(("ready", None))
+        sched = engine.scheduler
+        pending: list[tuple[float, int, _Handoff]] = []
+        received: dict[int, tuple[EngineRequest, float]] = {}
+        num_received = 0
+
+        def take(msg: object) -> None:
+            nonlocal num_received
+            if msg == "end":
+                return
+            h: _Handoff = msg  # type: ignore[assignment]
+            heapq.heappush(pending, (h.ready_s, h.rid, h))
+            num_received += 1
+
+        while True:
+            spin = time.thread_time()  # waiting costs are kept off the clock
+            with shared.get_lock():
+                p_time, p_sent, p_done = shared[0], int(shared[1]), shared[2] > 0
+            while True:
+                try:
+                    take(inbox.get_nowait())
+                except queue.Empty:
+                    break
+            if num_received < p_sent:  # a sent hand-off is still in the queue's pipe
+                with contextlib.suppress(queue.Empty):
+                    take(inbox.get(timeout=0.5))
+                clock.exclude(time.thread_time() - spin)
+                continue
+            # Every hand-off due by `horizon` is known: later ones are sent after p_time.
+            horizon = float("inf") if p_done else p_time
+            clock.exclude(time.thread_time() - spin)
+            now = clock()
+            while pending and pending[0][0] <= now:
+                _, _, h = heapq.heappop(pending)
+                r = EngineRequest(
+                    h.rid, h.arrival_s, h.num_prompt, h.num_output, h.num_output,
+                    list(h.token_ids), num_computed=h.num_prompt, num_generated=1,
+                    token_times_s=[h.first_token_s],
+                )  # fmt: skip
+                engine.pending_kv[h.rid] = h.kv  # type: ignore[assignment]
+                received[h.rid] = (r, h.ready_s)
+                sched.add(r)
+            if sched.has_work() and now <= horizon:
+                engine.step()
+                continue
+            if pending and not sched.has_work() and pending[0][0] <= horizon:
+                clock.wait_until(pending[0][0])
+                continue
+            if p_done and not pending and not sched.has_work():
+                break
+            spin = time.thread_time()
+            with contextlib.suppress(queue.Empty):  # wait for the prefill to move on
+                take(inbox.get(timeout=0.002))
+            clock.exclude(time.thread_time() - spin)
+        outcomes = [
+            _DecodeOutcome(r.rid, r.token_times_s, r.num_preemptions, t)
+            for r, t in received.values()
+        ]
+        outbox.put(("done", (outcomes, tuple(engine.steps))))
+
+
 def _receive(outbox, worker, timeout_s: float | None) -> tuple[str, object]:
     """The worker's next message; a clear error if it died or stayed silent."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -127,17 +217,20 @@ def replay_disaggregated(
     from profiler.engine.realtime import run_realtime
     from profiler.timing import fixed_threads
 
-    if options.clock is not Clock.WALL:
-        raise EngineError("disaggregated replays run on the wall clock (two processes)")
+    cpu = options.clock is Clock.CPU
     prefill_spec = instance_spec(config, Role.PREFILL, options)
     decode_spec = instance_spec(config, Role.DECODE, options, seed_offset=7)
+    if cpu and prefill_spec.device != "cpu":
+        raise EngineError("the cpu clock measures CPU replays only; use clock=wall")
     check_fits(requests, prefill_spec, prompt_only=True)
     check_fits(requests, decode_spec, prompt_only=False)
     ctx = mp.get_context("spawn")
     inbox, outbox = ctx.Queue(), ctx.Queue()
-    worker = ctx.Process(
-        target=_decode_worker, args=(decode_spec, options.num_threads, inbox, outbox), daemon=True
-    )
+    shared = ctx.Array("d", 3)  # prefill's virtual time, hand-offs sent, done (CPU clock)
+    target, args = _decode_worker, (decode_spec, options.num_threads, inbox, outbox)
+    if cpu:
+        target, args = _decode_worker_cpu, (*args, shared)
+    worker = ctx.Process(target=target, args=args, daemon=True)
     worker.start()
     transfers = {"n": 0, "bytes": 0}
     sent_at: dict[int, float] = {}
@@ -149,23 +242,35 @@ def replay_disaggregated(
             if kind != "ready":
                 raise EngineError(f"decode worker answered {kind!r} instead of 'ready'")
             reqs = make_requests(requests, seed=options.seed, disaggregated=True)
+            clock = CpuClock() if cpu else None
+            if clock is not None:
+                engine.clock = clock
 
             def hand_off(r: EngineRequest) -> None:
                 if r.stop_at == r.num_output:
                     return  # a one-token output finishes on the prefill instance
-                kv = engine.read_prompt_kv(r)
+                begin = time.thread_time()
+                kv = engine.read_prompt_kv(r).share_memory_()
                 engine.scheduler.release(r)
-                now = time.perf_counter()
+                cost = time.thread_time() - begin
+                if clock is not None:  # the channel's work, off the prefill's timeline
+                    clock.exclude(cost)
+                now = engine.clock()
                 sent_at[r.rid] = now
                 transfers["n"] += 1
                 transfers["bytes"] += kv.numel() * kv.element_size()
                 inbox.put(
                     _Handoff(r.rid, r.arrival_s, r.num_prompt, r.num_output, r.token_ids,
-                             r.token_times_s[0], now, kv)
+                             r.token_times_s[0], now, kv, now + cost)
                 )  # fmt: skip
 
-            t0 = time.perf_counter() + 0.01
-            run_realtime(engine, reqs, t0, hand_off)
+            def publish(done: bool = False) -> None:
+                with shared.get_lock():
+                    shared[0], shared[1], shared[2] = engine.clock(), transfers["n"], float(done)
+
+            t0 = engine.clock() + 0.01
+            run_realtime(engine, reqs, t0, hand_off, publish if cpu else None)
+            publish(done=True)
             inbox.put("end")
             kind, payload = _receive(outbox, worker, None)
         outcomes, decode_steps = payload

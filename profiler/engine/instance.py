@@ -25,7 +25,12 @@ from profiler.shapes import ModelShape
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
-    """What one step ran and how long it took (seconds, perf_counter clock)."""
+    """What one step ran and how long it took (seconds, on the instance's clock).
+
+    `end_s` is when its tokens were emitted; `done_s` after the scheduler
+    committed them (the step's whole cost is `done_s - start_s`, `draft_s` of
+    it in draft-model steps). The load fields mirror `optimizer.latency.StepLoad`.
+    """
 
     start_s: float
     end_s: float
@@ -33,6 +38,16 @@ class StepRecord:
     num_prefill_tokens: int
     num_decode_seqs: int
     num_draft_steps: int
+    done_s: float = 0.0
+    draft_s: float = 0.0
+    prefill_q: tuple[int, ...] = ()
+    prefill_kv: tuple[int, ...] = ()
+    decode_kv_tokens: int = 0  # sum over decoding sequences of cached + new tokens
+    decode_q: int = 1  # query positions per decoding sequence (1 + K when verifying)
+
+    @property
+    def seconds(self) -> float:
+        return (self.done_s or self.end_s) - self.start_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +147,9 @@ class EngineInstance:
             self._install_kv(chunks)
         decodes = [c for c in chunks if c.is_decode]
         spec_decodes = [c for c in decodes if c.num_new > 1]
+        t_draft = self.clock()
         drafts = self._propose(spec_decodes) if spec_decodes else {}
+        draft_s = self.clock() - t_draft if spec_decodes and self.draft is not None else 0.0
         specs: list[RowSpec] = []
         for c in chunks:
             r = c.request
@@ -157,15 +174,21 @@ class EngineInstance:
         self._sync()
         end = self.clock()
         finished = self.scheduler.commit(chunks, emitted, end)
-        num_prefill = sum(c.num_new for c in chunks if not c.is_decode)
+        prefills = [c for c in chunks if not c.is_decode]
         self.steps.append(
             StepRecord(
                 start,
                 end,
                 sum(c.num_new for c in chunks),
-                num_prefill,
+                sum(c.num_new for c in prefills),
                 len(decodes),
                 max((c.num_new - 1 for c in spec_decodes), default=0) if self.draft else 0,
+                done_s=self.clock(),
+                draft_s=draft_s,
+                prefill_q=tuple(c.num_new for c in prefills),
+                prefill_kv=tuple(c.start + c.num_new for c in prefills),
+                decode_kv_tokens=sum(c.start + c.num_new for c in decodes),
+                decode_q=max((c.num_new for c in decodes), default=1),
             )
         )
         return chunks, finished

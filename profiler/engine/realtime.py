@@ -8,7 +8,9 @@ Timestamps come from `time.perf_counter` (CLOCK_MONOTONIC, shared by every
 process on the machine), reported relative to the replay's start. On a
 shared CPU a colocated replay can instead run on `Clock.CPU` (`CpuClock`):
 each step still runs for real, but only the CPU time the engine's thread got
-counts, so other processes' load does not inflate the measurement.
+counts, so other processes' load does not inflate the measurement. A
+disaggregated replay on `Clock.CPU` runs each process on its own CPU clock and
+keeps the two in step conservatively (see `profiler.engine.disagg`).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class ReplayRequests:
 
 class Clock(StrEnum):
     WALL = "wall"  # time.perf_counter: what a user of the machine would see
-    CPU = "cpu"  # this thread's CPU time, jumping over idle gaps (see CpuClock)
+    CPU = "cpu"  # each engine thread's CPU time, jumping over idle gaps (see CpuClock)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +64,8 @@ class ReplayOptions:
 class CpuClock:
     """A virtual clock for a shared CPU: it advances with this thread's CPU time
     (so time other processes steal from the engine does not count) and jumps
-    forward over idle gaps instead of sleeping. Colocated replays only (CUDA
-    work runs off the thread, so a GPU replay must use the wall clock)."""
+    forward over idle gaps instead of sleeping. CPU replays only (CUDA work runs
+    off the thread, so a GPU replay must use the wall clock)."""
 
     __slots__ = ("offset",)
 
@@ -72,6 +74,10 @@ class CpuClock:
 
     def __call__(self) -> float:
         return self.offset + time.thread_time()
+
+    def exclude(self, seconds: float) -> None:
+        """Take `seconds` of this thread's CPU time off the clock (work not on its timeline)."""
+        self.offset -= seconds
 
     def wait_until(self, t: float) -> None:
         now = self()
@@ -193,8 +199,10 @@ def run_realtime(
     requests: list[EngineRequest],
     t0: float,
     on_finished: object = None,
+    after_step: object = None,
 ) -> None:
-    """Release `requests` at t0 + arrival and step until all have finished here."""
+    """Release `requests` at t0 + arrival and step until all have finished here.
+    `after_step()` runs after every step's `on_finished` calls and every idle jump."""
     sched = engine.scheduler
     clock = engine.clock
     n = len(requests)
@@ -211,6 +219,8 @@ def run_realtime(
                     clock.wait_until(t0 + requests[nxt].arrival_s)
                 else:
                     time.sleep(max(0.0, t0 + requests[nxt].arrival_s - clock()))
+                if after_step is not None:
+                    after_step()  # type: ignore[operator]
             continue
         result = engine.step()
         if result is None:
@@ -219,6 +229,8 @@ def run_realtime(
             remaining -= 1
             if on_finished is not None:
                 on_finished(r)  # type: ignore[operator]
+        if after_step is not None:
+            after_step()  # type: ignore[operator]
 
 
 def collect(
