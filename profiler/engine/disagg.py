@@ -17,8 +17,10 @@ virtual time and the number of hand-offs sent after every step; a hand-off
 carries its virtual send time plus the measured cost of moving the KV into
 the channel (copy out of the pool and into shared memory, on the sender's
 CPU clock and off its timeline, as a transfer link would run beside the
-engine). The decode process admits a hand-off at its virtual arrival time
-and steps only once the prefill's published time has reached its own and
+engine; writing it into the decode instance's blocks on admission is likewise
+kept off the decode's timeline and added to the transfer time, as an RDMA
+write into the paged pool would be). The decode process admits a hand-off at
+its virtual arrival time and steps only once the prefill's published time has reached its own and
 every hand-off sent so far has been received (conservative synchronisation:
 nothing can arrive in its past), jumping forward over idle gaps.
 """
@@ -113,7 +115,7 @@ def _decode_worker(spec: InstanceSpec, num_threads: int, inbox, outbox) -> None:
             _DecodeOutcome(r.rid, r.token_times_s, r.num_preemptions, t)
             for r, t in received.values()
         ]
-        outbox.put(("done", (outcomes, tuple(engine.steps))))
+        outbox.put(("done", (outcomes, tuple(engine.steps), 0.0)))
 
 
 def _decode_worker_cpu(spec: InstanceSpec, num_threads: int, inbox, outbox, shared) -> None:
@@ -188,7 +190,7 @@ def _decode_worker_cpu(spec: InstanceSpec, num_threads: int, inbox, outbox, shar
             _DecodeOutcome(r.rid, r.token_times_s, r.num_preemptions, t)
             for r, t in received.values()
         ]
-        outbox.put(("done", (outcomes, tuple(engine.steps))))
+        outbox.put(("done", (outcomes, tuple(engine.steps), engine.install_s)))
 
 
 def _receive(outbox, worker, timeout_s: float | None) -> tuple[str, object]:
@@ -273,7 +275,7 @@ def replay_disaggregated(
             publish(done=True)
             inbox.put("end")
             kind, payload = _receive(outbox, worker, None)
-        outcomes, decode_steps = payload
+        outcomes, decode_steps, install_s = payload
     finally:
         worker.join(timeout=30)
         if worker.is_alive():
@@ -301,5 +303,5 @@ def replay_disaggregated(
         steps,
         num_kv_transfers=transfers["n"],
         kv_transfer_bytes=transfers["bytes"],
-        kv_transfer_s=transfer_s,
+        kv_transfer_s=transfer_s + install_s,
     )

@@ -88,6 +88,7 @@ class EngineInstance:
         self.steps: list[StepRecord] = []
         self.clock: Callable[[], float] = time.perf_counter  # see realtime.CpuClock
         self.pending_kv: dict[int, torch.Tensor] = {}  # PD: KV received, written on admission
+        self.install_s = 0.0  # CPU time writing received KV (off a CPU clock's timeline)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -144,7 +145,13 @@ class EngineInstance:
             return None
         bs = self.spec.limits.block_size
         if self.pending_kv:
+            begin = time.thread_time()
             self._install_kv(chunks)
+            cost = time.thread_time() - begin
+            self.install_s += cost
+            exclude = getattr(self.clock, "exclude", None)
+            if exclude is not None:  # the channel writes the KV, as RDMA into the pool would
+                exclude(cost)
         decodes = [c for c in chunks if c.is_decode]
         spec_decodes = [c for c in decodes if c.num_new > 1]
         t_draft = self.clock()

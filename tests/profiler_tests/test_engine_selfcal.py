@@ -15,7 +15,7 @@ INSTANCE = InstanceConfig(
 )
 PLAN = SyntheticPlan(
     decode_batches=(1, 3), kv_lengths=(20, 90), arriving_prompts=(100,), num_decode_steps=3,
-    budget_s=0.0,
+    passes=2,
 )  # fmt: skip
 
 
@@ -34,6 +34,12 @@ def test_synthetic_steps_cover_prefill_decode_and_mixed() -> None:
         assert o.load.num_tokens == r.num_tokens
         assert kv_tokens_read(o.load) == r.decode_kv_tokens + sum(r.prefill_kv)
     assert step_observations(records, draft=True) == []
+    one = measure_engine_steps(spec, SyntheticPlan(**{**_plan_fields(), "passes": 1}))
+    assert len(one) == len(records)  # passes run the same steps; one record kept per step
+
+
+def _plan_fields() -> dict[str, object]:
+    return {f: getattr(PLAN, f) for f in PLAN.__slots__}
 
 
 def test_speculative_steps_time_the_draft_separately() -> None:
