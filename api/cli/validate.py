@@ -1,11 +1,17 @@
 """`servetune validate`: the simulator's prediction against a real replay on this machine.
 
 Pipeline: profile the config's model shape here (or reuse a stored profile
-run), fit the per-operator latency model and its per-step overhead (from the
-profile's whole mixed iterations), simulate the workload, replay the same
-workload in real time on the reference engine (`profiler.engine`), and print
-predicted against measured mean/p50/p90/p99 TTFT and TPOT and goodput with
-their errors. The comparison is stored unless `--no-store`.
+run), fit the per-operator latency model, measure the reference engine's own
+step cost on synthetic batches (not the trace) and fit a correction to it
+(per-step overhead, prefill/decode scales, per-KV-token gathering cost; the
+engine does work the per-op profile does not see: paged-KV gathering, batch
+building, Python scheduling), simulate the workload with it, replay the same
+workload on the reference engine (`profiler.engine`; by default each engine
+process on its own CPU-time clock, so other processes' load does not count),
+and print predicted against measured mean/p50/p90/p99 TTFT and TPOT and
+goodput with their errors. The comparison and the self-calibration are
+stored unless `--no-store`. The trace itself is never fitted to, so the
+comparison stays a held-out test.
 
 The helpers (`fit_engine_latency`, `prepare_workload`, `run_validation`) are
 shared with `benchmarks/bench_validate.py`.
@@ -28,7 +34,7 @@ if TYPE_CHECKING:
     from optimizer.config import ServingConfig
     from optimizer.latency.base import LatencySource
     from optimizer.sim import SLO
-    from optimizer.validation import Comparison
+    from optimizer.validation import Comparison, StepFit
     from optimizer.workload import Workload
     from profiler.engine import ReplayResult
     from storage.records import KernelSample
@@ -44,6 +50,32 @@ class EngineLatency:
     draft: LatencySource | None
     overhead_s: float
     label: str
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCalibration:
+    """A correction fitted on the engine's own steps (synthetic batches, not the trace)."""
+
+    latency: EngineLatency  # calibrated sources
+    target: StepFit
+    draft: StepFit | None
+    seconds: float  # measuring and fitting
+
+    def describe(self) -> str:
+        def one(name: str, f: StepFit) -> str:
+            c = f.calibration
+            return (
+                f"{name}: overhead {c.overhead_s * 1e3:.2f} ms, prefill x{c.prefill_scale:.2f}, "
+                f"decode x{c.decode_scale:.2f}, {c.kv_token_s * 1e9:.0f} ns/KV token "
+                f"on {f.num_steps} steps ({f.num_outliers} outliers; "
+                f"median step error {f.median_error_before * 100:.0f}% -> "
+                f"{f.median_error_after * 100:.0f}%)"
+            )
+
+        parts = [one("target", self.target)]
+        if self.draft is not None:
+            parts.append(one("draft", self.draft))
+        return "engine self-calibration (synthetic batches, not the trace): " + "; ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +147,50 @@ def fit_engine_latency(
     return EngineLatency(target, draft, overhead, label)
 
 
+def calibrate_on_engine(
+    latency: EngineLatency, config: ServingConfig, *, clock: str = "cpu", passes: int = 3
+) -> EngineCalibration:
+    """Measure the reference engine's own steps on synthetic batches (same shape,
+    threads, clock and limits as the replay of `config`) and fit the correction
+    `optimizer.validation.fit_step_calibration` to them."""
+    import time
+
+    from optimizer.config import Role
+    from optimizer.validation import CalibratedSource, fit_step_calibration
+    from profiler.engine import ReplayOptions
+    from profiler.engine.realtime import instance_spec
+    from profiler.engine.selfcal import SyntheticPlan, measure_engine_steps, step_observations
+    from profiler.timing import fixed_threads
+
+    t0 = time.perf_counter()
+    options = ReplayOptions()
+    plans = list(config.roles())
+    role = next((p.role for p in plans if p.role is not Role.PREFILL), plans[0].role)
+    spec = instance_spec(config, role, options)
+    with fixed_threads(options.num_threads):
+        records = measure_engine_steps(
+            spec, SyntheticPlan(passes=passes), cpu_clock=clock != "wall"
+        )
+    inst = plans[0].instance
+    base = latency.target.for_instance(inst.accelerator, inst.tp)
+    target = fit_step_calibration(base, step_observations(records))
+    draft_fit = None
+    draft_source = latency.draft
+    draft_obs = step_observations(records, draft=True)
+    if latency.draft is not None and len(draft_obs) >= 3:
+        draft_fit = fit_step_calibration(
+            latency.draft.for_instance(inst.accelerator, inst.tp), draft_obs
+        )
+        draft_source = CalibratedSource(latency.draft, default=draft_fit.calibration)
+    tuned = EngineLatency(
+        CalibratedSource(latency.target, default=target.calibration),
+        draft_source,
+        target.calibration.overhead_s,
+        latency.label + " + engine self-calibration",
+    )
+    return EngineCalibration(tuned, target, draft_fit, time.perf_counter() - t0)
+
+
 def prepare_workload(
     workload: Workload,
     *,
@@ -144,17 +220,15 @@ def run_validation(
     seed: int = 0,
     clock: str = "auto",
 ) -> ValidationOutcome:
-    """Simulate, replay for real, compare. `clock` "auto" measures colocated replays
-    on the engine thread's CPU time (immune to other processes) and disaggregated
-    ones on the wall clock."""
-    from optimizer.config import ServingMode
+    """Simulate, replay for real, compare. `clock` "auto" measures every replay on
+    its engine threads' CPU time (immune to other processes' load; a disaggregated
+    replay keeps its two processes' clocks in step), "wall" on the wall clock."""
     from optimizer.sim import simulate
     from optimizer.validation import RequestOutcomes, compare, default_slo
     from profiler.engine import Clock, ReplayOptions, ReplayRequests, replay
 
     if clock == "auto":
-        colocated = config.mode is ServingMode.COLOCATED
-        clock = Clock.CPU if colocated else Clock.WALL
+        clock = Clock.CPU
 
     draft = latency.draft if config.speculation.draft_model else None
     sim = simulate(workload, config, latency.target, seed=seed, draft_latency=draft)
@@ -235,8 +309,15 @@ def validate(
     ] = None,
     seed: Annotated[int, typer.Option()] = 0,
     clock: Annotated[
-        str, typer.Option(help="auto (cpu if colocated, else wall), wall, or cpu")
+        str, typer.Option(help="auto (= cpu: each engine process's CPU time), wall, or cpu")
     ] = "auto",
+    self_calibrate: Annotated[
+        bool,
+        typer.Option(
+            help="first measure the engine's own steps on synthetic batches (not the trace) "
+            "and fit a correction to them, stored as a calibration"
+        ),
+    ] = True,
     store: Annotated[bool, typer.Option(help="store the comparison")] = True,
 ) -> None:
     """Predict with the simulator, replay for real on the reference engine, compare."""
@@ -262,6 +343,11 @@ def validate(
         fail(str(exc))
     latency = fit_engine_latency(_load_samples(profile_run, cfg.model, quick_profile), cfg.model)
     console.print(f"latency model: {latency.label}")
+    selfcal = None
+    if self_calibrate:
+        selfcal = calibrate_on_engine(latency, cfg, clock="wall" if clock == "wall" else "cpu")
+        console.print(selfcal.describe())
+        latency = selfcal.latency
     try:
         outcome = run_validation(workload, cfg, latency, slo=slo, seed=seed, clock=clock)
     except EngineError as exc:
@@ -282,8 +368,37 @@ def validate(
                 s, kind="replay", workload=workload.name or trace, config=cfg.to_dict(),
                 latency=latency.label, comparison=outcome.comparison.to_dict(),
                 details={"load_average": load, "clock": clock,
+                         "self_calibration": selfcal.describe() if selfcal else None,
                          "num_kv_transfers": real.num_kv_transfers,
                          "kv_transfer_bytes": real.kv_transfer_bytes,
                          "num_preemptions": int(real.num_preemptions.sum())},
             )  # fmt: skip
         console.print(f"stored validation run {run.id}")
+        if selfcal is not None:
+            ids = _store_self_calibration(selfcal, cfg)
+            console.print(f"stored the engine self-calibration as calibration {ids}")
+
+
+def _store_self_calibration(selfcal: EngineCalibration, config: ServingConfig) -> str:
+    """One calibration per model the engine ran (target, draft), marked as engine-measured."""
+    from storage.validation import save_calibration
+
+    inst = config.roles()[0].instance
+    fits = [(config.model, selfcal.target)]
+    if selfcal.draft is not None and config.speculation.draft_model:
+        fits.append((config.speculation.draft_model, selfcal.draft))
+    ids = []
+    with session() as s:
+        for shape, fit in fits:
+            c = fit.calibration
+            rec = save_calibration(
+                s, shape_name=shape, accelerator=inst.accelerator, tp=inst.tp,
+                overhead_s=c.overhead_s, prefill_scale=c.prefill_scale,
+                decode_scale=c.decode_scale, loss_before=fit.median_error_before,
+                loss_after=fit.median_error_after,
+                details={"source": "engine-steps", "kv_token_s": c.kv_token_s,
+                         "num_steps": fit.num_steps, "num_outliers": fit.num_outliers,
+                         "loss": "median relative step error"},
+            )  # fmt: skip
+            ids.append(str(rec.id))
+    return ", ".join(ids)

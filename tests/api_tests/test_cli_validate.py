@@ -121,12 +121,17 @@ def test_validate_replays_and_stores(
     assert out.exit_code == 0, out.output
     assert "p99_ttft_s" in out.output and "goodput_rps" in out.output
     assert "stored validation run 1" in out.output
+    assert "engine self-calibration (synthetic batches, not the trace)" in out.output
+    assert "stored the engine self-calibration as calibration 1" in out.output
     from storage.db import make_engine, session_scope
-    from storage.validation import get_validation_run
+    from storage.validation import get_validation_run, latest_calibrations
 
     with session_scope(make_engine(cli_db)) as s:
         run = get_validation_run(s, 1)
+        (cal,) = latest_calibrations(s, shape_name="tiny")
     assert run.kind == "replay" and run.comparison["num_requests"] == 3
+    assert "self-calibration" in run.details["self_calibration"]
+    assert cal.details["source"] == "engine-steps" and cal.details["kv_token_s"] >= 0
 
 
 def test_validate_rejects_half_an_slo(cli_db: str, runner: CliRunner, tmp_path: Path) -> None:
