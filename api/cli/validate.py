@@ -94,20 +94,6 @@ def profile_samples(shape_name: str, *, quick: bool = False) -> list[KernelSampl
     return run_sweep(get_shape(shape_name), replace(grid, tp_degrees=(1,)), "cpu")
 
 
-def _mixed_load(sample: KernelSample):
-    from optimizer.latency.base import StepLoad
-
-    chunk, n = sample.q_len, sample.batch_size
-    return StepLoad(
-        num_tokens=chunk + n,
-        num_logits=n + (1 if chunk else 0),
-        prefill_q=(chunk,) if chunk else (),
-        prefill_kv=(chunk,) if chunk else (),
-        num_decode_seqs=n,
-        decode_kv_tokens=n * sample.kv_len,
-    )
-
-
 def fit_engine_latency(
     samples: list[KernelSample],
     shape_name: str,
@@ -121,9 +107,12 @@ def fit_engine_latency(
     iterations with a prefill chunk measure 3-5x their composed cost, which no
     replay step shows, so their fit overstates the overhead ~15x)."""
     from optimizer.latency import build_catalog, fit_latency_model
-    from optimizer.latency.compose import DEFAULT_OVERHEAD_S, Pricing, fit_overhead_s
-    from optimizer.latency.roofline import RooflinePricer
-    from profiler.hardware import get_accelerator
+    from optimizer.latency.compose import (
+        DEFAULT_OVERHEAD_S,
+        fit_overhead_s,
+        mixed_load,
+        mixed_pricing,
+    )
     from profiler.shapes import get_shape
     from storage.records import OpKind
 
@@ -132,9 +121,10 @@ def fit_engine_latency(
     mixed = [s for s in samples if s.op is OpKind.MIXED_ITERATION and s.model == shape.name]
     overhead = DEFAULT_OVERHEAD_S
     if mixed and overhead_from_mixed:
-        pricing = Pricing(shape, 1, RooflinePricer(get_accelerator(accelerator)), model)
         overhead = fit_overhead_s(
-            pricing, [_mixed_load(s) for s in mixed], [s.p10_ms / 1e3 for s in mixed]
+            mixed_pricing(model, shape),
+            [mixed_load(s) for s in mixed],
+            [s.p10_ms / 1e3 for s in mixed],
         )
     target = build_catalog(shape, [model], (1,), overhead_s=overhead, allow_roofline=False)
     draft = build_catalog(
