@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 from typing import NoReturn
 
 import typer
@@ -19,6 +20,16 @@ err_console = Console(stderr=True)
 def fail(message: str, code: int = 2) -> NoReturn:
     err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def trace_source(trace: str) -> Path | int:
+    """A `--trace` value: an existing trace file, else a stored trace id."""
+    path = Path(trace)
+    if path.exists():
+        return path
+    if not trace.isdigit():
+        fail(f"--trace {trace!r}: expected a stored trace id or an existing trace file")
+    return int(trace)
 
 
 @lru_cache

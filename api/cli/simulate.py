@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from api.cli.common import console, fail, session
+from api.cli.common import console, fail, session, trace_source
 
 if TYPE_CHECKING:
     from optimizer.config import ServingConfig
@@ -41,17 +41,15 @@ def load_workload(trace: str) -> Workload:
     from optimizer.workload import Workload
     from storage.traces import TraceNotFound, load_trace_columns
 
-    path = Path(trace)
-    if path.exists():
+    source = trace_source(trace)
+    if isinstance(source, Path):
         try:
-            return Workload.from_columns(parse_trace(path).columns, name=path.stem)
+            return Workload.from_columns(parse_trace(source).columns, name=source.stem)
         except TraceFormatError as exc:
             fail(str(exc))
-    if not trace.isdigit():
-        fail(f"--trace {trace!r}: expected a stored trace id or an existing trace file")
     try:
         with session() as s:
-            return Workload.from_columns(load_trace_columns(s, int(trace)), name=f"trace-{trace}")
+            return Workload.from_columns(load_trace_columns(s, source), name=f"trace-{source}")
     except TraceNotFound as exc:
         fail(str(exc))
 

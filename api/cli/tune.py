@@ -11,18 +11,17 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from api.cli.common import console, fail, session
+from api.cli.common import console, fail, session, trace_source
 
 if TYPE_CHECKING:
     from optimizer.search.outcome import TuneOutcome
 
 
 def _trace_id(trace: str) -> int:
-    if trace.isdigit():
-        return int(trace)
-    path = Path(trace)
-    if not path.exists():
-        fail(f"--trace {trace!r}: expected a stored trace id or an existing trace file")
+    """The stored trace's id, storing a trace file first."""
+    path = trace_source(trace)
+    if isinstance(path, int):
+        return path
     from api.ingest import ingest_trace
 
     with session() as s:
