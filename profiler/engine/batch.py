@@ -59,7 +59,7 @@ class RowSpec:
     is_decode: bool
 
 
-def _slots(blocks: list[int], stop: int, block_size: int) -> torch.Tensor:
+def block_slots(blocks: list[int], stop: int, block_size: int) -> torch.Tensor:
     """KV slots of positions [0, stop) of a sequence with block table `blocks`, (stop,) long."""
     table = torch.tensor(blocks, dtype=torch.long)[:, None] * block_size
     return (table + torch.arange(block_size)).reshape(-1)[:stop]
@@ -84,7 +84,7 @@ def build_batch(specs: list[RowSpec], block_size: int, device: torch.device) -> 
         row = len(ids)
         ids.extend(s.ids)
         pos.extend(range(s.start, s.start + q))
-        slots = _slots(s.blocks, s.start + q, block_size)
+        slots = block_slots(s.blocks, s.start + q, block_size)
         write.append(slots[s.start :])
         sample.extend(range(row + q - s.samples, row + q))
         return slots

@@ -17,7 +17,7 @@ from random import Random
 
 import torch
 
-from profiler.engine.batch import RowSpec, build_batch
+from profiler.engine.batch import RowSpec, block_slots, build_batch
 from profiler.engine.model import PagedTransformer
 from profiler.engine.scheduler import Chunk, EngineRequest, Scheduler, SchedulerLimits
 from profiler.shapes import ModelShape
@@ -118,17 +118,13 @@ class EngineInstance:
         for c in chunks:
             kv = self.pending_kv.pop(c.request.rid, None)
             if kv is not None:
-                n = kv.shape[2]
-                table = torch.tensor(c.request.blocks, dtype=torch.long)[:, None] * bs
-                slots = (table + torch.arange(bs)).reshape(-1)[:n].to(self.device)
+                slots = block_slots(c.request.blocks, kv.shape[2], bs).to(self.device)
                 self.model.write_kv(slots, kv.to(self.device))
 
     def read_prompt_kv(self, r: EngineRequest) -> torch.Tensor:
         """The KV of a request's prompt, (layers, 2, prompt, g, d), for a PD hand-off."""
-        bs = self.spec.limits.block_size
-        table = torch.tensor(r.blocks, dtype=torch.long)[:, None] * bs
-        slots = (table + torch.arange(bs)).reshape(-1)[: r.num_prompt].to(self.device)
-        return self.model.read_kv(slots).cpu()
+        slots = block_slots(r.blocks, r.num_prompt, self.spec.limits.block_size)
+        return self.model.read_kv(slots.to(self.device)).cpu()
 
     def _accept(self, num_drafts: int) -> int:
         alpha = self.spec.acceptance_rate
