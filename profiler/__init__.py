@@ -9,8 +9,9 @@ Public names are re-exported lazily: importing `profiler` (or `profiler.shapes`,
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from profiler._lazy import lazy_getattr
 
 _EXPORTS = {
     "ModelShape": "profiler.shapes",
@@ -59,8 +60,4 @@ if TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'profiler' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -11,8 +11,9 @@ processes. Importing this package does not import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from profiler._lazy import lazy_getattr
 
 _EXPORTS = {
     "Clock": "profiler.engine.realtime",
@@ -36,8 +37,4 @@ if TYPE_CHECKING:
     from profiler.engine.scheduler import EngineError  # noqa: F401
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'profiler.engine' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
