@@ -66,17 +66,12 @@ def quickstart(
     console.print(_summary_table(result.trace))
     if trials <= 0:
         return
-    from api.cli.tune import _run_with_progress, print_outcome
-    from optimizer.jobs import TuneRequest, run_tuning_job
-    from storage.traces import TraceNotFound
+    from api.cli.tune import run_study
+    from optimizer.jobs import TuneRequest
 
     request = TuneRequest(
         trace_id=result.trace.id, model="llama-3.1-8b", gpus=("h100",), gpu_budget=4,
         slo_ttft_ms=2000, slo_tpot_ms=50, attainment=0.9, n_trials=trials, seed=0,
         max_requests=400,
     )  # fmt: skip
-    name = f"quickstart-{result.trace.id}-{trials}"
-    outcome = _run_with_progress(request, get_settings().database_url, name, run_tuning_job,
-                                 TraceNotFound)  # fmt: skip
-    console.print(f"study [bold]{name}[/] ({outcome.num_trials} trials)")
-    print_outcome(outcome)
+    run_study(request, f"quickstart-{result.trace.id}-{trials}")

@@ -14,6 +14,7 @@ from rich.table import Table
 from api.cli.common import console, fail, session, trace_source
 
 if TYPE_CHECKING:
+    from optimizer.jobs import TuneRequest
     from optimizer.search.outcome import TuneOutcome
 
 
@@ -112,8 +113,7 @@ def tune(
     out: Annotated[Path | None, typer.Option(help="folder for JSON/YAML/PNG/HTML")] = None,
 ) -> None:
     """Search for goodput-maximising configs and print the recommendation."""
-    from api.settings import get_settings
-    from optimizer.jobs import TuneRequest, TuneRequestError, run_tuning_job
+    from optimizer.jobs import TuneRequest, TuneRequestError
 
     try:
         overrides = json.loads(space) if space else {}
@@ -124,19 +124,18 @@ def tune(
         )  # fmt: skip
     except (TuneRequestError, json.JSONDecodeError) as exc:
         fail(str(exc))
-    from storage.traces import TraceNotFound
-
-    name = study or f"tune-{uuid.uuid4().hex[:8]}"
-    outcome = _run_with_progress(request, get_settings().database_url, name, run_tuning_job,
-                                 TraceNotFound)  # fmt: skip
-    console.print(f"study [bold]{name}[/] ({outcome.num_trials} trials)")
-    print_outcome(outcome)
+    outcome = run_study(request, study or f"tune-{uuid.uuid4().hex[:8]}")
     if out is not None:
         for p in write_outputs(outcome, out):
             console.print(f"wrote {p}")
 
 
-def _run_with_progress(request, url, name, run, not_found) -> TuneOutcome:
+def run_study(request: TuneRequest, name: str) -> TuneOutcome:
+    """Run (or resume) study `name` with a progress bar, then print its outcome."""
+    from api.settings import get_settings
+    from optimizer.jobs import run_tuning_job
+    from storage.traces import TraceNotFound
+
     with Progress(
         TextColumn("[bold]tuning[/]"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
         TextColumn("best {task.fields[best]}"), TimeRemainingColumn(), console=console,
@@ -149,10 +148,15 @@ def _run_with_progress(request, url, name, run, not_found) -> TuneOutcome:
             bar.update(task, completed=p.trials_done, best=best)
 
         try:
-            return run(request, database_url=url, study_name=name, should_stop=lambda: False,
-                       on_progress=on_progress)  # fmt: skip
-        except (not_found, ValueError) as exc:
+            outcome = run_tuning_job(
+                request, database_url=get_settings().database_url, study_name=name,
+                should_stop=lambda: False, on_progress=on_progress,
+            )  # fmt: skip
+        except (TraceNotFound, ValueError) as exc:
             fail(str(exc))
+    console.print(f"study [bold]{name}[/] ({outcome.num_trials} trials)")
+    print_outcome(outcome)
+    return outcome
 
 
 def worker(
