@@ -57,30 +57,21 @@ def stored_latency(database_url: str, model: str) -> ResolvedLatency:
 
 @dataclass(frozen=True, slots=True)
 class _Setup:
-    request: TuneRequest
     evaluator: TraceEvaluator
     objective: Objective
-    latency_label: str
-    latency_is_estimate: bool
+    latency: ResolvedLatency
 
 
 def prepare(request: TuneRequest, trace: Workload, resolved: ResolvedLatency) -> _Setup:
-    latency, label, estimate = resolved.source, resolved.label, resolved.is_estimate
     settings = EvalSettings(
         slo=request.slo,
         attainment=request.attainment,
         max_requests=request.max_requests,
         seed=request.seed,
     )
-    evaluator = TraceEvaluator.for_trace(trace, latency, settings)
+    evaluator = TraceEvaluator.for_trace(trace, resolved.source, settings)
     space = request.space()
-    return _Setup(
-        request,
-        evaluator,
-        Objective(space, evaluator, per_dollar=bool(space.prices)),
-        label,
-        estimate,
-    )
+    return _Setup(evaluator, Objective(space, evaluator, per_dollar=bool(space.prices)), resolved)
 
 
 def _load_trace(database_url: str, trace_id: int) -> Workload:
@@ -96,7 +87,7 @@ def _load_trace(database_url: str, trace_id: int) -> Workload:
 
 
 def _progress(
-    study, setup: _Setup, n_trials: int, started: float, done_at_start: int
+    study, n_trials: int, started: float, done_at_start: int
 ) -> Callable[[int], TuneProgress]:
     def make(done: int) -> TuneProgress:
         best = None
@@ -135,7 +126,7 @@ def run_worker(
     study = open_study(study_name, storage, seed=request.seed + _worker_salt())
     warm_cache(study, setup.evaluator)
     start, first = time.monotonic(), count_finished(study)
-    progress = _progress(study, setup, request.n_trials, start, first)
+    progress = _progress(study, request.n_trials, start, first)
     return run_trials(
         study,
         setup.objective,
@@ -182,14 +173,14 @@ def run_tuning_job(
                 model=request.model,
                 request=request.to_dict(),
                 search_space=request.space().to_dict(),
-                latency_label=setup.latency_label,
+                latency_label=setup.latency.label,
             )
         study = open_study(study_name, make_storage(database_url), seed=request.seed)
         study.set_user_attr("request", json.dumps(request.to_dict(), sort_keys=True))
-        study.set_user_attr("latency", setup.latency_label)
+        study.set_user_attr("latency", setup.latency.label)
         warm_cache(study, setup.evaluator)
         start, first = time.monotonic(), count_finished(study)
-        progress = _progress(study, setup, request.n_trials, start, first)
+        progress = _progress(study, request.n_trials, start, first)
         on_progress(progress(first))
         done = run_trials(
             study,
@@ -204,8 +195,8 @@ def run_tuning_job(
             setup.evaluator,
             study_name=study_name,
             num_trials=done,
-            latency_label=setup.latency_label,
-            latency_is_estimate=setup.latency_is_estimate,
+            latency_label=setup.latency.label,
+            latency_is_estimate=setup.latency.is_estimate,
         )
         status = TuningStatus.DONE if done >= request.n_trials else TuningStatus.STOPPED
         with session_scope(engine) as s:
