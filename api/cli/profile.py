@@ -6,7 +6,6 @@ Torch is imported only when a command needs it (`profile run`).
 from __future__ import annotations
 
 import time
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -14,17 +13,13 @@ import typer
 from rich.table import Table
 
 from api.cli.common import console, fail, session
+from profiler.importers import ImportFormat
 from storage.records import DeviceInfo, KernelSample, ProfileRunInfo
 
 if TYPE_CHECKING:
     from profiler.sweep import ProfileGrid
 
 app = typer.Typer(help="Kernel profiles: measure, import, inspect.", no_args_is_help=True)
-
-
-class ImportFormatOption(StrEnum):
-    AICONFIGURATOR = "aiconfigurator"
-    VIDUR = "vidur"
 
 
 def _grid(spec: str, device_kind: str) -> ProfileGrid:
@@ -142,19 +137,17 @@ def run(
 @app.command("import")
 def import_(
     path: Annotated[Path, typer.Argument(help="AIConfigurator GPU folder or Vidur CSV/folder")],
-    format: Annotated[ImportFormatOption, typer.Option("--format", help="source format")],
+    format: Annotated[ImportFormat, typer.Option("--format", help="source format")],
     gpu: Annotated[
         str | None, typer.Option(help="accelerator name when the path does not say it")
     ] = None,
     name: Annotated[str | None, typer.Option(help="name to store (default: source:path)")] = None,
 ) -> None:
     """Import public GPU kernel measurements into a stored profile run."""
-    from profiler.importers import ImportFormat, ProfileImportError, import_profile
+    from profiler.importers import ProfileImportError, import_profile
 
-    if not path.exists():
-        fail(f"{path}: no such file or folder")
     try:
-        imported = import_profile(path, ImportFormat(format.value), gpu)
+        imported = import_profile(path, format, gpu)  # checks that `path` exists
     except ProfileImportError as exc:
         fail(str(exc))
     if not imported.samples:
