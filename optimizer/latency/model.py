@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.optimize import nnls
-from sklearn.ensemble import HistGradientBoostingRegressor
-from threadpoolctl import threadpool_limits
 
 from optimizer.latency.features import MODELLED_OPS, OpBatch, feature_matrix, work
 from profiler.shapes import ModelShape
 from storage.records import KernelSample, OpKind
+
+if TYPE_CHECKING:  # scipy and scikit-learn are imported by the fitting functions only
+    from sklearn.ensemble import HistGradientBoostingRegressor
 
 MIN_SAMPLES = 8
 
@@ -103,6 +104,8 @@ class LatencyModel:
 
 
 def _fit_base(batch: OpBatch, t: np.ndarray) -> np.ndarray:
+    from scipy.optimize import nnls
+
     flops, moved = work(batch)
     a = np.column_stack([np.ones_like(t), flops, moved])
     scale = np.maximum(np.abs(a).max(axis=0), 1e-30)
@@ -114,6 +117,9 @@ def fit_op_model(
     batch: OpBatch, latency_ms: np.ndarray, options: FitOptions, models: tuple[str, ...] = ()
 ) -> OpModel:
     """Fit one operator's model on its instances and measured median latencies (ms)."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_limits
+
     t = np.asarray(latency_ms, dtype=np.float64)
     if len(batch) != t.shape[0]:
         raise LatencyModelError(f"{batch.op}: {len(batch)} instances but {t.shape[0]} latencies")
@@ -124,7 +130,8 @@ def fit_op_model(
     if not np.all(np.isfinite(t)) or np.any(t <= 0):
         raise LatencyModelError(f"{batch.op}: latencies must be finite and > 0")
     coef = _fit_base(batch, t)
-    base = coef[0] + coef[1] * work(batch)[0] + coef[2] * work(batch)[1]
+    flops, moved = work(batch)
+    base = coef[0] + coef[1] * flops + coef[2] * moved
     residual = HistGradientBoostingRegressor(
         max_iter=options.max_iter,
         learning_rate=options.learning_rate,

@@ -214,3 +214,15 @@ def test_evaluation_imports_neither_storage_sql_nor_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_simulator_and_config_import_neither_scipy_nor_sklearn() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, optimizer.sim, optimizer.config, optimizer.latency.table;"
+        "print(sorted(m for m in ('scipy', 'sklearn', 'threadpoolctl') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
