@@ -45,12 +45,6 @@ class LeaseState:
     cancel_requested: bool
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
-
-
 def _info(row: JobRow) -> JobInfo:
     return JobInfo(
         id=row.id,
@@ -58,11 +52,11 @@ def _info(row: JobRow) -> JobInfo:
         kind=JobKind(row.kind),
         status=JobStatus(row.status),
         params=from_json(TuningParams, row.params),
-        created_at=_utc(row.created_at),
+        created_at=row.created_at,
         progress=None if row.progress is None else from_json(JobProgress, row.progress),
         window=None if row.window is None else from_json(WindowSummary, row.window),
-        started_at=_utc(row.started_at),
-        finished_at=_utc(row.finished_at),
+        started_at=row.started_at,
+        finished_at=row.finished_at,
         error=row.error,
         attempts=row.attempts,
         cancel_requested=row.cancel_requested,

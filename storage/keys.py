@@ -30,12 +30,6 @@ def hash_key(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    if value is not None and value.tzinfo is None:  # SQLite drops the zone; we store UTC
-        return value.replace(tzinfo=UTC)
-    return value
-
-
 def _info(row: ApiKeyRow) -> ApiKeyInfo:
     return ApiKeyInfo(
         id=row.id,
@@ -43,8 +37,8 @@ def _info(row: ApiKeyRow) -> ApiKeyInfo:
         name=row.name,
         prefix=row.prefix,
         is_admin=row.is_admin,
-        created_at=_utc(row.created_at),
-        revoked_at=_utc(row.revoked_at),
+        created_at=row.created_at,
+        revoked_at=row.revoked_at,
     )
 
 

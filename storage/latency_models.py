@@ -69,7 +69,6 @@ def _metrics_from_json(data: dict) -> tuple[HoldoutMetric, ...]:
 
 
 def _info(row: LatencyModelRow) -> LatencyModelInfo:
-    created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
     return LatencyModelInfo(
         id=row.id,
         name=row.name,
@@ -80,7 +79,7 @@ def _info(row: LatencyModelRow) -> LatencyModelInfo:
         tp_degrees=tuple(int(t) for t in row.tp_degrees),
         features=tuple(str(f) for f in row.features),
         metrics=_metrics_from_json(row.metrics),
-        created_at=created,
+        created_at=row.created_at,
         schema_version=row.schema_version,
         payload_bytes=len(row.payload),
     )

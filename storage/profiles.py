@@ -61,16 +61,13 @@ def device_from_json(data: dict) -> DeviceInfo:
 
 
 def _info(row: ProfileRunRow) -> ProfileRunInfo:
-    created = row.created_at
-    if created.tzinfo is None:  # SQLite drops the zone; we always store UTC
-        created = created.replace(tzinfo=UTC)
     return ProfileRunInfo(
         id=row.id,
         name=row.name,
         source=row.source,
         accelerator=row.accelerator,
         device=device_from_json(row.device),
-        created_at=created,
+        created_at=row.created_at,
         num_samples=row.num_samples,
     )
 

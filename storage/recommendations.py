@@ -31,7 +31,6 @@ class DeploymentFilter:
 
 
 def _info(row: RecommendationRow) -> RecommendationInfo:
-    created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
     return RecommendationInfo(
         id=row.id,
         project=row.project,
@@ -43,7 +42,7 @@ def _info(row: RecommendationRow) -> RecommendationInfo:
         slo_ttft_ms=row.slo_ttft_ms,
         slo_tpot_ms=row.slo_tpot_ms,
         attainment=row.attainment,
-        created_at=created,
+        created_at=row.created_at,
         recommendation=from_json(Recommendation, row.recommendation),
         window=None if row.window is None else from_json(WindowSummary, row.window),
     )

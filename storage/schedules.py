@@ -31,12 +31,6 @@ class ScheduleNotFound(LookupError):
         self.schedule_id = schedule_id
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
-
-
 def check_timing(interval_s: float | None, cron: str | None) -> None:
     """Exactly one of an interval (seconds) or a five-field cron expression."""
     if (interval_s is None) == (cron is None):
@@ -75,9 +69,9 @@ def _info(row: ScheduleRow) -> ScheduleInfo:
         trigger=ScheduleTrigger(row.trigger),
         drift_threshold=row.drift_threshold,
         paused=row.paused,
-        next_run_at=_utc(row.next_run_at),
-        created_at=_utc(row.created_at),
-        last_run_at=_utc(row.last_run_at),
+        next_run_at=row.next_run_at,
+        created_at=row.created_at,
+        last_run_at=row.last_run_at,
         last_decision=row.last_decision,
         last_reason=row.last_reason,
         last_job_id=row.last_job_id,
@@ -194,7 +188,7 @@ def record_run(
 ) -> ScheduleInfo:
     """Record a due time's decision and advance `next_run_at` (same transaction as the claim)."""
     row = _row(session, schedule.id, None)
-    due = _utc(row.next_run_at) or now
+    due = row.next_run_at or now
     row.next_run_at = next_due(interval_s=row.interval_s, cron=row.cron, after=due, now=now)
     row.last_run_at = now
     row.last_decision = "fired" if fired else "skipped"

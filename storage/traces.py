@@ -67,15 +67,12 @@ def stats_from_json(data: dict) -> TraceStats:
 
 
 def _info(row: TraceRow) -> TraceInfo:
-    created = row.created_at
-    if created.tzinfo is None:  # SQLite drops the zone; we always store UTC
-        created = created.replace(tzinfo=UTC)
     return TraceInfo(
         id=row.id,
         name=row.name,
         source_format=TraceFormat(row.source_format),
         content_hash=row.content_hash,
-        created_at=created,
+        created_at=row.created_at,
         stats=stats_from_json(row.stats),
         project=row.project,
         stream=row.stream,

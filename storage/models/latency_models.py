@@ -6,7 +6,6 @@ from datetime import datetime
 
 from sqlalchemy import (
     JSON,
-    DateTime,
     ForeignKey,
     Integer,
     LargeBinary,
@@ -15,7 +14,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from storage.models.base import Base
+from storage.models.base import Base, UtcDateTime
 
 
 class LatencyModelRow(Base):
@@ -33,6 +32,6 @@ class LatencyModelRow(Base):
     tp_degrees: Mapped[list] = mapped_column(JSON)
     features: Mapped[list] = mapped_column(JSON)
     metrics: Mapped[dict] = mapped_column(JSON)  # hold-out metrics with schema_version
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     schema_version: Mapped[int] = mapped_column(Integer)  # of the payload
     payload: Mapped[bytes] = mapped_column(LargeBinary)

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Integer, String
+from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from storage.models.base import Base
+from storage.models.base import Base, UtcDateTime
 
 
 class ProfileRunRow(Base):
@@ -15,7 +15,7 @@ class ProfileRunRow(Base):
     name: Mapped[str] = mapped_column(String(200))
     source: Mapped[str] = mapped_column(String(32))  # "profiler" | "aiconfigurator" | "vidur"
     accelerator: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     num_samples: Mapped[int] = mapped_column(Integer)
     device: Mapped[dict] = mapped_column(JSON)  # DeviceInfo with schema_version
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from storage.models.base import Base
+from storage.models.base import Base, UtcDateTime
 
 
 class ApiKeyRow(Base):
@@ -19,8 +19,8 @@ class ApiKeyRow(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex
     prefix: Mapped[str] = mapped_column(String(16))
     is_admin: Mapped[bool] = mapped_column(Boolean)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
 
 
 class JobRow(Base):
@@ -36,13 +36,11 @@ class JobRow(Base):
     progress: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     result: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     lease_owner: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    lease_expires_at: Mapped[datetime | None] = mapped_column(
-        DateTime(timezone=True), nullable=True
-    )
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     schedule_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -62,9 +60,9 @@ class ScheduleRow(Base):
     trigger: Mapped[str] = mapped_column(String(16))
     drift_threshold: Mapped[float] = mapped_column(Float)
     paused: Mapped[bool] = mapped_column(Boolean, default=False)
-    next_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    last_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    next_run_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    last_run_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), nullable=True)
     last_decision: Mapped[str | None] = mapped_column(String(16), nullable=True)
     last_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     last_job_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -85,6 +83,6 @@ class RecommendationRow(Base):
     slo_ttft_ms: Mapped[float] = mapped_column(Float)
     slo_tpot_ms: Mapped[float] = mapped_column(Float)
     attainment: Mapped[float] = mapped_column(Float)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     recommendation: Mapped[dict] = mapped_column(JSON)
     window: Mapped[dict | None] = mapped_column(JSON, nullable=True)

@@ -4,7 +4,6 @@ from datetime import datetime
 
 from sqlalchemy import (
     JSON,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -15,7 +14,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from storage.models.base import Base
+from storage.models.base import Base, UtcDateTime
 
 
 class TraceRow(Base):
@@ -32,7 +31,7 @@ class TraceRow(Base):
     name: Mapped[str] = mapped_column(String(200))
     source_format: Mapped[str] = mapped_column(String(32))
     content_hash: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     num_requests: Mapped[int] = mapped_column(Integer)
     stats: Mapped[dict] = mapped_column(JSON)  # TraceStats with schema_version
 

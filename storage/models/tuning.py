@@ -5,7 +5,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from storage.models.base import Base
+from storage.models.base import Base, UtcDateTime
 
 
 class TuningRunRow(Base):
@@ -23,5 +23,5 @@ class TuningRunRow(Base):
     search_space: Mapped[dict] = mapped_column(sa.JSON)
     latency_label: Mapped[str] = mapped_column(sa.String(200))
     outcome: Mapped[dict | None] = mapped_column(sa.JSON, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String
+from sqlalchemy import JSON, Float, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from storage.models.base import Base
+from storage.models.base import Base, UtcDateTime
 
 
 class ObservationRow(Base):
@@ -18,7 +18,7 @@ class ObservationRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     source: Mapped[str] = mapped_column(String(32))  # "vllm-bench" | "reference-engine"
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     config: Mapped[dict] = mapped_column(JSON)  # ServingConfig.to_dict()
     num_requests: Mapped[int] = mapped_column(Integer)
     num_failed: Mapped[int] = mapped_column(Integer)
@@ -33,7 +33,7 @@ class ValidationRunRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     kind: Mapped[str] = mapped_column(String(32))  # "replay" | "observation"
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     observation_id: Mapped[int | None] = mapped_column(
         ForeignKey("observations.id", ondelete="CASCADE"), nullable=True
     )
@@ -50,7 +50,7 @@ class CalibrationRow(Base):
     __tablename__ = "calibrations"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     shape_name: Mapped[str] = mapped_column(String(200))
     accelerator: Mapped[str] = mapped_column(String(64), index=True)
     tp: Mapped[int] = mapped_column(Integer)
