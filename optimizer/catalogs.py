@@ -64,6 +64,7 @@ def resolve_latency(
     *,
     latency_model_ids: Sequence[int] = (),
     use_stored: bool = True,
+    calibrated: bool = True,
     tps: Sequence[int] = (1, 2, 4, 8),
 ) -> ResolvedLatency:
     """The latency source for `model` (a shape preset or HF config path).
@@ -71,6 +72,7 @@ def resolve_latency(
     With `latency_model_ids`, exactly those stored models are used (a missing id
     raises LookupError); otherwise, when `use_stored`, the newest stored model per
     accelerator. Accelerators without one are priced by the roofline estimate.
+    When `calibrated`, the stored calibrations that belong to those sources apply.
     """
     shape = get_shape(model)
     if latency_model_ids:
@@ -86,7 +88,9 @@ def resolve_latency(
         label = f"fitted latency models: {used}; roofline estimate for other accelerators"
     else:
         source, label = LatencyCatalog(shape), ROOFLINE_ONLY
-    cals = _calibrations(session, shape.name, {i.accelerator.lower(): i.id for i in infos})
+    cals = []
+    if calibrated:
+        cals = _calibrations(session, shape.name, {i.accelerator.lower(): i.id for i in infos})
     if cals:
         source = calibrated_source(source, cals)
         keys = ", ".join(f"{c.accelerator} tp{c.tp} #{c.id}" for c in cals)

@@ -22,24 +22,10 @@ import typer
 from rich.table import Table
 
 from api.cli.common import console, fail, session
+from api.cli.simulate import resolve_latency
 from api.cli.validate import comparison_table
 
 app = typer.Typer(help="Observed runs (vllm bench serve results).", no_args_is_help=True)
-
-
-def _latency(model: str, latency_model: int | None, *, calibrated: bool):
-    from api.cli.simulate import resolve_latency
-    from optimizer.validation.api import calibrated_source
-    from storage.validation import latest_calibrations
-
-    source, label = resolve_latency(model, latency_model)
-    if not calibrated:
-        return source, label
-    with session() as s:
-        stored = latest_calibrations(s, shape_name=model, latency_model_id=latency_model)
-    if stored:
-        label += f" + calibration {', '.join(str(c.id) for c in stored)}"
-    return calibrated_source(source, stored), label
 
 
 @app.command("import")
@@ -63,7 +49,7 @@ def import_(
         obs = load_vllm_result(path, name=name)
     except ObservationFormatError as exc:
         fail(str(exc))
-    latency, label = _latency(cfg.model, latency_model, calibrated=calibrated)
+    latency, label = resolve_latency(cfg.model, latency_model, calibrated=calibrated)
     try:
         comparison = compare_observation(obs, cfg, latency, seed=seed)
     except (SimulationError, LookupError, ValueError) as exc:
@@ -163,7 +149,7 @@ def calibrate(
             f"got {sorted(models)} on {sorted(roles)}"
         )
     model, (acc, tp) = models.pop(), roles.pop()
-    base, label = _latency(model, latency_model, calibrated=False)
+    base, label = resolve_latency(model, latency_model, calibrated=False)
     fit = fit_calibration(fit_cases, base, seed=seed)
     cal = fit.calibration
     tuned = CalibratedSource(base, default=cal)

@@ -190,15 +190,19 @@ def simulate(
         console.print("[yellow]figures priced by a roofline estimate, not measured kernels[/]")
 
 
-def resolve_latency(model: str, latency_model_id: int | None):
-    """The latency source for `model`: stored fitted models, else the roofline estimate."""
+def resolve_latency(model: str, latency_model_id: int | None, *, calibrated: bool = True):
+    """The latency source for `model`: stored fitted models, else the roofline estimate
+    (with their stored calibrations when `calibrated`)."""
     from optimizer.catalogs import resolve_latency as resolve
     from profiler.shapes import ShapeError
 
     try:
         with session() as s:
             resolved = resolve(
-                s, model, latency_model_ids=(latency_model_id,) if latency_model_id else ()
+                s,
+                model,
+                latency_model_ids=(latency_model_id,) if latency_model_id else (),
+                calibrated=calibrated,
             )
     except (LookupError, ShapeError) as exc:
         fail(str(exc))
