@@ -32,6 +32,20 @@ class Upload:
     def discard(self) -> None:
         self.path.unlink(missing_ok=True)
 
+    def text(self, key: str, max_len: int = 200) -> str | None:
+        """The text field `key` without surrounding blanks; None when absent or blank,
+        a 422 when longer than `max_len` or holding control characters."""
+        value = self.fields.get(key, "").strip()
+        if not value:
+            return None
+        if len(value) > max_len or any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise ApiError(
+                422,
+                f"field {key!r}: expected 1 to {max_len} printable characters",
+                kind="validation",
+            )
+        return value
+
 
 class _TooLarge(Exception):
     pass

@@ -85,19 +85,8 @@ class ProfileDetail(BaseModel):
     ops: list[OpSummary]
 
 
-def _field(upload: Upload, key: str, max_len: int) -> str | None:
-    value = (upload.fields.get(key) or "").strip()
-    if not value:
-        return None
-    if len(value) > max_len or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ApiError(
-            422, f"field {key!r}: expected 1 to {max_len} printable characters", kind="validation"
-        )
-    return value
-
-
 def _format(upload: Upload) -> ImportFormat:
-    value = _field(upload, "format", 32)
+    value = upload.text("format", 32)
     allowed = ", ".join(f.value for f in ImportFormat)
     if value is None:
         raise ApiError(422, f"missing field 'format': one of {allowed}", kind="validation")
@@ -143,9 +132,9 @@ async def import_(
     tmp = Path(tempfile.mkdtemp(prefix="servetune-profile-", dir=settings.upload_dir))
     try:
         fmt = _format(upload)
-        gpu = _field(upload, "gpu", 64)
+        gpu = upload.text("gpu", 64)
         stem = upload.filename.split(".", 1)[0] or "upload"
-        name = _field(upload, "name", 200) or f"{fmt.value}:{stem}"[:200]
+        name = upload.text("name") or f"{fmt.value}:{stem}"[:200]
         limits = UnpackLimits(max_unpacked_bytes=settings.max_profile_unpacked_bytes)
         try:
             imported = await run_in_threadpool(_import, upload, fmt, gpu, limits, tmp)

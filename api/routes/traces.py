@@ -57,19 +57,8 @@ _UPLOAD_BODY = {
 }
 
 
-def _text_field(upload: Upload, key: str) -> str | None:
-    value = upload.fields.get(key)
-    if value is None or value == "":
-        return None
-    if len(value) > 200 or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ApiError(
-            422, f"field {key!r}: expected 1 to 200 printable characters", kind="validation"
-        )
-    return value
-
-
 def _format(upload: Upload) -> TraceFormat | None:
-    value = _text_field(upload, "format")
+    value = upload.text("format")
     if value is None:
         return None
     try:
@@ -117,8 +106,8 @@ async def upload_trace(
     )
     try:
         fmt = _format(upload)
-        name = (_text_field(upload, "name") or upload.filename.rsplit(".", 1)[0] or "upload")[:200]
-        stream = _text_field(upload, "stream")
+        name = (upload.text("name") or upload.filename.rsplit(".", 1)[0] or "upload")[:200]
+        stream = upload.text("stream")
         limits = IngestLimits(max_bytes=settings.max_upload_bytes, max_rows=settings.max_trace_rows)
 
         def ingest() -> IngestResult:
