@@ -1,4 +1,4 @@
-"""KV-cache helpers: block arithmetic and the per-instance prefix cache.
+"""KV-cache helpers: the per-instance prefix cache.
 
 Block accounting itself is a plain integer counter on each `Instance` (the hot
 loop cannot afford a method call per allocation). Prefix caching saves prefill
@@ -11,11 +11,6 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
-
-
-def blocks_for(num_tokens: int, block_size: int) -> int:
-    """Blocks needed to hold `num_tokens` KV slots."""
-    return -(-num_tokens // block_size)
 
 
 class PrefixCache:

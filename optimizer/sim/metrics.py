@@ -74,7 +74,7 @@ class RunLog:
     """Per-request outcomes, written by instances (lists indexed by request id)."""
 
     __slots__ = ("arrival_s", "finish_s", "first_sched_s", "first_token_s", "itl_gaps",
-                 "num_preemptions", "tokens_emitted")  # fmt: skip
+                 "num_preemptions", "num_zero_gaps", "tokens_emitted")  # fmt: skip
 
     def __init__(self, num_requests: int) -> None:
         nan = math.nan
@@ -84,31 +84,30 @@ class RunLog:
         self.first_sched_s = [nan] * num_requests
         self.num_preemptions = [0] * num_requests
         self.itl_gaps: list[float] = []
+        self.num_zero_gaps = 0  # speculative tokens that arrived with another (ITL gaps of 0)
         self.tokens_emitted = 0
 
 
 class StepLog:
     """One row per step of one instance (compact typed arrays)."""
 
-    __slots__ = ("dur", "end", "kv_q1", "kv_used", "n_dec", "n_itl", "n_seqs", "zeros")
+    __slots__ = ("dur", "end", "kv_q1", "kv_used", "n_dec", "n_itl", "n_seqs")
 
     def __init__(self) -> None:
         self.end = array("d")
         self.dur = array("d")
         self.n_dec = array("q")
         self.n_itl = array("q")
-        self.zeros = array("q")
         self.n_seqs = array("q")
         self.kv_used = array("q")
         self.kv_q1 = array("q")
 
-    def append(self, end: float, dur: float, n_dec: int, n_itl: int, zeros: int,
-               n_seqs: int, kv_used: int, kv_q1: int) -> None:  # fmt: skip
+    def append(self, end: float, dur: float, n_dec: int, n_itl: int, n_seqs: int,
+               kv_used: int, kv_q1: int) -> None:  # fmt: skip
         self.end.append(end)
         self.dur.append(dur)
         self.n_dec.append(n_dec)
         self.n_itl.append(n_itl)
-        self.zeros.append(zeros)
         self.n_seqs.append(n_seqs)
         self.kv_used.append(kv_used)
         self.kv_q1.append(kv_q1)
@@ -272,7 +271,7 @@ def build_result(
     total_out = int(out.sum())
 
     itl_vals = [np.asarray(log.itl_gaps, dtype=np.float64), np.zeros(1)]
-    itl_w = [np.ones(len(log.itl_gaps)), np.zeros(1)]
+    itl_w = [np.ones(len(log.itl_gaps)), np.full(1, float(log.num_zero_gaps))]
     ph = dict.fromkeys(("pre", "dec", "mix"), 0.0)
     counts = dict.fromkeys(("pre", "dec", "mix", "mixtok", "spike"), 0)
     stall = 0.0
@@ -284,7 +283,6 @@ def build_result(
         n_seqs = np.frombuffer(s.n_seqs, dtype=np.int64)
         itl_vals.append(dur)
         itl_w.append(np.frombuffer(s.n_itl, dtype=np.int64).astype(np.float64))
-        itl_w[1] = itl_w[1] + float(np.frombuffer(s.zeros, dtype=np.int64).sum())
         pre, dec = n_dec == 0, n_seqs == n_dec
         mix = ~pre & ~dec
         ph["pre"] += float(dur[pre].sum()) * rec.tp

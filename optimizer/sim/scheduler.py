@@ -50,7 +50,6 @@ class Instance:
         "free_blocks",
         "fresh",
         "hashes",
-        "in_flight",
         "index",
         "kv_sum",
         "log",
@@ -121,7 +120,6 @@ class Instance:
         self.step_nseqs = 0
         self.step_kv_q1 = 0
         self.busy = False
-        self.in_flight = False
         self.num_preemptions = 0
         self.outstanding = 0
         self.steps = StepLog()
@@ -140,12 +138,9 @@ class Instance:
     def has_work(self) -> bool:
         return bool(self.waiting) or self.num_running > 0
 
-    def used_blocks(self) -> int:
-        return self.num_blocks - self.free_blocks
-
     # ------------------------------------------------------------------ preemption
 
-    def _requeue(self, r: SimRequest, now: float) -> None:
+    def _requeue(self, r: SimRequest) -> None:
         self.free_blocks += r.num_blocks
         r.num_blocks = 0
         r.num_computed = 0
@@ -164,7 +159,7 @@ class Instance:
         self.kv_sum -= computed + 1
         self.phase_count[(r.join_step - r.join_computed) % self.bs] -= 1
         r.join_step = -1
-        self._requeue(r, now)
+        self._requeue(r)
 
     # ------------------------------------------------------------------ scheduling
 
@@ -190,7 +185,7 @@ class Instance:
             if need > self.free_blocks:
                 preempted = True
                 if self.partial is not None:
-                    self._requeue(self.partial, now)
+                    self._requeue(self.partial)
                     self.partial = None
                 while need > self.free_blocks and decodes:
                     _, r = decodes.popitem()
@@ -205,7 +200,7 @@ class Instance:
             need = -(-(r.num_computed + chunk) // self.bs) - r.num_blocks
             self.partial = None
             if need > self.free_blocks:
-                self._requeue(r, now)
+                self._requeue(r)
                 preempted = True
             else:
                 self.free_blocks -= need
@@ -235,7 +230,7 @@ class Instance:
             victim = None
             while need > self.free_blocks:
                 victim = running.pop()
-                self._requeue(victim, now)
+                self._requeue(victim)
                 preempted = True
                 if victim is r:
                     break
@@ -364,17 +359,16 @@ class Instance:
     def complete(self, t: float) -> None:
         """Apply the step that ends at `t`: emit tokens, finish requests."""
         if self.fast:
-            n_dec, n_itl, zeros = self._complete_fast(t)
+            n_dec, n_itl = self._complete_fast(t)
         else:
-            n_dec, n_itl, zeros = self._complete_general(t)
+            n_dec, n_itl = self._complete_general(t)
         self.steps.append(
-            t, t - self.step_start, n_dec, n_itl, zeros, self.step_nseqs,
+            t, t - self.step_start, n_dec, n_itl, self.step_nseqs,
             self.num_blocks - self.free_blocks, self.step_kv_q1,
         )  # fmt: skip
         self.step_no += 1
-        self.in_flight = False
 
-    def _complete_fast(self, t: float) -> tuple[int, int, int]:
+    def _complete_fast(self, t: float) -> tuple[int, int]:
         step = self.step_no
         decodes = self.decodes
         n_dec = len(decodes)
@@ -414,9 +408,9 @@ class Instance:
                     self._finish(r, t)
             else:
                 self.partial = r
-        return n_dec, n_itl, 0
+        return n_dec, n_itl
 
-    def _complete_general(self, t: float) -> tuple[int, int, int]:
+    def _complete_general(self, t: float) -> tuple[int, int]:
         n_dec = n_itl = zeros = 0
         any_finished = False
         rand = self.rng.random
@@ -457,7 +451,9 @@ class Instance:
                 self._finish(r, t)
         if any_finished:
             self.running = [r for r in self.running if r.num_generated < r.stop_at]
-        return n_dec, n_itl, zeros
+        if zeros:
+            self.log.num_zero_gaps += zeros
+        return n_dec, n_itl
 
     def _sample_caught_up(self, r: SimRequest, t: float) -> None:
         """A request's KV caught up with its tokens: the step samples the next one."""
