@@ -111,12 +111,14 @@ def _build_instances(
     block_tokens: int,
     force_general: bool,
     clamped: list[int],
-) -> tuple[list[Instance], list[Instance], list[InstanceRecord]]:
+) -> tuple[list[Instance], list[Instance], list[StepLatency]]:
+    """Front (replica or prefill) and decode instances, and each instance's target
+    latency model (by instance index)."""
     shape = config.shape
     spec = config.speculation
     front: list[Instance] = []
     back: list[Instance] = []
-    pending: list[tuple[Instance, int, Callable[[int, int], float]]] = []
+    targets: list[StepLatency] = []
     for plan in config.roles():
         icfg = plan.instance
         acc = icfg.resolve_accelerator()
@@ -156,12 +158,8 @@ def _build_instances(
             inst.floor_s = floor_s
             inst.price = price
             (back if plan.role is Role.DECODE else front).append(inst)
-            pending.append((inst, plan.kv_blocks, _decode_only(target)))
-    records = [
-        InstanceRecord(inst.role, inst.index, inst.tp, blocks, inst.steps, 0, None, decode_only)
-        for inst, blocks, decode_only in pending
-    ]
-    return front, back, records
+            targets.append(target)
+    return front, back, targets
 
 
 def max_request_tokens(config: ServingConfig) -> int:
@@ -242,7 +240,7 @@ def simulate(
         hashes = hashes_as_lists(workload.prefix_hashes)
         block_tokens = workload.prefix_block_tokens
     clamped = [0]
-    front, back, records = _build_instances(
+    front, back, targets = _build_instances(
         config, latency, draft_latency, log, seed, hashes, block_tokens, force_general, clamped
     )
     instances = front + back
@@ -322,19 +320,17 @@ def simulate(
                 if closed and next_rid < n:
                     push(heap, (now + think_s, next(seq), ARRIVAL, next_rid))
                     next_rid += 1
-                if to_wake and not (heap and heap[0][0] == now and heap[0][2] == ARRIVAL):
-                    wake(now)
-                continue
-            r = SimRequest(rid, now, p, o, 1 if disagg and o > 1 else o)
-            if log_alpha is not None:
-                r.log_alpha = log_alpha[rid]
-            inst = front_router.pick()
-            r.instance = inst.index
-            inst.outstanding += p + o
-            inst.waiting.append(r)
-            if not inst.busy:
-                # simultaneous arrivals are queued together before the idle instance starts
-                to_wake.append(inst)
+            else:
+                r = SimRequest(rid, now, p, o, 1 if disagg and o > 1 else o)
+                if log_alpha is not None:
+                    r.log_alpha = log_alpha[rid]
+                inst = front_router.pick()
+                r.instance = inst.index
+                inst.outstanding += p + o
+                inst.waiting.append(r)
+                if not inst.busy:
+                    # simultaneous arrivals are queued together before the idle instance starts
+                    to_wake.append(inst)
             if to_wake and not (heap and heap[0][0] == now and heap[0][2] == ARRIVAL):
                 wake(now)
         else:  # KV_DONE: the prefill instance frees the KV; a decode instance takes over
@@ -353,16 +349,16 @@ def simulate(
             if not dst.busy:
                 start(dst, now)
 
-    for i, inst in enumerate(instances):
+    records = []
+    for inst, target in zip(instances, targets, strict=True):
         prefix = inst.prefix
         ratio = None
         if prefix is not None and prefix.num_lookup_tokens:
             ratio = prefix.num_hit_tokens / prefix.num_lookup_tokens
-        rec = records[i]
-        records[i] = InstanceRecord(
-            rec.role, rec.index, rec.tp, rec.kv_blocks, rec.steps, inst.num_preemptions, ratio,
-            rec.decode_only_time, inst.num_blocks - inst.free_blocks,
-        )  # fmt: skip
+        records.append(InstanceRecord(
+            inst.role, inst.index, inst.tp, inst.num_blocks, inst.steps, inst.num_preemptions,
+            ratio, _decode_only(target), inst.num_blocks - inst.free_blocks,
+        ))  # fmt: skip
     return build_result(
         log,
         records,
@@ -374,10 +370,5 @@ def simulate(
         num_rejected=num_rejected,
         num_kv_transfers=num_transfers,
         kv_transfer_s=transfer_s,
-        latency_is_estimate=any(
-            getattr(
-                latency.for_instance(p.instance.accelerator, p.instance.tp), "is_estimate", True
-            )
-            for p in config.roles()
-        ),
+        latency_is_estimate=any(getattr(t, "is_estimate", True) for t in targets),
     )
