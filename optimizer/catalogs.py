@@ -93,8 +93,8 @@ def resolve_latency(
         cals = _calibrations(session, shape.name, {i.accelerator.lower(): i.id for i in infos})
     if cals:
         source = calibrated_source(source, cals)
-        keys = ", ".join(f"{c.accelerator} tp{c.tp} #{c.id}" for c in cals)
-        label += f"; calibrated against observed runs ({keys})"
+        keys = ", ".join(f"calibration {c.id} ({c.accelerator} tp{c.tp})" for c in cals)
+        label += f"; calibrated by {keys} from observed runs"
     return ResolvedLatency(source, label, not infos, tuple(i.id for i in infos))
 
 
