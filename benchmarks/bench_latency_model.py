@@ -7,8 +7,9 @@ random 20% hold-out and on an extrapolation hold-out (largest 10% of token
 counts withheld); the fit time of each GPU's tables; compiled lookups per
 second (batch) and per scalar call; the decode floor check (weight bytes / HBM
 bandwidth, DOMAIN.md §1) for Llama-3.1-8B on H100/H200. With --cpu it also
-profiles the tiny shape on this CPU (about a minute) and checks per-op
-hold-out error and composed predictions of measured mixed iterations.
+profiles the tiny shape on this CPU (about 70 s) and checks per-op
+hold-out error (and, for the embedding, what feature set 1 without the table
+column would give) and composed predictions of measured mixed iterations.
 Targets: median <= 5%, p90 <= 15% (random); median <= 10% (extrapolation);
 fit <= 60 s; >= 1M lookups/s; CPU ops <= 10% median; mixed <= 15% median.
 Fits are single-threaded; fit times are given as wall and CPU seconds (the
@@ -28,6 +29,8 @@ import numpy as np
 
 from optimizer.latency import StepLoad, build_catalog, fit_latency_model
 from optimizer.latency.evaluate import AccuracyTargets, evaluate_holdout, evaluate_mixed
+from optimizer.latency.features import FEATURE_VERSION
+from optimizer.latency.model import FitOptions
 from optimizer.latency.roofline import decode_floor_s
 from profiler.hardware import get_accelerator
 from profiler.importers import ImportFormat, import_profile
@@ -149,14 +152,22 @@ def cpu_check(checks: list[Check]) -> None:
     print(f"own CPU profile of {shape.name}: {len(samples)} samples in {took:.0f} s")
     checks.append(Check("CPU default grid sweep", f"{took:.0f} s", "<= 180 s", took <= 180))
     accuracy_table("own CPU profile (tiny)", samples, CPU_TARGETS, checks)
+    embedding = [s for s in samples if s.op is OpKind.EMBEDDING]
+    for version in (1, FEATURE_VERSION):
+        errors = evaluate_holdout(embedding, options=FitOptions(feature_version=version))
+        print(
+            f"embedding with feature set {version}: "
+            + ", ".join(f"{m.split.value} median {m.median_ape:.1f}%" for m in errors)
+        )
     model, wall, cpu = timed_fit(samples, "cpu", "profiler")
     mixed = [s for s in samples if s.op is OpKind.MIXED_ITERATION]
     acc = evaluate_mixed(model, shape, mixed)
     print(
-        f"mixed iterations: overhead fitted on {acc.num_fit}, tested on {acc.num_test}: "
-        f"{acc.overhead_s * 1e3:.3f} ms; composed median APE {acc.median_ape:.2f}%, "
-        f"p90 {acc.p90_ape:.2f}%; the whole-run fit: {model.overhead_s * 1e3:.3f} ms on "
-        f"{model.num_mixed} (fit {wall:.1f} s wall, {cpu:.1f} s CPU)"
+        f"mixed iterations: overhead and operator scale fitted on {acc.num_fit}, tested on "
+        f"{acc.num_test}: {acc.overhead_s * 1e3:.3f} ms + x{acc.scale:.3f}; composed median "
+        f"APE {acc.median_ape:.2f}%, p90 {acc.p90_ape:.2f}%; the whole-run fit: "
+        f"{model.overhead_s * 1e3:.3f} ms + x{model.op_scale:.3f} on {model.num_mixed} "
+        f"(fit {wall:.1f} s wall, {cpu:.1f} s CPU)"
     )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     checks.append(

@@ -25,9 +25,11 @@ rows sampled (the chunk is taken to be the prompt's last, so it samples once).
 The forward runs exactly these `profiler.kernels` functions plus the glue
 between them (splits, views, copies of the chunk's keys, the concatenation of
 prefill and decode outputs, the gather of sampled rows), under the same thread
-count as the per-op cases, so the difference between the measured and composed
-times is the per-iteration overhead a latency model has to learn (about 0.45 ms
-per layer for the tiny shape on this project's CPU).
+count as the per-op cases, so how the measured times relate to the composed
+ones is what a latency model has to learn on top of its operators: a
+per-iteration overhead plus a scale, as operators in a forward run slower than
+alone (`optimizer.latency.compose.fit_composition`; for the tiny shape on this
+project's CPU about 0.1-0.3 ms and 1.15x).
 
 Two biases once made composed sums miss measured iterations by ~40% on CPU:
 per-op cases timed with hot caches (their weights reused by every repeat,

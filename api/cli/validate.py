@@ -101,15 +101,15 @@ def fit_engine_latency(
     *,
     overhead_from_mixed: bool = False,
 ) -> EngineLatency:
-    """Fit per-op models and compile tables; the per-step overhead is fitted on the
-    profile's whole mixed iterations (p10 timings, least disturbed by other load),
-    or the latency model's default (the default: on this shared CPU the mixed
-    iterations with a prefill chunk measure 3-5x their composed cost, which no
-    replay step shows, so their fit overstates the overhead ~15x)."""
+    """Fit per-op models and compile tables; the per-step overhead and operator
+    scale are fitted on the profile's whole mixed iterations (p10 timings, least
+    disturbed by other load), or by default the latency model's default overhead
+    and scale 1: the engine's own step calibration (`calibrate_on_engine`) then
+    fits both on steps the engine really runs, not on the profiler's forwards."""
     from optimizer.latency import build_catalog, fit_latency_model
     from optimizer.latency.compose import (
         DEFAULT_OVERHEAD_S,
-        fit_overhead_s,
+        fit_composition,
         mixed_load,
         mixed_pricing,
     )
@@ -119,20 +119,20 @@ def fit_engine_latency(
     shape = get_shape(shape_name)
     model = fit_latency_model(samples, accelerator=accelerator, source="profiler")
     mixed = [s for s in samples if s.op is OpKind.MIXED_ITERATION and s.model == shape.name]
-    overhead = DEFAULT_OVERHEAD_S
+    overhead, scale = DEFAULT_OVERHEAD_S, 1.0
     if mixed and overhead_from_mixed:
-        overhead = fit_overhead_s(
+        fit = fit_composition(
             mixed_pricing(model, shape),
             [mixed_load(s) for s in mixed],
             [s.p10_ms / 1e3 for s in mixed],
         )
-    target = build_catalog(shape, [model], (1,), overhead_s=overhead, allow_roofline=False)
-    draft = build_catalog(
-        get_shape(DRAFT_SHAPE), [model], (1,), overhead_s=overhead, allow_roofline=False
-    )
+        overhead, scale = fit.overhead_s, fit.scale
+    model = replace(model, overhead_s=overhead, op_scale=scale)
+    target = build_catalog(shape, [model], (1,), allow_roofline=False)
+    draft = build_catalog(get_shape(DRAFT_SHAPE), [model], (1,), allow_roofline=False)
     label = (
         f"learned from a {len(samples)}-sample {accelerator} profile, "
-        f"overhead {overhead * 1e3:.2f} ms"
+        f"overhead {overhead * 1e3:.2f} ms, operators x{scale:.2f}"
     )
     return EngineLatency(target, draft, overhead, label)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.latency.compose import fit_overhead_s, iterations_ms, mixed_load, mixed_pricing
+from optimizer.latency.compose import fit_composition, iterations_ms, mixed_load, mixed_pricing
 from optimizer.latency.features import OpBatch, token_count
 from optimizer.latency.model import (
     MIN_SAMPLES,
@@ -130,9 +130,10 @@ def evaluate_holdout(
 class MixedAccuracy:
     """Composed step times against measured mixed iterations."""
 
-    num_fit: int  # iterations the overhead was fitted on (0: the model's own)
+    num_fit: int  # iterations the overhead and scale were fitted on
     num_test: int
     overhead_s: float
+    scale: float  # operators in a forward / alone
     median_ape: float
     p90_ape: float
     errors: tuple[float, ...]  # signed % error per test iteration (predicted / measured - 1)
@@ -146,7 +147,8 @@ def evaluate_mixed(
     fit_fraction: float = 0.5,
     seed: int = 0,
 ) -> MixedAccuracy:
-    """Fit the overhead on a seeded `fit_fraction` of the iterations, test on the rest."""
+    """Fit the overhead and operator scale on a seeded `fit_fraction` of the
+    iterations (`compose.fit_composition`), test on the rest."""
     mixed = [s for s in mixed if s.op is OpKind.MIXED_ITERATION]
     if len(mixed) < 2:
         raise ValueError(f"need at least 2 mixed iterations, got {len(mixed)}")
@@ -154,18 +156,20 @@ def evaluate_mixed(
     idx = np.random.default_rng(seed).permutation(len(mixed))
     cut = min(max(1, round(fit_fraction * len(mixed))), len(mixed) - 1)
     loads = [mixed_load(s) for s in mixed]
-    overhead = fit_overhead_s(
+    fit = fit_composition(
         pricing, [loads[i] for i in idx[:cut]], [mixed[i].median_ms / 1e3 for i in idx[:cut]]
     )
     test = idx[cut:]
-    pred = iterations_ms(pricing, [loads[i] for i in test], overhead)
+    composed = iterations_ms(pricing, [loads[i] for i in test], 0.0)
+    pred = fit.scale * composed + 1e3 * fit.overhead_s
     true = np.array([mixed[i].median_ms for i in test])
     signed = (pred / true - 1.0) * 100.0
     errors = np.abs(signed)
     return MixedAccuracy(
         cut,
         int(test.size),
-        overhead,
+        fit.overhead_s,
+        fit.scale,
         float(np.median(errors)),
         float(np.percentile(errors, 90)),
         tuple(float(e) for e in signed),

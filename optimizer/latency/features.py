@@ -4,7 +4,19 @@ Every operator instance is described by the same columnar parameters
 (`OpBatch`); from them come the two roofline quantities, FLOPs and bytes
 moved, which let a fitted model extrapolate sanely (time grows with work),
 plus log-scaled shape features for the learned residual (tile quantisation,
-kernel switches). Shapes follow DOMAIN.md §9; head counts are per GPU.
+kernel switches, cache regimes). Shapes follow DOMAIN.md §9; head counts are
+per GPU.
+
+The residual's feature set is versioned (`FEATURE_VERSION`): a fitted model
+records the version it was trained on and is always priced with it, so models
+stored before a feature was added keep their meaning.
+
+- version 1: the features below without the lookup-table column;
+- version 2: adds, for elementwise ops, log2 of the lookup table's bytes
+  (embedding: ceil(V/t) rows of h; 0 for the others). An embedding gathers
+  random rows of that table, so its cost depends on whether the table fits in
+  cache: on this project's CPU a 4 MB table (TP1) costs up to 1.4x the 1 MB
+  one (TP4) at the same token count, which version 1 could not tell apart.
 """
 
 from __future__ import annotations
@@ -46,6 +58,10 @@ _ARRAYS = (
     "num_gpus",
     "message_bytes",
 )
+
+
+FEATURE_VERSION = 2
+FEATURE_VERSIONS = (1, 2)
 
 
 class FeatureError(ValueError):
@@ -149,8 +165,11 @@ def _pad_ratio(x: np.ndarray, tile: float) -> np.ndarray:
     return np.ceil(x / tile) * tile / x
 
 
-def feature_matrix(batch: OpBatch) -> np.ndarray:
-    """Log-scaled shape and work features for the learned residual (rows x features)."""
+def feature_matrix(batch: OpBatch, version: int = FEATURE_VERSION) -> np.ndarray:
+    """Log-scaled shape and work features for the learned residual (rows x features),
+    in feature set `version` (see the module docstring)."""
+    if version not in FEATURE_VERSIONS:
+        raise FeatureError(f"feature version {version!r}: expected one of {FEATURE_VERSIONS}")
     flops, moved = work(batch)
     lf, lb = np.log1p(flops), np.log1p(moved)
     cols: list[np.ndarray]
@@ -177,5 +196,8 @@ def feature_matrix(batch: OpBatch) -> np.ndarray:
         cols = [np.log2(np.maximum(batch.message_bytes, 1.0)), batch.num_gpus]
     else:
         cols = [np.log2(np.maximum(batch.num_tokens, 1.0)), np.log2(np.maximum(batch.n, 1.0))]
+        if version >= 2:
+            table = batch.k * batch.n * batch.dtype_bytes  # k: table rows (embedding), else 0
+            cols.append(np.log2(np.maximum(table, 1.0)))
     cols += [lf, lb, lf - lb]
     return np.column_stack(cols)

@@ -22,7 +22,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from optimizer.latency.features import MODELLED_OPS, OpBatch, feature_matrix, work
+from optimizer.latency.features import (
+    FEATURE_VERSION,
+    MODELLED_OPS,
+    OpBatch,
+    feature_matrix,
+    work,
+)
 from profiler.shapes import ModelShape
 from storage.records import KernelSample, OpKind
 
@@ -47,6 +53,7 @@ class FitOptions:
     min_samples_leaf: int = 5
     seed: int = 0
     num_threads: int = 1  # OpenMP threads; more oversubscribes a shared machine badly
+    feature_version: int = FEATURE_VERSION  # residual feature set (older ones for comparison)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,7 @@ class OpModel:
     models: tuple[str, ...] = ()  # model shapes of per-model samples ("" = generic)
     num_gpus: tuple[int, ...] = ()  # all-reduce group sizes measured
     square_attention: bool = False  # prefill samples all had kv_len == q_len (no cached prefix)
+    feature_version: int = FEATURE_VERSION  # residual's feature set (features.FEATURE_VERSION)
 
     def base_ms(self, batch: OpBatch) -> np.ndarray:
         flops, moved = work(batch)
@@ -72,16 +80,21 @@ class OpModel:
         base = self.base_ms(batch)
         if self.residual is None or len(batch) == 0:
             return base
-        return base * np.exp(self.residual.predict(feature_matrix(batch)))
+        features = feature_matrix(batch, self.feature_version)
+        return base * np.exp(self.residual.predict(features))
 
 
 @dataclass(frozen=True, slots=True)
 class LatencyModel:
     """Fitted operator models of one accelerator (one profile run).
 
-    `overhead_s` is the per-iteration cost the operators do not explain, fitted
-    on the profile's measured mixed iterations (`compose.fit_overhead_s`); None
+    A step costs `overhead_s + op_scale x (sum of its operators)`, both fitted
+    on the profile's measured mixed iterations (`compose.fit_composition`).
+    `overhead_s` is the per-iteration cost the operators do not explain; None
     when the profile has none (compiled tables then assume a default).
+    `op_scale` is how much slower operators run inside a whole forward than
+    alone (consecutive operators evict each other's weights and activations
+    from cache); 1 without mixed iterations.
     """
 
     accelerator: str
@@ -89,6 +102,13 @@ class LatencyModel:
     ops: dict[OpKind, OpModel] = field(default_factory=dict)
     overhead_s: float | None = None
     num_mixed: int = 0  # mixed iterations the overhead was fitted on
+    op_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.op_scale) and self.op_scale > 0):
+            raise LatencyModelError(
+                f"{self.accelerator}: op_scale must be > 0, got {self.op_scale}"
+            )
 
     def has(self, op: OpKind) -> bool:
         return op in self.ops
@@ -141,7 +161,8 @@ def fit_op_model(
         random_state=options.seed,
     )
     with threadpool_limits(limits=options.num_threads):
-        residual.fit(feature_matrix(batch), np.log(t) - np.log(np.maximum(base, 1e-9)))
+        features = feature_matrix(batch, options.feature_version)
+        residual.fit(features, np.log(t) - np.log(np.maximum(base, 1e-9)))
     return OpModel(
         batch.op,
         coef,
@@ -151,6 +172,7 @@ def fit_op_model(
         models=models,
         num_gpus=tuple(sorted({int(g) for g in batch.num_gpus if g > 0})),
         square_attention=bool(np.all(batch.q_len == batch.kv_len)),
+        feature_version=options.feature_version,
     )
 
 

@@ -7,6 +7,10 @@ this project wrote (pickle executes code from untrusted input).
 
 Version 2 adds the fitted per-iteration overhead (and how many mixed
 iterations it was fitted on); version 1 payloads still load, without one.
+Version 3 adds each operator's residual feature set
+(`features.FEATURE_VERSION`) and the fitted operator scale; version 1 and 2
+payloads load as feature set 1, the one they were fitted on, with scale 1, so
+they predict exactly as before.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ import pickle
 from optimizer.latency.model import LatencyModel, OpModel
 from storage.records import OpKind
 
-PAYLOAD_SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+PAYLOAD_SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 _MAGIC = b"servetune-latency-model\n"
 
 
@@ -39,11 +43,13 @@ def dump_model(model: LatencyModel) -> bytes:
                 m.models,
                 m.num_gpus,
                 m.square_attention,
+                m.feature_version,
             )
             for op, m in model.ops.items()
         ],
         "overhead_s": model.overhead_s,
         "num_mixed": model.num_mixed,
+        "op_scale": model.op_scale,
     }
     return _MAGIC + pickle.dumps((PAYLOAD_SCHEMA_VERSION, parts), protocol=5)
 
@@ -61,9 +67,10 @@ def load_model(payload: bytes, schema_version: int = PAYLOAD_SCHEMA_VERSION) -> 
             f"but holds version {version}"
         )
     ops = {}
-    for value, coef, residual, dtype_bytes, num, models, gpus, square in parts["ops"]:
+    for value, coef, residual, dtype_bytes, num, models, gpus, square, *rest in parts["ops"]:
         op = OpKind(value)
-        ops[op] = OpModel(op, coef, residual, dtype_bytes, num, models, gpus, square)
+        features = int(rest[0]) if version >= 3 else 1
+        ops[op] = OpModel(op, coef, residual, dtype_bytes, num, models, gpus, square, features)
     overhead = parts.get("overhead_s") if version >= 2 else None
     return LatencyModel(
         parts["accelerator"],
@@ -71,9 +78,12 @@ def load_model(payload: bytes, schema_version: int = PAYLOAD_SCHEMA_VERSION) -> 
         ops,
         overhead_s=None if overhead is None else float(overhead),
         num_mixed=int(parts.get("num_mixed", 0)),
+        op_scale=float(parts["op_scale"]) if version >= 3 else 1.0,
     )
 
 
 def feature_names(model: LatencyModel) -> tuple[str, ...]:
     """What the model was fitted on, for the stored record."""
-    return tuple(f"{op.value}:flops,bytes,log-shape" for op in model.ops)
+    return tuple(
+        f"{op.value}:flops,bytes,log-shape v{m.feature_version}" for op, m in model.ops.items()
+    )

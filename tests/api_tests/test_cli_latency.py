@@ -67,7 +67,8 @@ def test_fit_list_show_and_simulate(cli_db: str, runner: CliRunner, tmp_path: Pa
     out = runner.invoke(app, ["latency", "show", "1"])
     assert out.exit_code == 0, out.output
     assert "fitted on 8 mixed iterations" in out.output  # (0,1),(0,2),(8|16 x 0,1,2)
-    assert "schema_version 2" in out.output and "hold-out APE" in out.output
+    assert "their time alone" in out.output
+    assert "schema_version 3" in out.output and "hold-out APE" in out.output
 
     trace = _trace(tmp_path / "t.csv")
     out = runner.invoke(

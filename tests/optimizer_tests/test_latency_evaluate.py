@@ -23,7 +23,7 @@ from optimizer.latency.evaluate import (
     evaluate_mixed,
     holdout_masks,
 )
-from optimizer.latency.features import OpBatch
+from optimizer.latency.features import FEATURE_VERSION, OpBatch
 from optimizer.latency.model import FitOptions, LatencyModelError, fit_latency_model
 from optimizer.latency.persist import (
     _MAGIC,
@@ -182,22 +182,35 @@ def test_mixed_iterations_of_an_unknown_shape_are_rejected() -> None:
     assert both.num_mixed == len(mixed)
 
 
-def test_payload_v2_keeps_the_overhead_and_v1_still_loads() -> None:
+def test_payload_v3_keeps_overhead_and_feature_set_and_older_payloads_still_load() -> None:
     ops, _ = roofline_profile()
     model = replace(fit_latency_model(ops, accelerator="cpu", options=FAST), overhead_s=0.0031)
-    model = replace(model, num_mixed=12)
+    model = replace(model, num_mixed=12, op_scale=1.17)
     restored = load_model(dump_model(model), PAYLOAD_SCHEMA_VERSION)
-    assert PAYLOAD_SCHEMA_VERSION == 2
-    assert (restored.overhead_s, restored.num_mixed) == (0.0031, 12)
+    assert PAYLOAD_SCHEMA_VERSION == 3
+    assert (restored.overhead_s, restored.num_mixed, restored.op_scale) == (0.0031, 12, 1.17)
+    assert {m.feature_version for m in restored.ops.values()} == {FEATURE_VERSION}
+    # A version-2 payload was fitted on feature set 1 (no table column): it loads as
+    # such and prices exactly as the model it was written from.
+    old_model = fit_latency_model(ops, accelerator="cpu", options=replace(FAST, feature_version=1))
+    _, parts = pickle.loads(dump_model(old_model)[len(_MAGIC) :])
+    parts["ops"] = [row[:-1] for row in parts["ops"]]
+    del parts["op_scale"]
+    v2 = load_model(_MAGIC + pickle.dumps((2, parts)), 2)
+    assert v2.op_scale == 1.0
+    embed = OpBatch.make(
+        OpKind.EMBEDDING, dtype_bytes=4.0, num_tokens=[1.0, 64.0, 900.0], n=256.0, k=4096.0
+    )
+    assert v2.ops[OpKind.EMBEDDING].feature_version == 1
+    assert np.array_equal(v2.predict_ms(embed), old_model.predict_ms(embed))
     # A version-1 payload (before the overhead was stored) loads without one.
-    _, parts = pickle.loads(dump_model(model)[len(_MAGIC) :])
     del parts["overhead_s"], parts["num_mixed"]
     old = load_model(_MAGIC + pickle.dumps((1, parts)), 1)
     assert old.overhead_s is None and set(old.ops) == set(model.ops)
     with pytest.raises(PayloadError, match="schema_version"):
-        load_model(dump_model(model), 3)
-    with pytest.raises(PayloadError, match="holds version 2"):
-        load_model(dump_model(model), 1)
+        load_model(dump_model(model), 4)
+    with pytest.raises(PayloadError, match="holds version 3"):
+        load_model(dump_model(model), 2)
 
 
 def test_evaluation_imports_neither_storage_sql_nor_torch() -> None:

@@ -101,3 +101,57 @@ def test_fit_errors() -> None:
     )
     with pytest.raises(LatencyModelError, match="no fitted model of 'decode_attn'"):
         model.predict_ms(OpBatch.make(OpKind.DECODE_ATTN, batch_size=1, kv_len=10, q_len=1))
+
+
+def _embedding_truth(tokens: np.ndarray, table_rows: np.ndarray, h: int = 256) -> np.ndarray:
+    """A CPU-like gather: 3 us call cost, then rows at 60 GB/s while the fp32 table
+    fits a 2 MB cache and 25 GB/s once it does not."""
+    bandwidth = np.where(table_rows * h * 4 <= 2_000_000, 60e9, 25e9)
+    return 0.003 + 1e3 * 2 * 4 * tokens * h / bandwidth
+
+
+def test_embedding_cost_depends_on_its_table_size() -> None:
+    """Feature set 2 sees the table's bytes; set 1 priced TP1 and TP4 alike."""
+    tokens = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 4096, 8192])
+    rows = np.array([4096, 2048, 1024])  # the tiny shape's vocab at TP 1, 2, 4
+    grid_t, grid_k = (a.ravel().astype(float) for a in np.meshgrid(tokens, rows))
+    t = _embedding_truth(grid_t, grid_k)
+    batch = OpBatch.make(OpKind.EMBEDDING, dtype_bytes=4.0, num_tokens=grid_t, n=256.0, k=grid_k)
+    probe = OpBatch.make(
+        OpKind.EMBEDDING, dtype_bytes=4.0, num_tokens=3000.0, n=256.0, k=rows.astype(float)
+    )
+    truth = _embedding_truth(np.full(3, 3000.0), rows.astype(float))
+    now = fit_op_model(batch, t, FAST)
+    old = fit_op_model(batch, t, FitOptions(max_iter=150, feature_version=1))
+    assert now.feature_version == 2 and old.feature_version == 1
+    assert np.max(_ape(now.predict_ms(probe), truth)) < 5.0
+    # Without the table column TP1 (4 MB, uncached) and TP4 (1 MB) cost the same.
+    assert np.ptp(old.predict_ms(probe)) == 0.0
+    assert np.max(_ape(old.predict_ms(probe), truth)) > 20.0
+    with pytest.raises(ValueError, match="feature version 9"):
+        fit_op_model(batch, t, FitOptions(feature_version=9))
+
+
+def test_composed_step_prices_the_embedding_table_of_its_tp_degree() -> None:
+    """Pricing passes ceil(V/t) table rows, as the profiler records them."""
+    from optimizer.latency.compose import Pricing
+    from optimizer.latency.model import LatencyModel
+    from optimizer.latency.roofline import RooflinePricer
+    from profiler.hardware import get_accelerator
+    from profiler.shapes import get_shape
+
+    tokens = np.array([1, 4, 16, 64, 256, 1024, 4096], dtype=float)
+    grid_t, grid_k = (a.ravel() for a in np.meshgrid(tokens, [4096.0, 2048.0, 1024.0]))
+    batch = OpBatch.make(OpKind.EMBEDDING, dtype_bytes=4.0, num_tokens=grid_t, n=256.0, k=grid_k)
+    embedding = fit_op_model(batch, _embedding_truth(grid_t, grid_k), FAST)
+    learned = LatencyModel("cpu", "test", {OpKind.EMBEDDING: embedding})
+    shape, roof = get_shape("tiny"), RooflinePricer(get_accelerator("cpu"))
+    for tp in (1, 4):
+        rows = -(-shape.vocab_size // tp)
+        own = Pricing(shape, tp, roof, learned).dense_ms(tokens)
+        base = Pricing(shape, tp, roof).dense_ms(tokens)
+        at = OpBatch.make(OpKind.EMBEDDING, dtype_bytes=4.0, num_tokens=tokens, n=256.0, k=rows)
+        # The two pricings differ by the embedding term alone.
+        np.testing.assert_allclose(
+            own - base, embedding.predict_ms(at) - roof.predict_ms(at), rtol=1e-9
+        )

@@ -10,7 +10,7 @@ import pytest
 from sklearn.ensemble import HistGradientBoostingRegressor
 
 from optimizer.latency import StepLoad, build_catalog, compile_roofline
-from optimizer.latency.compose import Pricing, fit_overhead_s, iteration_ms
+from optimizer.latency.compose import Pricing, fit_composition, iteration_ms
 from optimizer.latency.model import FitOptions, fit_latency_model
 from optimizer.latency.roofline import ROOFLINE_LABEL, RooflinePricer, decode_floor_s
 from optimizer.latency.table import compile_step_latency
@@ -75,6 +75,24 @@ def test_compiled_matches_exact_composition(learned, tp: int) -> None:
     exact = np.array([iteration_ms(pricing, ld, table.overhead_s) / 1e3 for ld in loads])
     ratio = np.array([table.step_time_s(ld) for ld in loads]) / exact
     assert np.median(np.abs(ratio - 1.0)) < 0.02 and ratio.min() > 0.95
+
+
+def test_compiled_tables_apply_the_fitted_operator_scale() -> None:
+    """A model fitted to run 1.25x slower in a forward prices every step's operators
+    1.25x (the overhead unscaled), in the compiled tables as in the exact sum."""
+    from dataclasses import replace
+
+    from optimizer.latency import compile_learned
+
+    model = replace(_gemm_model(), overhead_s=0.001)
+    loads = _random_loads(np.random.default_rng(7), 40)
+    plain = compile_learned(SHAPE, model, 1)
+    scaled = compile_learned(SHAPE, replace(model, op_scale=1.25), 1)
+    a = np.array([plain.step_time_s(ld) for ld in loads]) - 0.001
+    b = np.array([scaled.step_time_s(ld) for ld in loads]) - 0.001
+    np.testing.assert_allclose(b, 1.25 * a, rtol=1e-9)
+    with pytest.raises(ValueError, match="op_scale must be > 0"):
+        replace(model, op_scale=0.0)
 
 
 def test_batch_api_equals_scalar_path(learned) -> None:
@@ -153,12 +171,20 @@ def test_catalog_fallback_and_errors(learned, tmp_path: Path) -> None:
         strict.for_instance("h100", 1)
 
 
-def test_fit_overhead_recovers_constant() -> None:
+def test_fit_composition_recovers_overhead_and_operator_scale() -> None:
     pricing = Pricing(get_shape("tiny"), 1, RooflinePricer(get_accelerator("cpu")))
     loads = _random_loads(np.random.default_rng(5), 10)
-    measured = [iteration_ms(pricing, ld, 0.0) / 1e3 + 0.0021 for ld in loads]
-    assert fit_overhead_s(pricing, loads, measured) == pytest.approx(0.0021, rel=1e-6)
+    composed = np.array([iteration_ms(pricing, ld, 0.0) / 1e3 for ld in loads])
+    fit = fit_composition(pricing, loads, list(composed + 0.0021))
+    assert fit.overhead_s == pytest.approx(0.0021, rel=1e-6) and fit.scale == pytest.approx(1.0)
+    # Operators 17% slower in a forward plus 0.3 ms: both recovered, and a constant
+    # alone (the fallback below MIN_SCALE_FIT iterations) is what the scale replaces.
+    fit = fit_composition(pricing, loads, list(1.17 * composed + 0.0003))
+    assert (fit.overhead_s, fit.scale) == (pytest.approx(0.0003, rel=1e-4), pytest.approx(1.17))
+    two = fit_composition(pricing, loads[:2], list(1.17 * composed[:2] + 0.0003))
+    assert two.scale == 1.0
+    assert two.overhead_s == pytest.approx(np.median(0.17 * composed[:2] + 0.0003))
     with pytest.raises(ValueError, match="matching"):
-        fit_overhead_s(pricing, loads, measured[:2])
+        fit_composition(pricing, loads, list(composed[:2]))
     with pytest.raises(ValueError, match="overhead_s"):
         compile_step_latency(pricing, -1.0, label="x", is_estimate=True)

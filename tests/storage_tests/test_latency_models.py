@@ -82,7 +82,7 @@ def test_round_trip_and_versions(engine) -> None:
         assert [m.id for m in list_latency_models(s, accelerator="h100")] == [first.id, second.id]
         assert list_latency_models(s, accelerator="a100") == []
     assert info.profile_run_id == run.id and info.tp_degrees == (1, 2)
-    assert info.metrics == metrics and info.features == ("gemm:flops,bytes,log-shape",)
+    assert info.metrics == metrics and info.features == ("gemm:flops,bytes,log-shape v2",)
     assert info.created_at.tzinfo is not None and info.payload_bytes == len(payload)
     restored = load_model(payload, version)
     shape = get_shape("llama-3.1-8b")
