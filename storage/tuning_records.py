@@ -114,7 +114,7 @@ class LaunchCommand:
 
 @dataclass(frozen=True, slots=True)
 class Recommendation:
-    trial: int
+    trial: int | None  # None: the engine's defaults, kept (no trial beat them by 3%+)
     goodput_per_gpu: float
     interactivity_tok_s: float
     num_gpus: int

@@ -67,7 +67,8 @@ def print_outcome(outcome: TuneOutcome) -> None:
         return
     gain = f"{b.gain:.2f}x the baseline" if b.gain else "baseline sustains nothing"
     console.print(
-        f"[bold green]Recommendation[/] (trial {rec.trial}): "
+        f"[bold green]Recommendation[/] "
+        f"({'the engine defaults' if rec.trial is None else f'trial {rec.trial}'}): "
         f"{rec.evaluation.goodput_per_gpu:.3f} req/s per GPU on {rec.evaluation.num_gpus} GPUs, "
         f"{gain}; attainment at the trace's rate {rec.evaluation.attainment:.1%}"
     )

@@ -176,16 +176,18 @@ def explain(
         if base_eval.goodput_per_gpu
         else math.inf
     )
+    near = gain < NEAR_DEFAULTS
     lines.append(
-        f"Recommendation changes {', '.join(changes) or 'nothing'}; per-GPU goodput "
+        f"{'The best config found' if near else 'Recommendation'} changes "
+        f"{', '.join(changes) or 'nothing'}; per-GPU goodput "
         f"{base_eval.goodput_per_gpu:.2f} -> {rec_eval.goodput_per_gpu:.2f} req/s ({gain:.2f}x)."
     )
-    if gain < NEAR_DEFAULTS:
+    if near:
         lines.append(
             f"The engine's defaults are already within {NEAR_DEFAULTS - 1:.0%} of the best config "
             "found (the capacity search resolves rates to a few percent): for this trace and "
-            "these SLOs no knob moves per-GPU goodput much, so keeping the defaults is sound; "
-            "other Pareto points trade goodput for tokens/s per user."
+            "these SLOs no knob moves per-GPU goodput much, so the recommendation keeps the "
+            "defaults; other Pareto points trade goodput for tokens/s per user."
         )
         return tuple(lines)
     why = []

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from optimizer.config import ServingConfig
-from optimizer.search.diagnose import Diagnosis, diagnose_config, explain
+from optimizer.search.diagnose import NEAR_DEFAULTS, Diagnosis, diagnose_config, explain
 from optimizer.search.flags import LaunchCommand, launch_commands
 from optimizer.search.objective import Evaluation, TraceEvaluator
 from optimizer.search.recommend import (
@@ -38,7 +38,10 @@ class SLOCheck:
 
 @dataclass(frozen=True, slots=True)
 class Recommendation:
-    trial: int
+    """The config to run. `trial` is None when it is the engine's defaults, kept
+    because no trial beat them by more than the search's resolution."""
+
+    trial: int | None
     config: ServingConfig
     evaluation: Evaluation
     slo_checks: tuple[SLOCheck, ...]
@@ -130,8 +133,16 @@ def build_outcome(
     best = recommend(outcomes, per_dollar=per_dollar)
     base_cfg = baseline_config(space)
     base_eval = evaluator.evaluate(base_cfg)
+    found = compare(base_cfg, base_eval, best.evaluation if best else None, per_dollar=per_dollar)
     rec = None
-    if best is not None:
+    comparison = found
+    near = found.gain is not None and found.gain < NEAR_DEFAULTS
+    if best is not None and base_eval.feasible and near:
+        # Within the capacity search's resolution of the defaults: keep them.
+        launch = launch_commands(base_cfg, model=model_id)
+        rec = Recommendation(None, base_cfg, base_eval, slo_checks(request, base_eval), launch)
+        comparison = compare(base_cfg, base_eval, base_eval, per_dollar=per_dollar)
+    elif best is not None:
         rec = Recommendation(
             best.number,
             best.config,
@@ -139,9 +150,6 @@ def build_outcome(
             slo_checks(request, best.evaluation),
             launch_commands(best.config, model=model_id),
         )
-    comparison = compare(
-        base_cfg, base_eval, best.evaluation if best else None, per_dollar=per_dollar
-    )
     rate = base_eval.max_rate or evaluator.trace_rate
     d_base = diagnose_config(evaluator, "baseline", base_cfg, rate)
     d_rec = diagnose_config(evaluator, "recommendation", best.config, rate) if best else None

@@ -45,9 +45,9 @@ def write_png(outcome: TuneOutcome, path: Path) -> Path:
         if p["recommended"]:
             ax.plot([p["x"]], [p["y"]], "*", ms=16, color="#cc3311", label="recommended")
     b = outcome.baseline.evaluation
-    ax.plot(
-        [b.interactivity_tok_s], [b.goodput_per_gpu], "s", color="#777777", label="vLLM defaults"
-    )
+    kept = outcome.recommendation is not None and outcome.recommendation.trial is None
+    label = "vLLM defaults (recommended)" if kept else "vLLM defaults"
+    ax.plot([b.interactivity_tok_s], [b.goodput_per_gpu], "s", color="#777777", label=label)
     ax.set_xlabel("interactivity: median output tokens/s per user")
     ax.set_ylabel("goodput per GPU (req/s at attainment target)")
     est = " (roofline estimate)" if outcome.latency_is_estimate else ""
@@ -65,8 +65,9 @@ _PAGE = Path(__file__).with_name("pareto.html")
 
 def write_html(outcome: TuneOutcome, path: Path) -> Path:
     b = outcome.baseline.evaluation
+    kept = outcome.recommendation is not None and outcome.recommendation.trial is None
     base = {"x": b.interactivity_tok_s, "y": b.goodput_per_gpu, "gpus": b.num_gpus,
-            "label": outcome.baseline.description, "recommended": False}  # fmt: skip
+            "label": outcome.baseline.description, "recommended": kept}  # fmt: skip
     launch = ""
     if outcome.recommendation:
         launch = "\n".join(c.command for c in outcome.recommendation.launch if c.engine == "vllm")

@@ -130,13 +130,48 @@ def test_baseline_is_vllm_defaults():
     assert (a100.replica.max_num_batched_tokens, a100.replica.max_num_seqs) == (2048, 256)
 
 
-def test_recommendation_beats_or_matches_baseline_on_the_stand_in():
+def _outcome_with_best_at(ratio: float):
+    """build_outcome on the stand-in with one trial at `ratio` x the defaults' goodput."""
+    from dataclasses import replace
+
+    from optimizer.search.outcome import build_outcome
+    from optimizer.search.request import TuneRequest
+    from optimizer.search.study import TrialOutcome
+
     ev = _evaluator()
-    base = ev.evaluate(baseline_config(_space()))
-    rec = recommend(trial_outcomes(_run(0, n=8)))
-    assert base.status is not EvalStatus.INVALID
-    if rec is not None and base.feasible:
-        assert rec.evaluation.goodput_per_gpu >= 0.0
+    request = TuneRequest(
+        trace_id=1, model="llama-3.1-8b", gpus=("h100",), gpu_budget=4,
+        slo_ttft_ms=2000.0, slo_tpot_ms=50.0,
+    )  # fmt: skip
+    base = ev.evaluate(baseline_config(request.space()))
+    assert base.feasible
+    cfg = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_seqs=64), num_replicas=4)
+    trial = TrialOutcome(7, cfg, replace(ev.evaluate(cfg), status=EvalStatus.FEASIBLE,
+                                         goodput_per_gpu=ratio * base.goodput_per_gpu))  # fmt: skip
+    out = build_outcome(
+        request, [trial], ev, study_name="t", num_trials=1, latency_label="stand-in",
+        latency_is_estimate=True,
+    )  # fmt: skip
+    return out, base, cfg
+
+
+def test_a_best_config_within_the_search_resolution_keeps_the_defaults():
+    out, base, _ = _outcome_with_best_at(1.02)
+    rec = out.recommendation
+    assert rec.trial is None and rec.config == baseline_config(out.request.space())
+    assert rec.evaluation == base and out.baseline.gain == pytest.approx(1.0)
+    assert "--max-num-batched-tokens 8192" in rec.launch[0].command
+    assert out.diagnosis.account[1].startswith("The best config found changes max_num_seqs")
+    assert "so the recommendation keeps the defaults" in out.diagnosis.account[2]
+    assert out.to_dict()["recommendation"]["trial"] is None
+
+
+def test_a_best_config_clearly_above_the_defaults_is_recommended():
+    out, _, cfg = _outcome_with_best_at(1.5)
+    rec = out.recommendation
+    assert rec.trial == 7 and rec.config == cfg
+    assert out.baseline.gain == pytest.approx(1.5)
+    assert out.diagnosis.account[1].startswith("Recommendation changes max_num_seqs 1024 -> 64")
 
 
 def test_cache_returns_the_same_evaluation():
