@@ -4,7 +4,11 @@ Colocated configs get one command per engine, run `count` times (one server
 per replica, behind any load balancer). Disaggregated configs get one command
 per role with the KV-transfer settings (vLLM: NixlConnector producer/consumer;
 SGLang: `--disaggregation-mode` with the NIXL backend), plus the proxy or
-router that pairs them.
+router that pairs them, listing every instance as PREFILL_HOST_i / DECODE_HOST_i
+placeholders on the engine's default port. vLLM ships no production PD router:
+its command is the reference proxy from the vLLM repository
+(`tests/v1/kv_connector/nixl_integration/toy_proxy_server.py`, as in vLLM's
+NixlConnector guide); put your own router in its place at scale.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ _SGLANG_SPEC = {
     SpecMethod.NGRAM: "NGRAM",
 }
 DRAFT_PLACEHOLDER = "<draft-model>"
+VLLM_PD_PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
+VLLM_PORT, SGLANG_PORT = 8000, 30000  # the engines' default serving ports
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,23 +230,16 @@ def launch_commands(
                 ),
             )
         )
-    out.append(
-        LaunchCommand(
-            "sglang",
-            "proxy",
-            1,
-            _join(
-                [
-                    "python",
-                    "-m",
-                    "sglang_router.launch_router",
-                    "--pd-disaggregation",
-                    "--prefill",
-                    "http://PREFILL_HOST:30000",
-                    "--decode",
-                    "http://DECODE_HOST:30000",
-                ]
-            ),
-        )
-    )
+    prefill_hosts = [f"PREFILL_HOST_{i + 1}" for i in range(config.num_prefill)]
+    decode_hosts = [f"DECODE_HOST_{i + 1}" for i in range(config.num_decode)]
+    proxy = ["python", VLLM_PD_PROXY, "--port", "8192", "--prefiller-hosts", *prefill_hosts]
+    proxy += ["--prefiller-ports", *[str(VLLM_PORT)] * len(prefill_hosts)]
+    proxy += ["--decoder-hosts", *decode_hosts]
+    proxy += ["--decoder-ports", *[str(VLLM_PORT)] * len(decode_hosts)]
+    out.insert(2, LaunchCommand("vllm", "proxy", 1, _join(proxy)))
+    router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+    for flag, hosts in (("--prefill", prefill_hosts), ("--decode", decode_hosts)):
+        for host in hosts:
+            router += [flag, f"http://{host}:{SGLANG_PORT}"]
+    out.append(LaunchCommand("sglang", "proxy", 1, _join(router)))
     return tuple(out)

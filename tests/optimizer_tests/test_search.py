@@ -227,12 +227,25 @@ def test_disaggregated_commands_carry_the_kv_roles():
         """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'"""
     )
     assert """"kv_role":"kv_consumer"}'""" in dec.command
+    assert [c.role for c in cmds if c.engine == "vllm"] == ["prefill", "decode", "proxy"]
+    proxy = next(c for c in cmds if c.engine == "vllm" and c.role == "proxy")
+    assert proxy.count == 1 and proxy.command == (
+        "python tests/v1/kv_connector/nixl_integration/toy_proxy_server.py --port 8192 "
+        "--prefiller-hosts PREFILL_HOST_1 PREFILL_HOST_2 --prefiller-ports 8000 8000 "
+        "--decoder-hosts DECODE_HOST_1 DECODE_HOST_2 DECODE_HOST_3 DECODE_HOST_4 "
+        "DECODE_HOST_5 DECODE_HOST_6 --decoder-ports 8000 8000 8000 8000 8000 8000"
+    )
     sg = [c for c in cmds if c.engine == "sglang"]
     assert [c.role for c in sg] == ["prefill", "decode", "proxy"]
     assert "--chunked-prefill-size -1" in sg[0].command
     assert "--context-length 8192" in sg[0].command
     assert "--max-model-len" not in dec.command  # chunked: no limit beyond the KV cache
     assert "--disaggregation-mode decode --disaggregation-transfer-backend nixl" in sg[1].command
+    assert sg[2].command == (
+        "python -m sglang_router.launch_router --pd-disaggregation "
+        "--prefill http://PREFILL_HOST_1:30000 --prefill http://PREFILL_HOST_2:30000 "
+        + " ".join(f"--decode http://DECODE_HOST_{i}:30000" for i in range(1, 7))
+    )
 
 
 def test_configs_that_reject_the_traces_longest_request_are_invalid():
