@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -13,7 +15,11 @@ from rich.console import Console
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-console = Console()
+# Output sent to a pipe or file keeps its table columns (rich would assume 80 and
+# truncate the Pareto table's 12 columns to "goo…"); a terminal or COLUMNS decides.
+PIPED_WIDTH = 160
+_piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+console = Console(width=PIPED_WIDTH if _piped else None)
 err_console = Console(stderr=True)
 
 

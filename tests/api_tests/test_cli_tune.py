@@ -19,6 +19,8 @@ def test_tune_then_explain(cli_db, runner, tmp_path):
     assert res.exit_code == 0, res.output
     assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in res.output
     assert "Baseline" in res.output
+    # Piped output keeps the Pareto table's columns whole (rich would assume 80).
+    assert "goodput/GPU" in res.output and "TPOT p90 ms" in res.output
     for name in ("outcome.json", "pareto.png", "pareto.html"):
         assert (tmp_path / "out" / name).stat().st_size > 0
     assert "cdn" not in (tmp_path / "out" / "pareto.html").read_text().lower()
