@@ -7,7 +7,7 @@ random 20% hold-out and on an extrapolation hold-out (largest 10% of token
 counts withheld); the fit time of each GPU's tables; compiled lookups per
 second (batch) and per scalar call; the decode floor check (weight bytes / HBM
 bandwidth, DOMAIN.md §1) for Llama-3.1-8B on H100/H200. With --cpu it also
-profiles the tiny shape on this CPU (about 70 s) and checks per-op
+profiles the tiny shape on this CPU (about 95 s) and checks per-op
 hold-out error (and, for the embedding, what feature set 1 without the table
 column would give) and composed predictions of measured mixed iterations.
 Targets: median <= 5%, p90 <= 15% (random); median <= 10% (extrapolation);

@@ -1,7 +1,7 @@
 """Profile grids and the sweep that measures them.
 
 `ProfileGrid` lists the parameter points to measure; `default_cpu_grid()` suits
-the tiny shape on a 2-core CPU (about 70 s), `default_gpu_grid()` a 7–8B
+the tiny shape on a 2-core CPU (about 95 s), `default_gpu_grid()` a 7–8B
 model on one H100/H200 (about 15 minutes), `quick_grid()` a smoke test of a
 few seconds. `load_grid(path, base)` reads a JSON or YAML file whose keys
 override `base`. `run_sweep(shape, grid, device)` returns the measurements as
@@ -114,18 +114,22 @@ def _is_int(value: object) -> bool:
 
 
 def default_cpu_grid() -> ProfileGrid:
-    """The tiny shape on this project's 2-core CPU: ~1,100 cases in 3 passes, ~70 s.
+    """The tiny shape on this project's 2-core CPU: ~1,100 cases in 5 passes, ~95 s.
 
     Token counts reach 8192, vLLM's default token budget per step, and so cover
     the cache regimes a step goes through: on this CPU elementwise ops leave the
     2 MB L2 between 512 and 1024 tokens and run at L3 speed beyond, so a grid
     stopping at 2048 leaves only a few points past the bend. LM-head rows are
     denser than the base grid's so its 20% hold-out has more than a handful of
-    rows and its small-row kernel switches are sampled.
+    rows and its small-row kernel switches are sampled. Five passes rather than
+    three: the large memory-bound cases share this machine's L3 with other
+    tenants, and a single disturbed case (one 6144-token embedding measured 1.7x
+    its neighbours in all of three passes) moved an extrapolation median by 5
+    points; with five the worst per-op median fell from ~9% to ~7% for +23 s.
     """
     tokens = (*ProfileGrid().num_tokens, 3072, 4096, 6144, 8192)
     rows = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256)
-    return ProfileGrid(num_tokens=tokens, lm_head_rows=rows, passes=3)
+    return ProfileGrid(num_tokens=tokens, lm_head_rows=rows, passes=5)
 
 
 def quick_grid() -> ProfileGrid:
@@ -308,11 +312,13 @@ def run_sweep(
     """Measure every case of `grid` for `shape` on `device` (a string or torch.device).
 
     On CPU the sweep runs with `grid.num_threads` torch threads, for operators
-    and mixed iterations alike. With `grid.passes > 1` the grid is measured that
-    many times, each pass taking its share of the repeats, and a case keeps the
-    statistics of its pass with the lowest median. Progress is reported once per
-    case (scaled over the passes). A case that runs out of GPU memory is skipped
-    with a warning instead of losing the run.
+    and mixed iterations alike, after `timing.keep_host_memory()` (this process
+    then keeps freed memory for reuse, like a caching allocator). With
+    `grid.passes > 1` the grid is measured that many times, each pass taking its
+    share of the repeats, and a case keeps the statistics of its pass with the
+    lowest median. Progress is reported once per case (scaled over the passes).
+    A case that runs out of GPU memory is skipped with a warning instead of
+    losing the run.
     """
     import torch
 
@@ -320,9 +326,11 @@ def run_sweep(
     from profiler.device import parse_device
     from profiler.kernels import torch_dtype
     from profiler.mixed import build_forward, mixed_sample
-    from profiler.timing import Timing, TimingConfig, fixed_threads, time_call
+    from profiler.timing import Timing, TimingConfig, fixed_threads, keep_host_memory, time_call
 
     dev = parse_device(device) if isinstance(device, str) else device
+    if dev.type == "cpu":
+        keep_host_memory()  # outputs reuse freed pages, as with a caching allocator
     dtype = torch_dtype(shape.dtype)
     cases = plan_cases(shape, grid)
     p = grid.passes

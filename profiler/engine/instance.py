@@ -21,6 +21,7 @@ from profiler.engine.batch import RowSpec, block_slots, build_batch
 from profiler.engine.model import PagedTransformer
 from profiler.engine.scheduler import Chunk, EngineRequest, Scheduler, SchedulerLimits
 from profiler.shapes import ModelShape
+from profiler.timing import keep_host_memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,10 @@ class EngineInstance:
     def __init__(self, spec: InstanceSpec) -> None:
         self.spec = spec
         self.device = torch.device(spec.device)
+        if self.device.type == "cpu":
+            # As the profiler measures: freed tensors' pages are reused (a caching
+            # allocator, as serving engines run with), not faulted in per step.
+            keep_host_memory()
         lim = spec.limits
         self.scheduler = Scheduler(lim)
         self.model = PagedTransformer(

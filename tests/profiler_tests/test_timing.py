@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -70,3 +73,37 @@ def test_cuda_timing_with_events() -> None:
     t = time_call(lambda: a @ a, dev, TimingConfig(2, 10, 3, 5.0))
     assert t.num_repeats == 10
     assert 0 < t.p10_ms <= t.median_ms <= t.p90_ms
+
+
+_KEEP = """
+import ctypes
+from profiler.timing import keep_host_memory
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks",
+                "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype = ctypes.c_void_p
+
+def kept_after_free():
+    p = libc.malloc(40_000_000)  # 40 MB: above glibc's largest mmap threshold
+    libc.free(ctypes.c_void_p(p))
+    return libc.mallinfo2().fordblks  # free bytes the heap keeps for reuse
+
+before = kept_after_free()
+print(before, keep_host_memory(), kept_after_free())
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc allocator tuning is Linux-only")
+def test_keep_host_memory_keeps_freed_blocks_for_reuse() -> None:
+    # A fresh process: the setting is process-wide and one-way.
+    out = subprocess.run(
+        [sys.executable, "-c", _KEEP], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.split()
+    before, applied, after = int(out[0]), out[1] == "True", int(out[2])
+    assert applied
+    assert before < 10_000_000  # glibc's default: the block was mmap'd and handed back
+    assert after >= 40_000_000  # now it stays in the heap, its pages warm for the next call
