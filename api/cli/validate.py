@@ -66,7 +66,8 @@ class EngineCalibration:
             c = f.calibration
             return (
                 f"{name}: overhead {c.overhead_s * 1e3:.2f} ms, prefill x{c.prefill_scale:.2f}, "
-                f"decode x{c.decode_scale:.2f}, {c.kv_token_s * 1e9:.0f} ns/KV token "
+                f"decode x{c.decode_scale:.2f}, {c.kv_token_s * 1e9:.0f} ns/KV token, "
+                f"{c.seq_s * 1e6:.0f} us/sequence "
                 f"on {f.num_steps} steps ({f.num_outliers} outliers; "
                 f"median step error {f.median_error_before * 100:.0f}% -> "
                 f"{f.median_error_after * 100:.0f}%)"
@@ -386,7 +387,7 @@ def _store_self_calibration(selfcal: EngineCalibration, config: ServingConfig) -
                 overhead_s=c.overhead_s, prefill_scale=c.prefill_scale,
                 decode_scale=c.decode_scale, loss_before=fit.median_error_before,
                 loss_after=fit.median_error_after,
-                details={"source": "engine-steps", "kv_token_s": c.kv_token_s,
+                details={"source": "engine-steps", "kv_token_s": c.kv_token_s, "seq_s": c.seq_s,
                          "num_steps": fit.num_steps, "num_outliers": fit.num_outliers,
                          "loss": "median relative step error"},
             )  # fmt: skip

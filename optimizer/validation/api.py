@@ -75,17 +75,21 @@ class CalibrationLike(Protocol):
     decode_scale: float
 
 
-def _kv_token_s(stored: CalibrationLike) -> float:
-    """The KV-gathering term (stored in `details` by engine self-calibrations)."""
+def _detail(stored: CalibrationLike, name: str) -> float:
+    """A term engine self-calibrations store in `details` (kv_token_s, seq_s); 0 if absent."""
     details = getattr(stored, "details", None) or {}
-    return float(details.get("kv_token_s", 0.0))
+    return float(details.get(name, 0.0))
 
 
 def calibrated_source(base: LatencySource, stored: Iterable[CalibrationLike]) -> LatencySource:
     """Wrap `base` with stored calibrations (one per accelerator and TP); `base` if none."""
     cals = {
         (c.accelerator.lower(), c.tp): Calibration(
-            c.overhead_s, c.prefill_scale, c.decode_scale, _kv_token_s(c)
+            c.overhead_s,
+            c.prefill_scale,
+            c.decode_scale,
+            _detail(c, "kv_token_s"),
+            _detail(c, "seq_s"),
         )
         for c in stored
     }

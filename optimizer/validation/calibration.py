@@ -3,12 +3,15 @@
 The correction prices a step as
 
     t = overhead_s + base(load) x (w x prefill_scale + (1 - w) x decode_scale)
-        + kv_token_s x (KV tokens the step reads)
+        + kv_token_s x (KV tokens the step reads) + seq_s x (sequences in the step)
 
 where `base` is the uncalibrated `StepLatency` and w the share of prefill
 tokens in the step. The KV term (0 unless fitted on measured steps, see
 `optimizer.validation.stepfit`) prices gathering a paged KV cache, which
-per-op profiles of contiguous caches do not see. `CalibratedStepLatency`
+per-op profiles of contiguous caches do not see; the per-sequence term (also
+0 unless fitted on measured steps) prices the engine's work per request in a
+step (batch rows, block tables, sampling), which per-op profiles do not see
+either. `CalibratedStepLatency`
 applies it and `CalibratedSource` wraps any `LatencySource`, so the simulator
 and the search pick calibration up through the interface they already use.
 
@@ -45,12 +48,13 @@ class Calibration:
     prefill_scale: float = 1.0
     decode_scale: float = 1.0
     kv_token_s: float = 0.0  # per KV token read in the step (paged-KV gathering)
+    seq_s: float = 0.0  # per sequence in the step (decoding sequences + prefill chunks)
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.overhead_s) and self.overhead_s >= 0):
-            raise ValidationError(f"calibration overhead_s must be >= 0, got {self.overhead_s}")
-        if not (math.isfinite(self.kv_token_s) and self.kv_token_s >= 0):
-            raise ValidationError(f"calibration kv_token_s must be >= 0, got {self.kv_token_s}")
+        for name in ("overhead_s", "kv_token_s", "seq_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValidationError(f"calibration {name} must be >= 0, got {v}")
         for name in ("prefill_scale", "decode_scale"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
@@ -63,6 +67,7 @@ class Calibration:
             and self.prefill_scale == 1
             and self.decode_scale == 1
             and self.kv_token_s == 0
+            and self.seq_s == 0
         )
 
 
@@ -85,7 +90,14 @@ class CalibratedStepLatency:
         t = c.overhead_s + t * (w * c.prefill_scale + (1.0 - w) * c.decode_scale)
         if c.kv_token_s:
             t += c.kv_token_s * kv_tokens_read(load)
+        if c.seq_s:
+            t += c.seq_s * sequences_in(load)
         return t
+
+
+def sequences_in(load: StepLoad) -> int:
+    """Sequences a step works on: every decoding sequence and every prefill chunk."""
+    return load.num_decode_seqs + len(load.prefill_q)
 
 
 def kv_tokens_read(load: StepLoad) -> int:

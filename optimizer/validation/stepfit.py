@@ -3,11 +3,11 @@
 `fit_step_calibration` fits a `Calibration` so that the calibrated step price
 
     t = overhead_s + base(load) x (w x prefill_scale + (1 - w) x decode_scale)
-        + kv_token_s x (KV tokens read)
+        + kv_token_s x (KV tokens read) + seq_s x (sequences in the step)
 
 matches steps whose cost was measured directly (e.g. the reference engine on
 synthetic batches, `profiler.engine.selfcal`). The model is linear in its
-four parameters, so the fit is a non-negative least squares on relative
+five parameters, so the fit is a non-negative least squares on relative
 errors; steps whose residual lies more than `outlier_mads` median absolute
 deviations from the median (a step another process disturbed) are dropped
 and the fit repeated. A phase with too few steps keeps the scale 1.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.latency.base import StepLatency, StepLoad
-from optimizer.validation.calibration import Calibration, kv_tokens_read
+from optimizer.validation.calibration import Calibration, kv_tokens_read, sequences_in
 from optimizer.validation.compare import ValidationError
 
 _MIN_PHASE_WEIGHT = 2.0  # summed phase share needed to fit that phase's scale
@@ -54,7 +54,7 @@ def _solve(a: np.ndarray, free: np.ndarray) -> np.ndarray:
     neutral value: scales 1, additive terms 0)."""
     from scipy.optimize import nnls
 
-    fixed = np.array([0.0, 1.0, 1.0, 0.0])
+    fixed = np.array([0.0, 1.0, 1.0, 0.0, 0.0])
     rhs = np.ones(len(a)) - a[:, ~free] @ fixed[~free]
     x, _ = nnls(a[:, free], rhs)
     out = fixed.copy()
@@ -68,6 +68,7 @@ def fit_step_calibration(
     *,
     outlier_mads: float = 5.0,
     kv_term: bool = True,
+    seq_term: bool = True,
 ) -> StepFit:
     """Per-step overhead and phase scales from measured steps (see module doc)."""
     obs = [o for o in observations if o.seconds > 0 and o.load.num_tokens > 0]
@@ -78,9 +79,16 @@ def fit_step_calibration(
     w = np.array([_prefill_share(o.load) for o in obs])
     # Relative errors: each row divided by its measured time.
     kv = np.array([kv_tokens_read(o.load) for o in obs], dtype=np.float64)
-    a = np.column_stack([np.ones_like(t), base * w, base * (1 - w), kv]) / t[:, None]
+    seqs = np.array([sequences_in(o.load) for o in obs], dtype=np.float64)
+    a = np.column_stack([np.ones_like(t), base * w, base * (1 - w), kv, seqs]) / t[:, None]
     free = np.array(
-        [True, w.sum() >= _MIN_PHASE_WEIGHT, (1 - w).sum() >= _MIN_PHASE_WEIGHT, kv_term]
+        [
+            True,
+            w.sum() >= _MIN_PHASE_WEIGHT,
+            (1 - w).sum() >= _MIN_PHASE_WEIGHT,
+            kv_term,
+            seq_term,
+        ]
     )
     keep = np.ones(len(t), dtype=bool)
     x = _solve(a, free)
@@ -94,9 +102,15 @@ def fit_step_calibration(
         keep = new_keep
         x = _solve(a[keep], free)
     cal = Calibration(
-        float(x[0]), max(float(x[1]), _MIN_SCALE), max(float(x[2]), _MIN_SCALE), float(x[3])
+        float(x[0]),
+        max(float(x[1]), _MIN_SCALE),
+        max(float(x[2]), _MIN_SCALE),
+        float(x[3]),
+        float(x[4]),
     )
-    coef = np.array([cal.overhead_s, cal.prefill_scale, cal.decode_scale, cal.kv_token_s])
+    coef = np.array(
+        [cal.overhead_s, cal.prefill_scale, cal.decode_scale, cal.kv_token_s, cal.seq_s]
+    )
     after = np.abs(a @ coef - 1.0)
     return StepFit(
         cal,

@@ -132,6 +132,7 @@ def test_validate_replays_and_stores(
     assert run.kind == "replay" and run.comparison["num_requests"] == 3
     assert "self-calibration" in run.details["self_calibration"]
     assert cal.details["source"] == "engine-steps" and cal.details["kv_token_s"] >= 0
+    assert cal.details["seq_s"] >= 0
 
 
 def test_validate_rejects_half_an_slo(cli_db: str, runner: CliRunner, tmp_path: Path) -> None:

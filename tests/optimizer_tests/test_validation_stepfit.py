@@ -29,7 +29,9 @@ from tests.optimizer_tests.test_validation_calibration import (
     observed_case,
 )
 
-TRUE = Calibration(overhead_s=0.8e-3, prefill_scale=1.3, decode_scale=0.7, kv_token_s=5e-9)
+TRUE = Calibration(
+    overhead_s=0.8e-3, prefill_scale=1.3, decode_scale=0.7, kv_token_s=5e-9, seq_s=40e-6
+)
 
 
 def loads(seed: int = 0, n: int = 120) -> list[StepLoad]:
@@ -59,6 +61,7 @@ def test_recovers_a_known_correction() -> None:
     assert c.prefill_scale == pytest.approx(TRUE.prefill_scale, rel=1e-3)
     assert c.decode_scale == pytest.approx(TRUE.decode_scale, rel=1e-3)
     assert c.kv_token_s == pytest.approx(TRUE.kv_token_s, rel=1e-2)
+    assert c.seq_s == pytest.approx(TRUE.seq_s, rel=1e-2)
     assert fit.num_outliers == 0 and fit.median_error_after < 1e-6
     assert fit.median_error_before > 0.05
 
@@ -74,9 +77,11 @@ def test_disturbed_steps_are_left_out() -> None:
 
 def test_a_phase_without_steps_keeps_scale_one() -> None:
     decode_only = [ld for ld in loads() if not ld.prefill_q]
-    fit = fit_step_calibration(LinearStep(), measured(TRUE, decode_only), kv_term=False)
+    fit = fit_step_calibration(
+        LinearStep(), measured(TRUE, decode_only), kv_term=False, seq_term=False
+    )
     assert fit.calibration.prefill_scale == 1.0
-    assert fit.calibration.kv_token_s == 0.0
+    assert fit.calibration.kv_token_s == 0.0 and fit.calibration.seq_s == 0.0
 
 
 def test_too_few_steps_are_refused() -> None:
@@ -98,11 +103,12 @@ def test_stored_kv_term_is_applied() -> None:
     class Stored:
         accelerator, tp = "cpu", 1
         overhead_s, prefill_scale, decode_scale = 0.0, 1.0, 1.0
-        details: ClassVar[dict[str, float]] = {"kv_token_s": 2e-9}
+        details: ClassVar[dict[str, float]] = {"kv_token_s": 2e-9, "seq_s": 3e-5}
 
     source = calibrated_source(LinearSource(), [Stored()])
     assert isinstance(source, CalibratedSource)
-    assert source.for_instance("cpu", 1).calibration.kv_token_s == 2e-9  # type: ignore[attr-defined]
+    cal = source.for_instance("cpu", 1).calibration  # type: ignore[attr-defined]
+    assert (cal.kv_token_s, cal.seq_s) == (2e-9, 3e-5)
 
 
 def test_trace_calibration_flags_a_disturbed_run() -> None:
