@@ -268,3 +268,44 @@ def test_configs_that_reject_the_traces_longest_request_are_invalid():
     assert "6100" in bad.error and "4096" in bad.error
     chunked = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_batched_tokens=4096))
     assert ev.evaluate(chunked).status is not EvalStatus.INVALID
+
+
+def test_heterogeneous_gpu_types_split_prefill_and_decode_and_are_priced_per_role():
+    """Two GPU types on offer: the grid pairs an H100 prefill with an A100 decode, the
+    roofline prices each role on its own GPU, and the fleet price sums both roles."""
+    from optimizer.latency import build_catalog
+    from profiler.shapes import get_shape
+
+    space = SearchSpace(
+        model="llama-3.1-8b", accelerators=("h100", "a100"), gpu_budget=4,
+        modes=(ServingMode.DISAGGREGATED,), tp=(1,), max_num_batched_tokens=(4096,),
+        max_num_seqs=(256,), chunked_prefill=(True,),
+        prices=(("h100", 4.0), ("a100", 2.0)),
+    )  # fmt: skip
+    mixed = [
+        p.config
+        for p in enumerate_grid(space)
+        if p.config is not None
+        and p.config.prefill.accelerator == "h100"
+        and p.config.decode.accelerator == "a100"
+    ]
+    assert {(c.num_prefill, c.num_decode) for c in mixed} == {(1, 3), (2, 2), (3, 1)}
+    cfg = next(c for c in mixed if c.num_prefill == 2)
+    assert cfg.price_per_hour() == pytest.approx(2 * 4.0 + 2 * 2.0)
+    catalog = build_catalog(get_shape("llama-3.1-8b"), [])  # roofline for both GPU types
+    assert catalog.for_instance("h100", 1) is not catalog.for_instance("a100", 1)
+    ev = TraceEvaluator.for_trace(
+        _workload(), catalog, EvalSettings(SLO(2.0, 0.05), max_requests=200, seed=0)
+    )
+    hetero = ev.evaluate(cfg)
+    same = ev.evaluate(
+        ServingConfig.disaggregated(
+            "llama-3.1-8b", cfg.prefill, cfg.prefill, num_prefill=2, num_decode=2
+        )
+    )
+    assert hetero.status is not EvalStatus.INVALID and hetero.num_gpus == 4
+    assert hetero.goodput_per_dollar == pytest.approx(hetero.max_rate / 12.0)
+    # A100 decode (2.0 TB/s against 3.35) is slower per token than H100 decode.
+    assert hetero.tpot_p90_ms > same.tpot_p90_ms
+    commands = {(c.engine, c.role): c for c in launch_commands(cfg)}
+    assert commands[("vllm", "prefill")].count == 2 and commands[("vllm", "decode")].count == 2
