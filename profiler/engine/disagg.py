@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 
 from optimizer.config import Role, ServingConfig
-from profiler.engine.instance import EngineInstance, InstanceSpec, StepRecord
+from profiler.engine.instance import InstanceSpec, StepRecord, open_engine
 from profiler.engine.realtime import (
     Clock,
     CpuClock,
@@ -76,7 +76,7 @@ def _decode_worker(spec: InstanceSpec, num_threads: int, inbox, outbox) -> None:
 
     torch.set_num_threads(num_threads)
     with torch.inference_mode():
-        engine = EngineInstance(spec)
+        engine = open_engine(spec)
         engine.warm_up()
         outbox.put(("ready", None))
         sched = engine.scheduler
@@ -128,7 +128,7 @@ def _decode_worker_cpu(spec: InstanceSpec, num_threads: int, inbox, outbox, shar
 
     torch.set_num_threads(num_threads)
     with torch.inference_mode():
-        engine = EngineInstance(spec)
+        engine = open_engine(spec)
         engine.warm_up()
         clock = CpuClock()
         engine.clock = clock
@@ -238,7 +238,7 @@ def replay_disaggregated(
     sent_at: dict[int, float] = {}
     try:
         with fixed_threads(options.num_threads), torch.inference_mode():
-            engine = EngineInstance(prefill_spec)
+            engine = open_engine(prefill_spec)
             engine.warm_up()
             kind, _ = _receive(outbox, worker, _READY_TIMEOUT_S)
             if kind != "ready":

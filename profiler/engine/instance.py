@@ -63,14 +63,20 @@ class InstanceSpec:
     seed: int = 0
 
 
+def open_engine(spec: InstanceSpec) -> EngineInstance:
+    """The engine this process serves with. On CPU the process first keeps freed
+    memory for reuse (`profiler.timing.keep_host_memory`, process-wide), so its
+    steps reuse warm pages as a caching allocator would, and as the profiler
+    measured the operators."""
+    if torch.device(spec.device).type == "cpu":
+        keep_host_memory()
+    return EngineInstance(spec)
+
+
 class EngineInstance:
     def __init__(self, spec: InstanceSpec) -> None:
         self.spec = spec
         self.device = torch.device(spec.device)
-        if self.device.type == "cpu":
-            # As the profiler measures: freed tensors' pages are reused (a caching
-            # allocator, as serving engines run with), not faulted in per step.
-            keep_host_memory()
         lim = spec.limits
         self.scheduler = Scheduler(lim)
         self.model = PagedTransformer(

@@ -23,7 +23,7 @@ from random import Random
 import numpy as np
 
 from optimizer.config import Role, ServingConfig, ServingMode
-from profiler.engine.instance import EngineInstance, InstanceSpec, StepRecord
+from profiler.engine.instance import EngineInstance, InstanceSpec, StepRecord, open_engine
 from profiler.engine.scheduler import EngineError, EngineRequest, SchedulerLimits
 from profiler.shapes import get_shape
 
@@ -270,7 +270,7 @@ def replay(
     spec = instance_spec(config, Role.REPLICA, options)
     check_fits(requests, spec, prompt_only=False)
     with fixed_threads(options.num_threads), torch.inference_mode():
-        engine = EngineInstance(spec)
+        engine = open_engine(spec)
         engine.warm_up()
         if options.clock is Clock.CPU:
             if engine.device.type != "cpu":

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from random import Random
 from typing import TYPE_CHECKING
 
-from profiler.engine.instance import EngineInstance, InstanceSpec, StepRecord
+from profiler.engine.instance import EngineInstance, InstanceSpec, StepRecord, open_engine
 from profiler.engine.scheduler import EngineRequest
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def measure_engine_steps(
     plan = plan or SyntheticPlan()
     passes: list[list[StepRecord]] = []
     with torch.inference_mode():
-        engine = EngineInstance(spec)
+        engine = open_engine(spec)
         if cpu_clock:
             if engine.device.type != "cpu":
                 raise ValueError("the cpu clock measures CPU engines only")
