@@ -9,18 +9,18 @@ never yields a silent result.
 
 JSON round trip: `to_dict()` / `ServingConfig.from_dict()` carry
 `schema_version`; unknown keys and wrong types are rejected with the dotted
-path of the offending field.
+path of the offending field (the strict codec is `optimizer.plain`).
 """
 
 from __future__ import annotations
 
 import math
-import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
+from optimizer.plain import PlainDataError, from_plain, to_plain
 from profiler.hardware import Accelerator, HardwareError, get_accelerator
 from profiler.shapes import ModelShape, ShapeError, get_shape
 
@@ -279,7 +279,7 @@ class ServingConfig:
 
     def to_dict(self) -> dict[str, typing.Any]:
         """JSON-ready dict with `schema_version`; enums as their string values."""
-        out = _to_plain(self)
+        out = to_plain(self)
         assert isinstance(out, dict)
         return {"schema_version": CONFIG_SCHEMA_VERSION, **out}
 
@@ -295,7 +295,10 @@ class ServingConfig:
                 f"config.schema_version: {version!r} is not supported "
                 f"(this build reads version {CONFIG_SCHEMA_VERSION})"
             )
-        built = _from_plain(cls, data, "config")
+        try:
+            built = from_plain(cls, data, "config")
+        except PlainDataError as exc:
+            raise ConfigError(str(exc)) from None
         assert isinstance(built, ServingConfig)
         return built
 
@@ -407,63 +410,3 @@ def _validate(cfg: ServingConfig) -> None:
                 f"{where}: max_model_len {mml} exceeds the KV cache capacity of "
                 f"{blocks * inst.block_size} tokens (vLLM refuses to start)"
             )
-
-
-# ----------------------------------------------------------------------------- JSON round trip
-
-
-def _to_plain(value: object) -> object:
-    if isinstance(value, StrEnum):
-        return value.value
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_plain(getattr(value, f.name)) for f in fields(value)}
-    return value
-
-
-def _from_plain(cls: type, data: object, where: str) -> object:
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__} {data!r}")
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in fields(cls)]
-    unknown = sorted(set(data) - set(names))
-    if unknown:
-        raise ConfigError(f"{where}: unknown keys {unknown}; expected some of {names}")
-    kwargs = {k: _coerce(hints[k], v, f"{where}.{k}") for k, v in data.items()}
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:  # a required field is missing
-        raise ConfigError(f"{where}: {exc}") from exc
-
-
-def _coerce(tp: object, value: object, where: str) -> object:
-    if isinstance(tp, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None:
-            return None
-        (tp,) = args
-    if isinstance(tp, type) and issubclass(tp, StrEnum):
-        try:
-            return tp(value)
-        except ValueError:
-            raise ConfigError(
-                f"{where}: expected one of {[m.value for m in tp]}, got {value!r}"
-            ) from None
-    if isinstance(tp, type) and is_dataclass(tp):
-        return _from_plain(tp, value, where)
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected a bool, got {type(value).__name__} {value!r}")
-        return value
-    if tp is int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"{where}: expected an int, got {type(value).__name__} {value!r}")
-        return value
-    if tp is float:
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise ConfigError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {type(value).__name__} {value!r}")
-        return value
-    raise ConfigError(f"{where}: unsupported field type {tp!r}")  # pragma: no cover
