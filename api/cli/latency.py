@@ -149,7 +149,12 @@ def show(model_id: Annotated[int, typer.Argument(help="latency model id")]) -> N
         ("tp degrees", ",".join(str(t) for t in info.tp_degrees)),
         ("operators", ", ".join(op.value for op in fitted.ops)),
         ("per-iteration overhead", overhead),
-        ("operators in a forward", f"x{fitted.op_scale:.3f} their time alone"),
+        (
+            "operators in a forward",
+            f"x{fitted.op_scale:.3f} their time alone"
+            if fitted.num_mixed
+            else "as measured alone (not fitted: no mixed iterations)",
+        ),
         ("payload", f"{info.payload_bytes:,} bytes, schema_version {info.schema_version}"),
         ("created (UTC)", f"{info.created_at:%Y-%m-%d %H:%M}"),
     ):
