@@ -59,14 +59,18 @@ class Percentiles:
         if values.size == 0:
             nan = math.nan
             return cls(nan, nan, nan, nan, nan)
-        order = np.argsort(values, kind="stable")
-        v, cw = values[order], np.cumsum(weights[order])
+        # Sorted by value, then weight: every figure, the mean included, is then the
+        # same whatever order the values were logged in (the fast and general
+        # scheduler paths log ITL gaps in different orders).
+        order = np.lexsort((weights, values))
+        v, w = values[order], weights[order]
+        cw = np.cumsum(w)
         total = cw[-1]
 
         def rank(q: float) -> float:
             return float(v[min(int(np.searchsorted(cw, q * total, side="left")), v.size - 1)])
 
-        mean = float(np.dot(values, weights) / total)
+        mean = float(np.dot(v, w) / total)
         return cls(mean, rank(0.50), rank(0.90), rank(0.99), float(v[-1]))
 
 

@@ -37,6 +37,7 @@ class Instance:
     """Scheduler state of one instance. `schedule` plans a step; `complete` applies it."""
 
     __slots__ = (
+        "behind",
         "bs",
         "budget",
         "busy",
@@ -114,6 +115,9 @@ class Instance:
         self.finish_at: dict[int, list[SimRequest]] = {}
         self.chunks: list[tuple[SimRequest, int, bool]] = []
         self.fresh: list[SimRequest] = []
+        # fast path: (index of the next prefill chunk, decode) for decodes that joined
+        # this step after a prefill chunk had been scheduled
+        self.behind: list[tuple[int, SimRequest]] = []
         self.done: list[SimRequest] = []
         self.step_no = 0
         self.step_start = 0.0
@@ -271,6 +275,8 @@ class Instance:
                 if fast:
                     self._join_decodes(r, self.step_no)
                     self.fresh.append(r)
+                    if chunks:  # admitted after a prefill chunk that joins at completion
+                        self.behind.append((len(chunks), r))
                 else:
                     self.running.append(r)
                     chunks.append((r, num_new, True))
@@ -398,7 +404,15 @@ class Instance:
                 self._finish(r, t)
         self.kv_sum += len(decodes)
         self.log.tokens_emitted += n_dec
-        for r, chunk, _ in self.chunks:
+        # Admission order decides who is preempted first (the most recently admitted,
+        # as vLLM's running list), so a decode admitted after a prefill chunk moves
+        # behind the decode that chunk turns into, here, in admission order.
+        behind = self.behind
+        j = 0
+        for i, (r, chunk, _) in enumerate(self.chunks):
+            while j < len(behind) and behind[j][0] == i:
+                self._move_back(behind[j][1])
+                j += 1
             r.num_computed += chunk
             if r.num_computed == r.num_prompt + r.num_generated:
                 self._sample_caught_up(r, t)
@@ -408,7 +422,16 @@ class Instance:
                     self._finish(r, t)
             else:
                 self.partial = r
+        if behind:
+            for _, r in behind[j:]:
+                self._move_back(r)
+            behind.clear()
         return n_dec, n_itl
+
+    def _move_back(self, r: SimRequest) -> None:
+        """Move a fast-path decode to the end of the admission order (if still decoding)."""
+        if r.join_step >= 0:
+            self.decodes[r.rid] = self.decodes.pop(r.rid)
 
     def _complete_general(self, t: float) -> tuple[int, int]:
         n_dec = n_itl = zeros = 0

@@ -119,6 +119,25 @@ def test_fast_decode_path_matches_the_general_path(case):
     assert fast.itl == slow.itl
 
 
+def test_fast_path_keeps_admission_order_when_a_decode_joins_after_a_prefill():
+    """Found by the property above: on a PD decode instance a KV-arrived decode was
+    admitted after a recomputing prefill in the same step but entered the fast path's
+    decode set first, so the two paths preempted different requests."""
+    inst = small_blocks(
+        30, max_num_batched_tokens=132, max_num_seqs=6, enable_chunked_prefill=False
+    )
+    cfg = ServingConfig.disaggregated(MODEL, inst, inst, num_prefill=1, num_decode=1)
+    prompts = [39, 1, 56, 1, 1, 34, 41, 57, 53, 43] + [1] * 8
+    outputs = [33, 1, 26, 1, 1, 32, 31, 31, 29, 7] + [1] * 8
+    wl = Workload(np.zeros(18), np.array(prompts), np.array(outputs))
+    fast = simulate(wl, cfg, CheckingSource(132, 6))
+    slow = simulate(wl, cfg, CheckingSource(132, 6), force_general=True)
+    assert slow.num_preemptions.sum() > 0  # the scenario does preempt
+    np.testing.assert_array_equal(fast.num_preemptions, slow.num_preemptions)
+    np.testing.assert_allclose(fast.e2e_s, slow.e2e_s, rtol=1e-12)
+    assert fast.itl == slow.itl
+
+
 def test_littles_law_on_steady_poisson_load():
     wl = synthetic_workload(
         3000, 4.0, input_lengths=LognormalLength(500, 0.5),
