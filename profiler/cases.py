@@ -4,23 +4,9 @@
 and returns a zero-argument closure that runs the operator once;
 `case_sample` turns a case plus its timing into a `KernelSample`.
 
-Field meaning in the resulting KernelSample (per rank, at tensor-parallel
-degree `tp`; see `profiler.kernels` for the tensor shapes):
-
-| op | num_tokens | n | k | others |
-|---|---|---|---|---|
-| qkv_proj | T | (a/t + 2·max(1, g/t))·d | h | |
-| attn_out_proj | T | h | a·d/t | |
-| mlp_up | T | 2f/t (f/t if not gated) | h | |
-| mlp_down | T | h | f/t | |
-| norm, add | T | h | 0 | tp = 1 (cost does not depend on tp) |
-| activation | T | f/t (output width) | 0 | |
-| rope | T | (a/t + max(1, g/t))·d | 0 | heads, head_dim |
-| embedding | T | h | ceil(V/t) | |
-| lm_head | m sampled rows | ceil(V/t) | h | |
-| prefill/decode/verify_attn | batch·q_len | 0 | 0 | batch_size, q_len, kv_len, heads |
-
-Attention `kv_len` counts all keys attended, cached context plus new tokens.
+Field meaning in the resulting KernelSample: `profiler.dims` (the one definition
+of each operator's per-rank n and k, shared by the importers and the latency
+model's composition).
 
 Cold caches: in a real forward every layer reads its own weights and KV cache,
 so they come from memory, not from a cache warmed by the previous repeat.
@@ -42,11 +28,11 @@ from dataclasses import dataclass
 import torch
 
 from profiler import kernels
+from profiler.dims import GEMM_OPS, RankDims, gemm_nk, sample_nk
 from profiler.shapes import ModelShape
 from profiler.timing import Timing
 from storage.records import KernelSample, OpKind
 
-GEMM_OPS = (OpKind.QKV_PROJ, OpKind.ATTN_OUT_PROJ, OpKind.MLP_UP, OpKind.MLP_DOWN)
 TOKEN_OPS = (
     *GEMM_OPS,
     OpKind.NORM,
@@ -58,50 +44,6 @@ TOKEN_OPS = (
 TP_INDEPENDENT_OPS = (OpKind.NORM, OpKind.ADD)
 ATTENTION_OPS = (OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.VERIFY_ATTN)
 MAX_COPIES = 1024  # rotation copies of one case's weights / KV caches
-
-
-@dataclass(frozen=True, slots=True)
-class RankDims:
-    """One tensor-parallel rank's share of a model."""
-
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    gated: bool
-    dtype_bytes: int
-
-    @classmethod
-    def of(cls, shape: ModelShape, tp: int) -> RankDims:
-        check_tp(shape, tp)
-        return cls(
-            hidden=shape.hidden_size,
-            heads=shape.num_heads // tp,
-            kv_heads=max(1, shape.num_kv_heads // tp),
-            head_dim=shape.head_dim,
-            intermediate=shape.intermediate_size // tp,
-            vocab=math.ceil(shape.vocab_size / tp),
-            gated=shape.gated_mlp,
-            dtype_bytes=shape.dtype_bytes,
-        )
-
-
-def check_tp(shape: ModelShape, tp: int) -> None:
-    """TP degree `tp` must split heads and the MLP evenly (KV heads split or replicate)."""
-    problems = []
-    if tp < 1:
-        problems.append("it must be >= 1")
-    else:
-        if shape.num_heads % tp:
-            problems.append(f"num_heads {shape.num_heads} is not a multiple")
-        if shape.num_kv_heads % tp and tp % shape.num_kv_heads:
-            problems.append(f"num_kv_heads {shape.num_kv_heads} neither divides nor is divided")
-        if shape.intermediate_size % tp:
-            problems.append(f"intermediate_size {shape.intermediate_size} is not a multiple")
-    if problems:
-        raise ValueError(f"tp degree {tp} does not fit shape {shape.name}: {'; '.join(problems)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,37 +84,6 @@ def _copies(*tensors: torch.Tensor, cold_bytes: int) -> Callable[[], tuple[torch
         tuple(t.clone() for t in tensors) for _ in range(num_copies(size, cold_bytes) - 1)
     ]
     return itertools.cycle(sets).__next__
-
-
-def gemm_nk(op: OpKind, dims: RankDims) -> tuple[int, int]:
-    """The (n, k) GEMM shape of a projection op on one rank."""
-    h, d = dims.hidden, dims.head_dim
-    if op is OpKind.QKV_PROJ:
-        return (dims.heads + 2 * dims.kv_heads) * d, h
-    if op is OpKind.ATTN_OUT_PROJ:
-        return h, dims.heads * d
-    if op is OpKind.MLP_UP:
-        return (2 if dims.gated else 1) * dims.intermediate, h
-    if op is OpKind.MLP_DOWN:
-        return h, dims.intermediate
-    if op is OpKind.LM_HEAD:
-        return dims.vocab, h
-    raise ValueError(f"{op} is not a GEMM op")
-
-
-def sample_nk(op: OpKind, dims: RankDims) -> tuple[int, int]:
-    """(n, k) as stored in KernelSample for any op (see the module table)."""
-    if op in GEMM_OPS or op is OpKind.LM_HEAD:
-        return gemm_nk(op, dims)
-    if op in (OpKind.NORM, OpKind.ADD):
-        return dims.hidden, 0
-    if op is OpKind.ACTIVATION:
-        return dims.intermediate, 0
-    if op is OpKind.ROPE:
-        return (dims.heads + dims.kv_heads) * dims.head_dim, 0
-    if op is OpKind.EMBEDDING:
-        return dims.hidden, dims.vocab
-    return 0, 0
 
 
 def build_call(

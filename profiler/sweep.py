@@ -22,11 +22,12 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from profiler.dims import RankDims, check_tp
 from profiler.shapes import ModelShape
 from storage.records import KernelSample, OpKind
 
 if TYPE_CHECKING:
-    from profiler.cases import Case, RankDims
+    from profiler.cases import Case
 
 # (done, total, label of the case just finished)
 ProgressFn = Callable[[int, int, str], None]
@@ -238,14 +239,7 @@ def _kv_gb(dims: RankDims, num_tokens: int) -> float:
 
 def plan_cases(shape: ModelShape, grid: ProfileGrid) -> list[Case]:
     """Every case of `grid` for `shape`, grouped by op; checks TP degrees first."""
-    from profiler.cases import (
-        ATTENTION_OPS,
-        TOKEN_OPS,
-        TP_INDEPENDENT_OPS,
-        Case,
-        RankDims,
-        check_tp,
-    )
+    from profiler.cases import ATTENTION_OPS, TOKEN_OPS, TP_INDEPENDENT_OPS, Case
 
     for tp in grid.tp_degrees:
         check_tp(shape, tp)

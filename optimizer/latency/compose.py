@@ -19,7 +19,7 @@ uses the compiled tables of `optimizer.latency.table` instead.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -27,12 +27,12 @@ from optimizer.latency.base import StepLoad
 from optimizer.latency.features import OpBatch
 from optimizer.latency.model import LatencyModel, LatencyModelError, OpModel
 from optimizer.latency.roofline import RooflinePricer
+from profiler.dims import GEMM_OPS, RankDims, sample_nk
 from profiler.hardware import HardwareError, get_accelerator
 from profiler.shapes import ModelShape, ShapeError, get_shape
 from storage.records import KernelSample, OpKind
 
 DEFAULT_OVERHEAD_S = 0.0005  # assumed engine overhead per iteration without calibration
-PER_MODEL_GEMMS = (OpKind.QKV_PROJ, OpKind.ATTN_OUT_PROJ, OpKind.MLP_UP, OpKind.MLP_DOWN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +43,12 @@ class Pricing:
     tp: int
     roofline: RooflinePricer
     learned: LatencyModel | None = None
+    # One rank's share of the shape, in the profiler's per-op conventions (derived).
+    dims: RankDims = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.tp < 1 or self.shape.num_heads % self.tp:
-            raise ValueError(
-                f"{self.shape.name}: tp={self.tp} must be >= 1 and divide "
-                f"num_heads={self.shape.num_heads}"
-            )
+        # RankDims.of checks that tp splits heads, KV heads and the MLP evenly.
+        object.__setattr__(self, "dims", RankDims.of(self.shape, self.tp))
 
     # -- which source prices an operator ------------------------------------------
     def _learned(self, op: OpKind) -> OpModel | None:
@@ -60,7 +59,7 @@ class Pricing:
     def _source(self, op: OpKind) -> tuple[OpKind, OpModel | None]:
         """(op kind to price with, learned model or None for the roofline)."""
         own = self._learned(op)
-        if op in PER_MODEL_GEMMS or op is OpKind.LM_HEAD:
+        if op in GEMM_OPS or op is OpKind.LM_HEAD:
             if own is not None and self.shape.name in own.models:
                 return op, own
             generic = self._learned(OpKind.GEMM)
@@ -73,7 +72,7 @@ class Pricing:
 
     def estimated_ops(self) -> tuple[str, ...]:
         """Operators priced by the roofline for this shape and TP degree."""
-        ops = [*PER_MODEL_GEMMS, OpKind.LM_HEAD, OpKind.NORM, OpKind.ADD, OpKind.ACTIVATION]
+        ops = [*GEMM_OPS, OpKind.LM_HEAD, OpKind.NORM, OpKind.ADD, OpKind.ACTIVATION]
         ops += [OpKind.ROPE, OpKind.EMBEDDING, OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN]
         if self.tp > 1:
             ops.append(OpKind.ALL_REDUCE)
@@ -95,44 +94,36 @@ class Pricing:
         return alone * self.scale if self.scale != 1.0 else alone
 
     # -- per-step components, vectorised over token counts ----------------------------
+    def _nk(self, op: OpKind) -> dict[str, int]:
+        """The (n, k) of `op` on one rank, as the profiler records it (`profiler.dims`)."""
+        n, k = sample_nk(op, self.dims)
+        return {"n": n, "k": k}
+
     def dense_ms(self, num_tokens: np.ndarray) -> np.ndarray:
         """Token-parallel work of one step (all layers, embedding, final norm), ms."""
-        s, t = self.shape, self.tp
         m = np.asarray(num_tokens, dtype=np.float64)
-        h, d, f = s.hidden_size, s.head_dim, s.intermediate_size
-        a, g = s.num_heads, s.num_kv_heads
-        layer = self.price_ms(OpKind.QKV_PROJ, num_tokens=m, n=(a + 2 * g) * d // t, k=h)
-        layer = layer + self.price_ms(OpKind.ATTN_OUT_PROJ, num_tokens=m, n=h, k=a * d // t)
-        up = (2 if s.gated_mlp else 1) * f // t
-        layer = layer + self.price_ms(OpKind.MLP_UP, num_tokens=m, n=up, k=h)
-        layer = layer + self.price_ms(OpKind.MLP_DOWN, num_tokens=m, n=h, k=f // t)
-        layer = layer + 2 * self.price_ms(OpKind.NORM, num_tokens=m, n=h)
-        layer = layer + 2 * self.price_ms(OpKind.ADD, num_tokens=m, n=h)
-        layer = layer + self.price_ms(OpKind.ACTIVATION, num_tokens=m, n=f // t)
-        layer = layer + self.price_ms(OpKind.ROPE, num_tokens=m, n=(a + g) * d // t)
-        if t > 1:
-            msg = m * h * s.dtype_bytes
+        layer = sum(
+            self.price_ms(op, num_tokens=m, **self._nk(op))
+            for op in (*GEMM_OPS, OpKind.ACTIVATION, OpKind.ROPE)
+        )
+        layer = layer + 2 * self.price_ms(OpKind.NORM, num_tokens=m, **self._nk(OpKind.NORM))
+        layer = layer + 2 * self.price_ms(OpKind.ADD, num_tokens=m, **self._nk(OpKind.ADD))
+        if self.tp > 1:
+            msg = m * self.shape.hidden_size * self.shape.dtype_bytes
             layer = layer + 2 * self.price_ms(
-                OpKind.ALL_REDUCE, num_gpus=t, message_bytes=msg, num_tokens=m
+                OpKind.ALL_REDUCE, num_gpus=self.tp, message_bytes=msg, num_tokens=m
             )
-        once = self.price_ms(OpKind.EMBEDDING, num_tokens=m, n=h, k=-(-s.vocab_size // t))
-        once = once + self.price_ms(OpKind.NORM, num_tokens=m, n=h)
-        return s.num_layers * layer + once
+        once = self.price_ms(OpKind.EMBEDDING, num_tokens=m, **self._nk(OpKind.EMBEDDING))
+        once = once + self.price_ms(OpKind.NORM, num_tokens=m, **self._nk(OpKind.NORM))
+        return self.shape.num_layers * layer + once
 
     def lm_head_ms(self, num_logits: np.ndarray) -> np.ndarray:
-        s = self.shape
         m = np.asarray(num_logits, dtype=np.float64)
-        return self.price_ms(
-            OpKind.LM_HEAD, num_tokens=m, n=s.vocab_size // self.tp, k=s.hidden_size
-        )
+        return self.price_ms(OpKind.LM_HEAD, num_tokens=m, **self._nk(OpKind.LM_HEAD))
 
     def _heads(self) -> dict[str, object]:
-        s = self.shape
-        return {
-            "num_heads": s.num_heads // self.tp,
-            "num_kv_heads": max(1, s.num_kv_heads // self.tp),
-            "head_dim": s.head_dim,
-        }
+        d = self.dims
+        return {"num_heads": d.heads, "num_kv_heads": d.kv_heads, "head_dim": d.head_dim}
 
     def prefill_attn_ms(self, q_len: np.ndarray, kv_len: np.ndarray) -> np.ndarray:
         """One chunk of q_len queries over kv_len keys (kv includes the chunk), all layers."""

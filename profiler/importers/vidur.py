@@ -3,10 +3,11 @@
 Files understood (one file, or a folder searched recursively for them):
 - `mlp.csv`: per-layer token-parallel ops by `num_tokens` and
   `num_tensor_parallel_workers`, with the model shape (`n_head`, `n_kv_head`,
-  `n_embd`, `n_expanded_embd`, `use_gated_mlp`); GEMM n/k are derived per
-  DOMAIN.md §9 (head_dim = n_embd / n_head). Elementwise ops carry in `n` the
-  row width they touch on one GPU: hidden size (norms, adds, embedding),
-  intermediate / TP (activation), (heads + KV heads) x head_dim / TP (RoPE).
+  `n_embd`, `n_expanded_embd`, `use_gated_mlp`); n/k come from
+  `profiler.dims.sample_nk`, as for our own profiles (head_dim = n_embd /
+  n_head). Elementwise ops carry in `n` the row width they touch on one GPU:
+  hidden size (norms, adds, embedding), intermediate / TP (activation),
+  (heads + KV heads) x head_dim / TP (RoPE).
 - `attention.csv`: `attn_prefill` (q = prefill_chunk_size, kv = kv_cache_size +
   chunk) and `attn_decode` (batch of sequences, each with kv_cache_size tokens);
   head counts stored per GPU (divided by the TP degree).
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import polars as pl
 
+from profiler.dims import RankDims, sample_nk
 from profiler.importers import ImportedProfile, ImportFormat, ProfileImportError
 from profiler.importers._common import accelerator_name, read_csv, require_columns
 from storage.records import DeviceInfo, KernelSample, OpKind
@@ -77,14 +79,9 @@ def _mlp_samples(path: Path, df: pl.DataFrame) -> list[KernelSample]:
         ).iter_rows()
         for a, g, h, f, gated, tokens, tp, med, p10, p90 in rows:
             d = h // a
-            n, k = {
-                OpKind.QKV_PROJ: ((a + 2 * g) * d // tp, h),
-                OpKind.ATTN_OUT_PROJ: (h, a * d // tp),
-                OpKind.MLP_UP: ((2 if gated else 1) * f // tp, h),
-                OpKind.MLP_DOWN: (h, f // tp),
-                OpKind.ACTIVATION: (f // tp, 0),
-                OpKind.ROPE: ((a + g) * d // tp, 0),  # rotates q and k heads on this GPU
-            }.get(op, (h, 0))
+            # Vidur's CSVs have no vocabulary: its embedding rows keep k = 0.
+            dims = RankDims(h, a // tp, max(1, g // tp), d, f // tp, 0, bool(gated), 2)
+            n, k = sample_nk(op, dims)
             out.append(
                 KernelSample(
                     op,
@@ -97,8 +94,8 @@ def _mlp_samples(path: Path, df: pl.DataFrame) -> list[KernelSample]:
                     num_tokens=tokens,
                     n=n,
                     k=k,
-                    num_heads=a // tp,
-                    num_kv_heads=max(1, g // tp),
+                    num_heads=dims.heads,
+                    num_kv_heads=dims.kv_heads,
                     head_dim=d,
                 )
             )

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from profiler import kernels
-from profiler.cases import Case, RankDims, build_call, case_sample, check_tp, sample_nk
+from profiler.cases import Case, build_call, case_sample
+from profiler.dims import RankDims, check_tp, sample_nk
 from profiler.shapes import get_shape
 from profiler.timing import Timing
 from storage.records import OpKind

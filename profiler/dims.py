@@ -1,0 +1,110 @@
+"""One tensor-parallel rank's share of a model, and each operator's (n, k) on it.
+
+The one definition of the per-rank operator shapes: the profiler records its
+samples with it (`profiler.cases`), the Vidur importer derives its rows' n and k
+with it, and the latency model prices a step's operators with it
+(`optimizer.latency.compose`), so all three agree. Torch-free.
+
+KernelSample fields per operator (per rank, at tensor-parallel degree `tp`;
+see `profiler.kernels` for the tensor shapes):
+
+| op | num_tokens | n | k | others |
+|---|---|---|---|---|
+| qkv_proj | T | (a/t + 2·max(1, g/t))·d | h | |
+| attn_out_proj | T | h | a·d/t | |
+| mlp_up | T | 2f/t (f/t if not gated) | h | |
+| mlp_down | T | h | f/t | |
+| norm, add | T | h | 0 | tp = 1 (cost does not depend on tp) |
+| activation | T | f/t (output width) | 0 | |
+| rope | T | (a/t + max(1, g/t))·d | 0 | heads, head_dim |
+| embedding | T | h | ceil(V/t) | |
+| lm_head | m sampled rows | ceil(V/t) | h | |
+| prefill/decode/verify_attn | batch·q_len | 0 | 0 | batch_size, q_len, kv_len, heads |
+
+Attention `kv_len` counts all keys attended, cached context plus new tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from profiler.shapes import ModelShape
+from storage.records import OpKind
+
+GEMM_OPS = (OpKind.QKV_PROJ, OpKind.ATTN_OUT_PROJ, OpKind.MLP_UP, OpKind.MLP_DOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class RankDims:
+    """One tensor-parallel rank's share of a model."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    gated: bool
+    dtype_bytes: int
+
+    @classmethod
+    def of(cls, shape: ModelShape, tp: int) -> RankDims:
+        check_tp(shape, tp)
+        return cls(
+            hidden=shape.hidden_size,
+            heads=shape.num_heads // tp,
+            kv_heads=max(1, shape.num_kv_heads // tp),
+            head_dim=shape.head_dim,
+            intermediate=shape.intermediate_size // tp,
+            vocab=math.ceil(shape.vocab_size / tp),
+            gated=shape.gated_mlp,
+            dtype_bytes=shape.dtype_bytes,
+        )
+
+
+def check_tp(shape: ModelShape, tp: int) -> None:
+    """TP degree `tp` must split heads and the MLP evenly (KV heads split or replicate)."""
+    problems = []
+    if tp < 1:
+        problems.append("it must be >= 1")
+    else:
+        if shape.num_heads % tp:
+            problems.append(f"num_heads {shape.num_heads} is not a multiple")
+        if shape.num_kv_heads % tp and tp % shape.num_kv_heads:
+            problems.append(f"num_kv_heads {shape.num_kv_heads} neither divides nor is divided")
+        if shape.intermediate_size % tp:
+            problems.append(f"intermediate_size {shape.intermediate_size} is not a multiple")
+    if problems:
+        raise ValueError(f"tp degree {tp} does not fit shape {shape.name}: {'; '.join(problems)}")
+
+
+def gemm_nk(op: OpKind, dims: RankDims) -> tuple[int, int]:
+    """The (n, k) GEMM shape of a projection op on one rank."""
+    h, d = dims.hidden, dims.head_dim
+    if op is OpKind.QKV_PROJ:
+        return (dims.heads + 2 * dims.kv_heads) * d, h
+    if op is OpKind.ATTN_OUT_PROJ:
+        return h, dims.heads * d
+    if op is OpKind.MLP_UP:
+        return (2 if dims.gated else 1) * dims.intermediate, h
+    if op is OpKind.MLP_DOWN:
+        return h, dims.intermediate
+    if op is OpKind.LM_HEAD:
+        return dims.vocab, h
+    raise ValueError(f"{op} is not a GEMM op")
+
+
+def sample_nk(op: OpKind, dims: RankDims) -> tuple[int, int]:
+    """(n, k) as stored in KernelSample for any op (see the module table)."""
+    if op in GEMM_OPS or op is OpKind.LM_HEAD:
+        return gemm_nk(op, dims)
+    if op in (OpKind.NORM, OpKind.ADD):
+        return dims.hidden, 0
+    if op is OpKind.ACTIVATION:
+        return dims.intermediate, 0
+    if op is OpKind.ROPE:
+        return (dims.heads + dims.kv_heads) * dims.head_dim, 0
+    if op is OpKind.EMBEDDING:
+        return dims.hidden, dims.vocab
+    return 0, 0
