@@ -152,94 +152,42 @@ def launch_commands(
 ) -> tuple[LaunchCommand, ...]:
     """vLLM then SGLang commands; `model` overrides the Hugging Face id of the shape."""
     mid = model_id(config, model)
-    out: list[LaunchCommand] = []
-    if config.mode is ServingMode.COLOCATED:
-        inst = config.replica
-        assert inst is not None
-        n = config.num_replicas
-        out.append(
-            LaunchCommand(
-                "vllm",
-                "replica",
-                n,
-                _join(
-                    [
-                        "vllm",
-                        "serve",
-                        mid,
-                        *_vllm_args(config, inst, speculate=True, draft_model=draft_model),
-                    ]
-                ),
-            )
-        )
-        out.append(
-            LaunchCommand(
-                "sglang",
-                "replica",
-                n,
-                _join(
-                    [
-                        "python",
-                        "-m",
-                        "sglang.launch_server",
-                        "--model-path",
-                        mid,
-                        *_sglang_args(config, inst, speculate=True, draft_model=draft_model),
-                    ]
-                ),
-            )
-        )
-        return tuple(out)
-    assert config.prefill is not None and config.decode is not None
-    for role, inst, n, kv_role in (
-        ("prefill", config.prefill, config.num_prefill, "kv_producer"),
-        ("decode", config.decode, config.num_decode, "kv_consumer"),
-    ):
-        kv = json.dumps(
-            {"kv_connector": "NixlConnector", "kv_role": kv_role}, separators=(",", ":")
-        )
-        args = _vllm_args(config, inst, speculate=role == "decode", draft_model=draft_model)
-        out.append(
-            LaunchCommand(
-                "vllm", role, n, _join(["vllm", "serve", mid, *args, "--kv-transfer-config", kv])
-            )
-        )
-    for role, inst, n in (
-        ("prefill", config.prefill, config.num_prefill),
-        ("decode", config.decode, config.num_decode),
-    ):
-        args = _sglang_args(config, inst, speculate=role == "decode", draft_model=draft_model)
-        out.append(
-            LaunchCommand(
-                "sglang",
-                role,
-                n,
-                _join(
-                    [
-                        "python",
-                        "-m",
-                        "sglang.launch_server",
-                        "--model-path",
-                        mid,
-                        *args,
-                        "--disaggregation-mode",
-                        role,
-                        "--disaggregation-transfer-backend",
-                        "nixl",
-                    ]
-                ),
-            )
-        )
-    prefill_hosts = [f"PREFILL_HOST_{i + 1}" for i in range(config.num_prefill)]
-    decode_hosts = [f"DECODE_HOST_{i + 1}" for i in range(config.num_decode)]
-    proxy = ["python", VLLM_PD_PROXY, "--port", "8192", "--prefiller-hosts", *prefill_hosts]
-    proxy += ["--prefiller-ports", *[str(VLLM_PORT)] * len(prefill_hosts)]
-    proxy += ["--decoder-hosts", *decode_hosts]
-    proxy += ["--decoder-ports", *[str(VLLM_PORT)] * len(decode_hosts)]
-    out.insert(2, LaunchCommand("vllm", "proxy", 1, _join(proxy)))
-    router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
-    for flag, hosts in (("--prefill", prefill_hosts), ("--decode", decode_hosts)):
-        for host in hosts:
-            router += [flag, f"http://{host}:{SGLANG_PORT}"]
-    out.append(LaunchCommand("sglang", "proxy", 1, _join(router)))
-    return tuple(out)
+    pd = config.mode is ServingMode.DISAGGREGATED
+    if pd:
+        assert config.prefill is not None and config.decode is not None
+        roles = [
+            ("prefill", config.prefill, config.num_prefill),
+            ("decode", config.decode, config.num_decode),
+        ]
+    else:
+        assert config.replica is not None
+        roles = [("replica", config.replica, config.num_replicas)]
+    vllm: list[LaunchCommand] = []
+    sglang: list[LaunchCommand] = []
+    for role, inst, n in roles:
+        speculate = role != "prefill"  # a prefill server emits one token: nothing to verify
+        args = _vllm_args(config, inst, speculate=speculate, draft_model=draft_model)
+        if pd:
+            kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
+            kv = {"kv_connector": "NixlConnector", "kv_role": kv_role}
+            args += ["--kv-transfer-config", json.dumps(kv, separators=(",", ":"))]
+        vllm.append(LaunchCommand("vllm", role, n, _join(["vllm", "serve", mid, *args])))
+        args = _sglang_args(config, inst, speculate=speculate, draft_model=draft_model)
+        if pd:
+            args += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl"]
+        server = ["python", "-m", "sglang.launch_server", "--model-path", mid, *args]
+        sglang.append(LaunchCommand("sglang", role, n, _join(server)))
+    if pd:
+        prefill_hosts = [f"PREFILL_HOST_{i + 1}" for i in range(config.num_prefill)]
+        decode_hosts = [f"DECODE_HOST_{i + 1}" for i in range(config.num_decode)]
+        proxy = ["python", VLLM_PD_PROXY, "--port", "8192", "--prefiller-hosts", *prefill_hosts]
+        proxy += ["--prefiller-ports", *[str(VLLM_PORT)] * len(prefill_hosts)]
+        proxy += ["--decoder-hosts", *decode_hosts]
+        proxy += ["--decoder-ports", *[str(VLLM_PORT)] * len(decode_hosts)]
+        vllm.append(LaunchCommand("vllm", "proxy", 1, _join(proxy)))
+        router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+        for flag, hosts in (("--prefill", prefill_hosts), ("--decode", decode_hosts)):
+            for host in hosts:
+                router += [flag, f"http://{host}:{SGLANG_PORT}"]
+        sglang.append(LaunchCommand("sglang", "proxy", 1, _join(router)))
+    return (*vllm, *sglang)
