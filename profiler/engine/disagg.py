@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 
 from optimizer.config import Role, ServingConfig
-from profiler.engine.instance import InstanceSpec, StepRecord, open_engine
+from profiler.engine.instance import EngineInstance, InstanceSpec, StepRecord, open_engine
 from profiler.engine.realtime import (
     Clock,
     CpuClock,
@@ -71,6 +71,22 @@ class _DecodeOutcome:
     received_s: float
 
 
+def _accept(
+    engine: EngineInstance,
+    h: _Handoff,
+    received: dict[int, tuple[EngineRequest, float]],
+    at: float,
+) -> None:
+    """Queue a handed-off request on the decode engine with its prompt's KV, received at `at`."""
+    r = EngineRequest(
+        h.rid, h.arrival_s, h.num_prompt, h.num_output, h.num_output, list(h.token_ids),
+        num_computed=h.num_prompt, num_generated=1, token_times_s=[h.first_token_s],
+    )  # fmt: skip
+    engine.pending_kv[h.rid] = h.kv  # type: ignore[assignment]
+    received[h.rid] = (r, at)
+    engine.scheduler.add(r)
+
+
 def _decode_worker(spec: InstanceSpec, num_threads: int, inbox, outbox) -> None:
     import torch
 
@@ -92,16 +108,7 @@ def _decode_worker(spec: InstanceSpec, num_threads: int, inbox, outbox) -> None:
                 if msg == "end":
                     ended = True
                 else:
-                    h: _Handoff = msg
-                    now = time.perf_counter()
-                    r = EngineRequest(
-                        h.rid, h.arrival_s, h.num_prompt, h.num_output, h.num_output,
-                        list(h.token_ids), num_computed=h.num_prompt, num_generated=1,
-                        token_times_s=[h.first_token_s],
-                    )  # fmt: skip
-                    engine.pending_kv[h.rid] = h.kv  # type: ignore[assignment]
-                    received[h.rid] = (r, now)
-                    sched.add(r)
+                    _accept(engine, msg, received, time.perf_counter())
                     active += 1
                 try:
                     msg = inbox.get_nowait()
@@ -166,14 +173,7 @@ def _decode_worker_cpu(spec: InstanceSpec, num_threads: int, inbox, outbox, shar
             now = clock()
             while pending and pending[0][0] <= now:
                 _, _, h = heapq.heappop(pending)
-                r = EngineRequest(
-                    h.rid, h.arrival_s, h.num_prompt, h.num_output, h.num_output,
-                    list(h.token_ids), num_computed=h.num_prompt, num_generated=1,
-                    token_times_s=[h.first_token_s],
-                )  # fmt: skip
-                engine.pending_kv[h.rid] = h.kv  # type: ignore[assignment]
-                received[h.rid] = (r, h.ready_s)
-                sched.add(r)
+                _accept(engine, h, received, h.ready_s)
             if sched.has_work() and now <= horizon:
                 engine.step()
                 continue
