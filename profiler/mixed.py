@@ -50,17 +50,13 @@ import torch
 from profiler import kernels
 from profiler.shapes import ModelShape
 from profiler.timing import Timing, TimingConfig, time_call
+from profiler.weights import LayerWeights, random_weights
 from storage.records import KernelSample, OpKind
 
 
 @dataclass(frozen=True, slots=True)
 class _Layer:
-    norm1: torch.Tensor  # (h,)
-    qkv: torch.Tensor  # ((a + 2g)·d, h)
-    out: torch.Tensor  # (h, a·d)
-    norm2: torch.Tensor  # (h,)
-    up: torch.Tensor  # (2f, h) gated, else (f, h)
-    down: torch.Tensor  # (h, f)
+    w: LayerWeights
     k_cache: torch.Tensor  # (N, g, kv, d) decode caches
     v_cache: torch.Tensor
     k_chunk: torch.Tensor  # (1, g, chunk, d) the chunk's own keys
@@ -89,31 +85,24 @@ def build_forward(
     _check(shape, chunk_len, num_decodes, decode_kv_len)
     dtype = kernels.torch_dtype(shape.dtype)
     kw = {"device": device, "dtype": dtype}
-    h, a, g, d = shape.hidden_size, shape.num_heads, shape.num_kv_heads, shape.head_dim
-    f, vocab = shape.intermediate_size, shape.vocab_size
+    a, g, d = shape.num_heads, shape.num_kv_heads, shape.head_dim
+    vocab = shape.vocab_size
     n_dec, kv = num_decodes, max(decode_kv_len, 1)
 
     def rand(*size: int) -> torch.Tensor:
         return torch.randn(*size, **kw) * 0.05
 
+    weights = random_weights(shape, device)
     layers = [
         _Layer(
-            norm1=torch.ones(h, **kw),
-            qkv=rand((a + 2 * g) * d, h),
-            out=rand(h, a * d),
-            norm2=torch.ones(h, **kw),
-            up=rand((2 if shape.gated_mlp else 1) * f, h),
-            down=rand(h, f),
+            w,
             k_cache=rand(n_dec, g, kv, d),
             v_cache=rand(n_dec, g, kv, d),
             k_chunk=torch.empty(1, g, chunk_len, d, **kw),
             v_chunk=torch.empty(1, g, chunk_len, d, **kw),
         )
-        for _ in range(shape.num_layers)
+        for w in weights.layers
     ]
-    table = rand(vocab, h)  # (V, h)
-    final_norm = torch.ones(h, **kw)
-    head = rand(vocab, h)  # (V, h)
     num_tokens = chunk_len + n_dec
     ids = torch.randint(0, vocab, (num_tokens,), device=device)  # (T,)
     positions = torch.cat(
@@ -148,16 +137,16 @@ def build_forward(
         return parts[0] if len(parts) == 1 else torch.cat(parts)  # (T, a·d)
 
     def forward() -> torch.Tensor:
-        x = kernels.embedding(ids, table)  # (T, h)
+        x = kernels.embedding(ids, weights.table)  # (T, h)
         for layer in layers:
-            y = kernels.rms_norm(x, layer.norm1)
-            y = attention(kernels.gemm(y, layer.qkv), layer)
-            x = kernels.residual_add(kernels.gemm(y, layer.out), x)
-            y = kernels.rms_norm(x, layer.norm2)
-            y = kernels.gemm(activation(kernels.gemm(y, layer.up)), layer.down)
+            y = kernels.rms_norm(x, layer.w.norm1)
+            y = attention(kernels.gemm(y, layer.w.qkv), layer)
+            x = kernels.residual_add(kernels.gemm(y, layer.w.out), x)
+            y = kernels.rms_norm(x, layer.w.norm2)
+            y = kernels.gemm(activation(kernels.gemm(y, layer.w.up)), layer.w.down)
             x = kernels.residual_add(y, x)
-        x = kernels.rms_norm(x, final_norm)
-        return kernels.lm_head(x[sample_rows], head)  # (m, V)
+        x = kernels.rms_norm(x, weights.final_norm)
+        return kernels.lm_head(x[sample_rows], weights.head)  # (m, V)
 
     return forward
 

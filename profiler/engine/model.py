@@ -17,16 +17,12 @@ import torch
 from profiler import kernels
 from profiler.engine.batch import DecodeGroup, PrefillSegment, StepBatch
 from profiler.shapes import ModelShape
+from profiler.weights import LayerWeights, random_weights
 
 
 @dataclass(frozen=True, slots=True)
 class _Layer:
-    norm1: torch.Tensor  # (h,)
-    qkv: torch.Tensor  # ((a + 2g)·d, h)
-    out: torch.Tensor  # (h, a·d)
-    norm2: torch.Tensor  # (h,)
-    up: torch.Tensor  # (2f, h) gated, else (f, h)
-    down: torch.Tensor  # (h, f)
+    w: LayerWeights
     k_pool: torch.Tensor  # (slots, g, d)
     v_pool: torch.Tensor  # (slots, g, d)
 
@@ -48,33 +44,19 @@ class PagedTransformer:
         self.num_blocks = num_blocks
         self.device = device
         dtype = kernels.torch_dtype(shape.dtype)
-        gen = torch.Generator().manual_seed(seed)
-        h, a, g, d = shape.hidden_size, shape.num_heads, shape.num_kv_heads, shape.head_dim
-        f, vocab = shape.intermediate_size, shape.vocab_size
+        g, d = shape.num_kv_heads, shape.head_dim
         slots = num_blocks * block_size
-
-        def rand(*size: int) -> torch.Tensor:
-            return (torch.randn(*size, generator=gen) * 0.05).to(device=device, dtype=dtype)
+        weights = random_weights(shape, device, torch.Generator().manual_seed(seed))
 
         def zeros(*size: int) -> torch.Tensor:
             return torch.zeros(*size, device=device, dtype=dtype)
 
         self.layers = [
-            _Layer(
-                norm1=torch.ones(h, device=device, dtype=dtype),
-                qkv=rand((a + 2 * g) * d, h),
-                out=rand(h, a * d),
-                norm2=torch.ones(h, device=device, dtype=dtype),
-                up=rand((2 if shape.gated_mlp else 1) * f, h),
-                down=rand(h, f),
-                k_pool=zeros(slots, g, d),
-                v_pool=zeros(slots, g, d),
-            )
-            for _ in range(shape.num_layers)
+            _Layer(w, k_pool=zeros(slots, g, d), v_pool=zeros(slots, g, d)) for w in weights.layers
         ]
-        self.table = rand(vocab, h)  # (V, h)
-        self.final_norm = torch.ones(h, device=device, dtype=dtype)
-        self.head = rand(vocab, h)  # (V, h)
+        self.table = weights.table  # (V, h)
+        self.final_norm = weights.final_norm
+        self.head = weights.head  # (V, h)
         self.activation = kernels.silu_and_mul if shape.gated_mlp else kernels.gelu
 
     @property
@@ -127,8 +109,8 @@ class PagedTransformer:
         cos, sin = kernels.rope_tables(batch.positions, d)  # (T, 1, d/2)
         x = kernels.embedding(batch.token_ids, self.table)  # (T, h)
         for ly in self.layers:
-            y = kernels.rms_norm(x, ly.norm1)
-            q, k, v = kernels.gemm(y, ly.qkv).split((a * d, g * d, g * d), dim=-1)
+            y = kernels.rms_norm(x, ly.w.norm1)
+            q, k, v = kernels.gemm(y, ly.w.qkv).split((a * d, g * d, g * d), dim=-1)
             q = kernels.rope(q.view(t, a, d), cos, sin)  # (T, a, d)
             k = kernels.rope(k.view(t, g, d), cos, sin)  # (T, g, d)
             ly.k_pool.index_copy_(0, batch.write_slots, k)
@@ -136,9 +118,9 @@ class PagedTransformer:
             parts = [self._prefill_attention(q, ly, seg) for seg in batch.prefills]
             parts += [self._decode_attention(q, ly, grp) for grp in batch.decodes]
             y = parts[0] if len(parts) == 1 else torch.cat(parts)  # (T, a·d)
-            x = kernels.residual_add(kernels.gemm(y, ly.out), x)
-            y = kernels.rms_norm(x, ly.norm2)
-            y = kernels.gemm(self.activation(kernels.gemm(y, ly.up)), ly.down)
+            x = kernels.residual_add(kernels.gemm(y, ly.w.out), x)
+            y = kernels.rms_norm(x, ly.w.norm2)
+            y = kernels.gemm(self.activation(kernels.gemm(y, ly.w.up)), ly.w.down)
             x = kernels.residual_add(y, x)
         x = kernels.rms_norm(x[batch.sample_rows], self.final_norm)
         return kernels.lm_head(x, self.head)  # (m, V)
