@@ -5,9 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
-import pytest
-
-from storage.db import make_engine, session_scope, upgrade_database
+from storage.db import session_scope
 from storage.jobs import (
     claim_job,
     enqueue_job,
@@ -21,14 +19,6 @@ from storage.service_records import JobStatus
 from storage.tuning_records import JobProgress, TuningParams
 
 PARAMS = TuningParams(model="m", gpu="h100", slo_ttft_ms=1000, slo_tpot_ms=50, trace_id=1)
-
-
-@pytest.fixture
-def engine(db_url: str):
-    upgrade_database(db_url)
-    eng = make_engine(db_url)
-    yield eng
-    eng.dispose()
 
 
 def _enqueue(engine, n: int = 1) -> list[int]:

@@ -15,7 +15,7 @@ from optimizer.latency.persist import (
     load_model,
 )
 from profiler.shapes import get_shape
-from storage.db import make_engine, session_scope, upgrade_database
+from storage.db import session_scope
 from storage.latency_models import (
     HoldoutMetric,
     LatencyModelNotFound,
@@ -37,14 +37,6 @@ def _samples() -> list[KernelSample]:
         KernelSample(OpKind.GEMM, float(x), float(x), float(x), num_tokens=int(a), n=4096, k=4096)
         for a, x in zip(m, t, strict=True)
     ]
-
-
-@pytest.fixture
-def engine(db_url: str):
-    upgrade_database(db_url, "heads")
-    engine = make_engine(db_url)
-    yield engine
-    engine.dispose()
 
 
 def test_round_trip_and_versions(engine) -> None:

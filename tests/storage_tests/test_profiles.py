@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 import storage.profiles as profiles
-from storage.db import make_engine, session_scope, upgrade_database
+from storage.db import session_scope
 from storage.profiles import (
     ProfileRunNotFound,
     count_samples_by_op,
@@ -57,14 +57,6 @@ def varied_samples() -> list[KernelSample]:
         make_sample(OpKind.GEMM, 7e-4, model="", num_tokens=16384, n=2**20, k=8192),
         make_sample(OpKind.QKV_PROJ, 0.25, num_tokens=128, n=384, k=256, model='a,"b"'),
     ]
-
-
-@pytest.fixture
-def engine(db_url: str):
-    upgrade_database(db_url)
-    eng = make_engine(db_url)
-    yield eng
-    eng.dispose()
 
 
 def test_round_trip_keeps_every_field(engine) -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from storage.db import current_revision, head_revision, make_engine, session_scope, upgrade_database
+from storage.db import current_revision, head_revision, session_scope, upgrade_database
 from storage.records import TraceFormat
 from storage.traces import (
     TraceNotFound,
@@ -18,14 +18,6 @@ from storage.traces import (
     store_trace,
 )
 from tests.factories import make_columns, make_stats
-
-
-@pytest.fixture
-def engine(db_url: str):
-    upgrade_database(db_url)
-    eng = make_engine(db_url)
-    yield eng
-    eng.dispose()
 
 
 def _store(engine, columns, content_hash="h1", name="t"):
