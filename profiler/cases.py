@@ -95,6 +95,12 @@ def build_call(
     kw = {"device": device, "dtype": dtype}
     t, h = case.num_tokens, dims.hidden
     op = case.op
+    if op in GEMM_OPS and shape.quantization == "fp8":
+        n, k = gemm_nk(op, dims)
+        x = _rand(t, k, **kw).to(kernels.FP8)  # (T, k)
+        w8 = _copies(_rand(n, k, **kw).to(kernels.FP8), cold_bytes=cold_bytes)  # (n, k) each
+        scale = torch.ones((), device=device, dtype=torch.float32)
+        return lambda: kernels.gemm_fp8(x, *w8(), scale, scale)
     if op in GEMM_OPS or op is OpKind.LM_HEAD:
         n, k = gemm_nk(op, dims)
         x = _rand(t, k, **kw)  # (T, k)
@@ -157,6 +163,15 @@ def _attention_call(
     return call
 
 
+def op_dtype(op: OpKind, shape: ModelShape) -> str:
+    """The dtype an operator runs in: fp8 for the projections of an fp8-quantised model
+    (vLLM keeps the LM head, embedding and norms in the activation dtype), else the
+    shape's activation dtype."""
+    if op in GEMM_OPS and shape.quantization == "fp8":
+        return "fp8"
+    return shape.dtype
+
+
 def case_sample(case: Case, shape: ModelShape, timing: Timing) -> KernelSample:
     """The stored record of a measured case (milliseconds)."""
     dims = RankDims.of(shape, case.tp)
@@ -169,7 +184,7 @@ def case_sample(case: Case, shape: ModelShape, timing: Timing) -> KernelSample:
         p90_ms=timing.p90_ms,
         num_repeats=timing.num_repeats,
         model=shape.name,
-        dtype=shape.dtype,
+        dtype=op_dtype(case.op, shape),
         tp=case.tp,
         num_tokens=case.batch_size * case.q_len if attention else case.num_tokens,
         n=n,

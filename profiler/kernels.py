@@ -30,6 +30,7 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
 }
 
 RMS_EPS = 1e-6
+FP8 = torch.float8_e4m3fn  # the FP8 format of vLLM's fp8 checkpoints and --quantization fp8
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -50,6 +51,20 @@ def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     MLP gate+up: n = 2f / t, k = h.  MLP down: n = h, k = f / t.  LM head: n = V / t, k = h.
     """
     return F.linear(x, weight)
+
+
+def gemm_fp8(
+    x: torch.Tensor, weight: torch.Tensor, scale_x: torch.Tensor, scale_w: torch.Tensor
+) -> torch.Tensor:
+    """An FP8 projection (W8A8, as vLLM's fp8 linear layers): x (T, k) fp8 @ weight (n, k)^T
+    fp8 -> (T, n) bf16, with per-tensor float32 scales `scale_x`, `scale_w` (0-d).
+
+    The activation comes already quantised: this is the GEMM kernel alone; vLLM
+    quantises the activation in a fused kernel of its own (one pass over x).
+    """
+    return torch._scaled_mm(
+        x, weight.t(), scale_a=scale_x, scale_b=scale_w, out_dtype=torch.bfloat16
+    )
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

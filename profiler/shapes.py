@@ -24,6 +24,9 @@ DTYPE_BYTES: dict[str, int] = {
 }
 
 
+QUANTIZATIONS = ("none", "fp8")
+
+
 class ShapeError(ValueError):
     """A model shape or its config file is invalid."""
 
@@ -41,7 +44,8 @@ class ModelShape:
     intermediate_size: int
     vocab_size: int
     gated_mlp: bool = True
-    dtype: str = "bfloat16"
+    dtype: str = "bfloat16"  # activations (and weights unless quantised)
+    quantization: str = "none"  # "fp8": projection weights (and their GEMMs) in FP8
 
     def __post_init__(self) -> None:
         for field in (
@@ -64,6 +68,10 @@ class ModelShape:
         if self.dtype not in DTYPE_BYTES:
             raise ShapeError(
                 f"{self.name}: dtype {self.dtype!r} is not one of {sorted(DTYPE_BYTES)}"
+            )
+        if self.quantization not in QUANTIZATIONS:
+            raise ShapeError(
+                f"{self.name}: quantization {self.quantization!r} is not one of {QUANTIZATIONS}"
             )
 
     @property

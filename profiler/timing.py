@@ -1,8 +1,13 @@
 """Timing of one operator call: warm-up, repeats, median / p10 / p90 in milliseconds.
 
 On CUDA each repeat is bracketed by CUDA events on the current stream and the
-device is synchronised once before and once after the repeats, so host-side
-launch time overlapping earlier work is not counted. On CPU each repeat is
+device is synchronised once before and once after the repeats. Before each
+repeat a short device-side sleep (`torch.cuda._sleep`) keeps the GPU busy while
+the host queues the start event, the call and the end event, so the interval
+holds the call's kernels back to back: a small kernel (a decode GEMM runs for
+~10 us on an H200) is otherwise timed with the host's launch latency in it, as
+the GPU idles between the start event and the kernel. CUDA graphs, which
+serving engines use for decode, remove that latency too. On CPU each repeat is
 timed with `time.perf_counter`; callers fix the thread count with
 `fixed_threads` so runs are comparable, and `keep_host_memory` so a freed
 output's pages are reused rather than faulted in afresh on the next call. Both
@@ -140,6 +145,9 @@ def _time_cpu(fn: Callable[[], object], config: TimingConfig) -> Timing:
     return summarize(times)
 
 
+_SLEEP_CYCLES = 200_000  # ~0.1 ms at boost clock: longer than the host needs to queue one call
+
+
 def _time_cuda(fn: Callable[[], object], device: torch.device, config: TimingConfig) -> Timing:
     with torch.inference_mode(), torch.cuda.device(device):
         for _ in range(config.warmup):
@@ -150,6 +158,7 @@ def _time_cuda(fn: Callable[[], object], device: torch.device, config: TimingCon
         for i in range(config.repeats):
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(_SLEEP_CYCLES)  # the host queues the call while the GPU sleeps
             start.record()
             fn()
             end.record()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -148,3 +149,29 @@ def test_bad_cases_are_rejected() -> None:
         )
     with pytest.raises(ValueError, match="cannot be profiled"):
         kernels.torch_dtype("fp8")
+
+
+def test_fp8_gemm_matches_a_float64_reference() -> None:
+    """W8A8 with per-tensor scales: the error is FP8 rounding (~4%), not a wrong layout."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 256, generator=gen)
+    w = torch.randn(96, 256, generator=gen) * 0.05
+    sx, sw = x.abs().max() / 448, w.abs().max() / 448
+    out = kernels.gemm_fp8(
+        (x / sx).to(kernels.FP8), (w / sw).to(kernels.FP8), sx.float(), sw.float()
+    )
+    ref = x.double() @ w.double().t()
+    assert out.dtype == torch.bfloat16 and out.shape == (64, 96)
+    assert float((out.double() - ref).norm() / ref.norm()) < 0.08
+
+
+def test_fp8_shape_profiles_projections_in_fp8_and_the_rest_in_its_dtype() -> None:
+    shape = dataclasses.replace(get_shape("tiny"), dtype="bfloat16", quantization="fp8")
+    timing = Timing(1.0, 1.0, 1.0, 1)
+    for op in (OpKind.QKV_PROJ, OpKind.MLP_DOWN):
+        case = Case(op, num_tokens=8)
+        out = build_call(case, shape, torch.device("cpu"), torch.bfloat16)()
+        assert out.dtype == torch.bfloat16 and out.shape[0] == 8
+        assert case_sample(case, shape, timing).dtype == "fp8"
+    for op in (OpKind.LM_HEAD, OpKind.NORM):
+        assert case_sample(Case(op, num_tokens=8), shape, timing).dtype == "bfloat16"
