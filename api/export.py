@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from storage.records import TraceColumns
+from optimizer.records import TraceColumns
 
 
 def trace_frame(columns: TraceColumns) -> pl.DataFrame:

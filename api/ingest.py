@@ -12,8 +12,8 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from optimizer.records import TraceFormat, TraceInfo
 from optimizer.traces import ColumnMapping, IngestLimits, parse_trace
-from storage.records import TraceFormat, TraceInfo
 from storage.traces import DEFAULT_PROJECT, find_trace_by_hash, store_trace
 
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from storage.records import TraceInfo
+from optimizer.records import TraceInfo
 from storage.traces import get_trace, traces_in_window
 from storage.tuning_records import TuningParams, WindowSummary
 

@@ -27,15 +27,15 @@ from pathlib import Path
 
 import numpy as np
 
+from optimizer.hardware import get_accelerator
 from optimizer.latency import StepLoad, build_catalog, fit_latency_model
 from optimizer.latency.evaluate import AccuracyTargets, evaluate_holdout, evaluate_mixed
 from optimizer.latency.features import FEATURE_VERSION
 from optimizer.latency.model import FitOptions
 from optimizer.latency.roofline import decode_floor_s
-from profiler.hardware import get_accelerator
+from optimizer.records import HoldoutMetric, KernelSample, OpKind
+from optimizer.shapes import get_shape
 from profiler.importers import ImportFormat, import_profile
-from profiler.shapes import get_shape
-from storage.records import HoldoutMetric, KernelSample, OpKind
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 GPU_TARGETS = AccuracyTargets()

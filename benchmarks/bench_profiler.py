@@ -22,8 +22,8 @@ def main() -> None:
     parser.add_argument("--grid", choices=("quick", "default"), default="default")
     args = parser.parse_args()
 
+    from optimizer.shapes import get_shape
     from profiler.device import describe_device, parse_device
-    from profiler.shapes import get_shape
     from profiler.sweep import default_cpu_grid, quick_grid, run_sweep
 
     shape = get_shape("tiny")

@@ -24,10 +24,10 @@ from optimizer.search.objective import EvalSettings, TraceEvaluator
 from optimizer.search.recommend import baseline_config, hypervolume_2d, pareto_front, recommend
 from optimizer.search.space import SearchSpace, config_key, enumerate_grid
 from optimizer.search.study import Objective, open_study, run_trials, trial_outcomes
+from optimizer.shapes import get_shape
 from optimizer.sim import SLO
 from optimizer.traces import parse_trace
 from optimizer.workload import Workload
-from profiler.shapes import get_shape
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "azure2023"
 MODEL = "llama-3.1-8b"

@@ -39,8 +39,8 @@ TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
 def _phases(shape):
     """(label, shape, grid) in the order they are measured."""
+    from optimizer.records import OpKind
     from profiler.sweep import ProfileGrid
-    from storage.records import OpKind
 
     gemms = (OpKind.QKV_PROJ, OpKind.ATTN_OUT_PROJ, OpKind.MLP_UP, OpKind.MLP_DOWN)
     base = ProfileGrid(
@@ -109,10 +109,10 @@ def _fused_attention(device) -> str:
 def measure(args: argparse.Namespace) -> None:
     import torch
 
+    from optimizer.records import KernelSample
+    from optimizer.shapes import get_shape
     from profiler.device import describe_device, parse_device
-    from profiler.shapes import get_shape
     from profiler.sweep import run_sweep
-    from storage.records import KernelSample
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -165,7 +165,7 @@ def _summary(samples) -> None:
 
 
 def _load_samples(path: Path):
-    from storage.records import KernelSample, OpKind
+    from optimizer.records import KernelSample, OpKind
 
     types = {f.name: f.type for f in fields(KernelSample)}
     rows = []
@@ -189,7 +189,7 @@ def _load_samples(path: Path):
 def compare(args: argparse.Namespace) -> None:
     import polars as pl
 
-    from storage.records import OpKind
+    from optimizer.records import OpKind
 
     samples = _load_samples(Path(args.csv))
     tables = Path(args.tables)

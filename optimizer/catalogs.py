@@ -23,8 +23,9 @@ from optimizer.latency.catalog import LatencyCatalog, build_catalog
 from optimizer.latency.evaluate import evaluate_holdout
 from optimizer.latency.model import FitOptions, LatencyModelError, fit_latency_model
 from optimizer.latency.persist import PAYLOAD_SCHEMA_VERSION, dump_model, feature_names, load_model
+from optimizer.records import OpKind
+from optimizer.shapes import ModelShape, get_shape
 from optimizer.validation.api import calibrated_source
-from profiler.shapes import ModelShape, get_shape
 from storage.latency_models import (
     LatencyModelInfo,
     get_latency_model,
@@ -33,7 +34,6 @@ from storage.latency_models import (
     save_latency_model,
 )
 from storage.profiles import get_profile_run, load_samples
-from storage.records import OpKind
 from storage.validation import CalibrationRecord, latest_calibrations
 
 # A stage of fit_and_store, for a progress display.

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from optimizer.hardware import Accelerator, HardwareError, get_accelerator
 from optimizer.plain import PlainDataError, from_plain, to_plain
-from profiler.hardware import Accelerator, HardwareError, get_accelerator
-from profiler.shapes import ModelShape, ShapeError, get_shape
+from optimizer.shapes import ModelShape, ShapeError, get_shape
 
 CONFIG_SCHEMA_VERSION = 1
 GIB = 1024**3
@@ -182,7 +182,7 @@ class RolePlan:
 
 @dataclass(frozen=True, slots=True)
 class ServingConfig:
-    """A fleet serving `model` (a `profiler.shapes` preset or HF config path).
+    """A fleet serving `model` (a `optimizer.shapes` preset or HF config path).
 
     Colocated: `replica` x `num_replicas`. Disaggregated: `prefill` x
     `num_prefill` plus `decode` x `num_decode`; `kv_link` prices the KV hand-off.

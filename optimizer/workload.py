@@ -20,7 +20,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from storage.records import TraceColumns
+from optimizer.records import TraceColumns
 
 _HASH_BLOCK_CANDIDATES = (16, 32, 64, 128, 256, 512, 1024, 2048)
 

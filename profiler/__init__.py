@@ -1,9 +1,11 @@
-"""Operator profiling: model shapes, kernel timings, grids and sweeps.
+"""Operator profiling: kernel timings, grids and sweeps (the only torch user).
 
-Public names are re-exported lazily: importing `profiler` (or `profiler.shapes`,
-`profiler.hardware`) never imports torch; the sweep imports it on first use.
+Public names are re-exported lazily: importing `profiler` never imports torch;
+the sweep imports it on first use. Model shapes and accelerators are the core's
+vocabulary (`optimizer.shapes`, `optimizer.hardware`).
 
-    from profiler import get_shape, default_cpu_grid, run_sweep
+    from optimizer.shapes import get_shape
+    from profiler import default_cpu_grid, run_sweep
     samples = run_sweep(get_shape("tiny"), default_cpu_grid(), "cpu")
 """
 
@@ -14,10 +16,6 @@ from typing import TYPE_CHECKING
 from profiler._lazy import lazy_getattr
 
 _EXPORTS = {
-    "ModelShape": "profiler.shapes",
-    "get_shape": "profiler.shapes",
-    "Accelerator": "profiler.hardware",
-    "get_accelerator": "profiler.hardware",
     "ProfileGrid": "profiler.sweep",
     "default_cpu_grid": "profiler.sweep",
     "default_gpu_grid": "profiler.sweep",
@@ -30,14 +28,10 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Accelerator",
-    "ModelShape",
     "ProfileGrid",
     "default_cpu_grid",
     "default_gpu_grid",
     "describe_device",
-    "get_accelerator",
-    "get_shape",
     "load_grid",
     "measure_mixed_iteration",
     "parse_device",
@@ -47,9 +41,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from profiler.device import describe_device, parse_device
-    from profiler.hardware import Accelerator, get_accelerator
     from profiler.mixed import measure_mixed_iteration
-    from profiler.shapes import ModelShape, get_shape
     from profiler.sweep import (
         ProfileGrid,
         default_cpu_grid,

@@ -4,7 +4,7 @@
 and returns a zero-argument closure that runs the operator once;
 `case_sample` turns a case plus its timing into a `KernelSample`.
 
-Field meaning in the resulting KernelSample: `profiler.dims` (the one definition
+Field meaning in the resulting KernelSample: `optimizer.dims` (the one definition
 of each operator's per-rank n and k, shared by the importers and the latency
 model's composition).
 
@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 import torch
 
+from optimizer.dims import GEMM_OPS, RankDims, gemm_nk, sample_nk
+from optimizer.records import KernelSample, OpKind
+from optimizer.shapes import ModelShape
 from profiler import kernels
-from profiler.dims import GEMM_OPS, RankDims, gemm_nk, sample_nk
-from profiler.shapes import ModelShape
 from profiler.timing import Timing
-from storage.records import KernelSample, OpKind
 
 TOKEN_OPS = (
     *GEMM_OPS,

@@ -1,9 +1,9 @@
 """Which device a profile runs on, and the metadata recorded with it.
 
 `parse_device("cpu" | "cuda" | "cuda:N")` validates a device string;
-`describe_device` fills a `storage.records.DeviceInfo` (GPU name, memory,
+`describe_device` fills a `optimizer.records.DeviceInfo` (GPU name, memory,
 compute capability, driver, CUDA and torch versions; or CPU model and thread
-count); `accelerator_name` maps it to a `profiler.hardware` preset name.
+count); `accelerator_name` maps it to a `optimizer.hardware` preset name.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from storage.records import DeviceInfo
+from optimizer.records import DeviceInfo
 
 if TYPE_CHECKING:
     import torch
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 
-# GPU name fragments -> profiler.hardware preset names, most specific first.
+# GPU name fragments -> optimizer.hardware preset names, most specific first.
 _GPU_PRESETS = (
     ("h200", "h200"),
     ("h100", "h100"),
@@ -85,7 +85,7 @@ def describe_device(device: torch.device, num_threads: int | None = None) -> Dev
 
 
 def accelerator_name(device: DeviceInfo) -> str:
-    """The `profiler.hardware` preset a device corresponds to ("cpu", "h100", ...).
+    """The `optimizer.hardware` preset a device corresponds to ("cpu", "h100", ...).
 
     Unknown GPUs get their lower-cased name with spaces as dashes.
     """

@@ -47,11 +47,11 @@ from dataclasses import dataclass
 
 import torch
 
+from optimizer.records import KernelSample, OpKind
+from optimizer.shapes import ModelShape
 from profiler import kernels
-from profiler.shapes import ModelShape
 from profiler.timing import Timing, TimingConfig, time_call
 from profiler.weights import LayerWeights, random_weights
-from storage.records import KernelSample, OpKind
 
 
 @dataclass(frozen=True, slots=True)

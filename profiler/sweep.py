@@ -22,9 +22,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from profiler.dims import RankDims, check_tp
-from profiler.shapes import ModelShape
-from storage.records import KernelSample, OpKind
+from optimizer.dims import RankDims, check_tp
+from optimizer.records import KernelSample, OpKind
+from optimizer.shapes import ModelShape
 
 if TYPE_CHECKING:
     from profiler.cases import Case

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from optimizer.shapes import ModelShape
 from profiler import kernels
-from profiler.shapes import ModelShape
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from optimizer.records import HoldoutMetric, HoldoutSplit
 from storage.models.latency_models import LatencyModelRow
-from storage.records import HoldoutMetric, HoldoutSplit
 
 __all__ = [
     "HoldoutMetric",

@@ -18,8 +18,8 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from optimizer.records import DeviceInfo, KernelSample, OpKind, ProfileRunInfo
 from storage.models.profiles import KernelSampleRow, ProfileRunRow
-from storage.records import DeviceInfo, KernelSample, OpKind, ProfileRunInfo
 
 DEVICE_SCHEMA_VERSION = 1
 

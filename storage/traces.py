@@ -17,8 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from storage.models import TraceRequestRow, TraceRow
-from storage.records import (
+from optimizer.records import (
     STATS_SCHEMA_VERSION,
     TokenStats,
     TraceColumns,
@@ -26,6 +25,7 @@ from storage.records import (
     TraceInfo,
     TraceStats,
 )
+from storage.models import TraceRequestRow, TraceRow
 
 _COLS = (
     "trace_id",

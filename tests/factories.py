@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from storage.records import TokenStats, TraceColumns, TraceStats
+from optimizer.records import TokenStats, TraceColumns, TraceStats
 
 
 def make_columns(n: int = 5, *, seed: int = 0, hashes: bool = False) -> TraceColumns:

@@ -22,7 +22,7 @@ app = typer.Typer(help="Latency models: fit on a profile run, list, show.", no_a
 
 def metrics_table(info: LatencyModelInfo) -> Table:
     """Hold-out errors per operator: random and extrapolation splits side by side."""
-    from storage.records import HoldoutSplit
+    from optimizer.records import HoldoutSplit
 
     by_op: dict[str, dict[HoldoutSplit, object]] = {}
     for m in info.metrics:
@@ -63,7 +63,7 @@ def fit(
     """Fit per-operator models and the per-iteration overhead, evaluate, store."""
     from optimizer.catalogs import fit_and_store
     from optimizer.latency.model import FitOptions, LatencyModelError
-    from profiler.shapes import ShapeError
+    from optimizer.shapes import ShapeError
     from storage.profiles import ProfileRunNotFound
 
     try:

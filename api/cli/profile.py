@@ -13,8 +13,8 @@ import typer
 from rich.table import Table
 
 from api.cli.common import console, fail, session
+from optimizer.records import DeviceInfo, KernelSample, ProfileRunInfo
 from profiler.importers import ImportFormat
-from storage.records import DeviceInfo, KernelSample, ProfileRunInfo
 
 if TYPE_CHECKING:
     from profiler.sweep import ProfileGrid
@@ -85,8 +85,8 @@ def run(
         TimeRemainingColumn,
     )
 
+    from optimizer.shapes import ShapeError, get_shape
     from profiler.device import DeviceError, accelerator_name, describe_device, parse_device
-    from profiler.shapes import ShapeError, get_shape
     from profiler.sweep import plan_cases, run_sweep
 
     try:

@@ -23,8 +23,8 @@ SAMPLE_NAME = "sample-chat"
 def write_sample_trace(path: Path, *, num_requests: int = 3000, seed: int = 7) -> Path:
     """A chat-like trace: bursty Gamma arrivals (CV 2) at 5 req/s, lognormal lengths."""
     from api.export import write_trace
+    from optimizer.records import TraceColumns
     from optimizer.workload import ArrivalProcess, LognormalLength, synthetic_workload
-    from storage.records import TraceColumns
 
     wl = synthetic_workload(
         num_requests,

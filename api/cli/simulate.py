@@ -194,7 +194,7 @@ def resolve_latency(model: str, latency_model_id: int | None, *, calibrated: boo
     """The latency source for `model`: stored fitted models, else the roofline estimate
     (with their stored calibrations when `calibrated`)."""
     from optimizer.catalogs import resolve_latency as resolve
-    from profiler.shapes import ShapeError
+    from optimizer.shapes import ShapeError
 
     try:
         with session() as s:

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from api.cli.common import console, fail, session
-from storage.records import TraceFormat, TraceInfo
+from optimizer.records import TraceFormat, TraceInfo
 
 app = typer.Typer(help="Production traces: import, inspect, export.", no_args_is_help=True)
 

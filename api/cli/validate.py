@@ -33,11 +33,11 @@ from api.cli.common import console, fail, session
 if TYPE_CHECKING:
     from optimizer.config import ServingConfig
     from optimizer.latency.base import LatencySource
+    from optimizer.records import KernelSample
     from optimizer.sim import SLO
     from optimizer.validation import Comparison, StepFit
     from optimizer.workload import Workload
     from profiler.engine import ReplayResult
-    from storage.records import KernelSample
 
 DRAFT_SHAPE = "tiny-draft"
 
@@ -88,7 +88,7 @@ class ValidationOutcome:
 
 def profile_samples(shape_name: str, *, quick: bool = False) -> list[KernelSample]:
     """Profile `shape_name` on this CPU at tp=1 (the default CPU grid, or a smoke grid)."""
-    from profiler.shapes import get_shape
+    from optimizer.shapes import get_shape
     from profiler.sweep import default_cpu_grid, quick_grid, run_sweep
 
     grid = quick_grid() if quick else default_cpu_grid()
@@ -114,8 +114,8 @@ def fit_engine_latency(
         mixed_load,
         mixed_pricing,
     )
-    from profiler.shapes import get_shape
-    from storage.records import OpKind
+    from optimizer.records import OpKind
+    from optimizer.shapes import get_shape
 
     shape = get_shape(shape_name)
     model = fit_latency_model(samples, accelerator=accelerator, source="profiler")

@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from api.deps import AdminDep, EngineDep, IdPath, PagingDep, PrincipalDep, SessionDep
 from api.problems import ApiError
 from api.schemas import Page, Problem, page
-from profiler.shapes import PRESETS
+from optimizer.shapes import PRESETS
 from storage.db import session_scope
 from storage.latency_models import LatencyModelInfo, get_latency_model, list_latency_models
 

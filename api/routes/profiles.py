@@ -22,6 +22,7 @@ from api.deps import AdminDep, EngineDep, IdPath, PagingDep, PrincipalDep, Sessi
 from api.problems import ApiError
 from api.schemas import Page, Problem, page
 from api.uploads import Upload, receive_upload
+from optimizer.records import OpKind, ProfileRunInfo
 from profiler.importers import ImportedProfile, ImportFormat, ProfileImportError, import_profile
 from storage.db import session_scope
 from storage.profiles import (
@@ -31,7 +32,6 @@ from storage.profiles import (
     get_profile_run,
     list_profile_runs,
 )
-from storage.records import OpKind, ProfileRunInfo
 
 router = APIRouter(prefix="/v1/profiles", tags=["profiles"])
 ERRORS = {

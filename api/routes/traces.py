@@ -12,9 +12,9 @@ from api.ingest import IngestResult, ingest_trace
 from api.problems import ApiError
 from api.schemas import FieldError, Page, Problem, TraceCreated, page
 from api.uploads import Upload, receive_upload
+from optimizer.records import TraceFormat, TraceInfo, TraceStats
 from optimizer.traces import IngestLimits, TraceFormatError
 from storage.db import session_scope
-from storage.records import TraceFormat, TraceInfo, TraceStats
 from storage.traces import count_traces, delete_trace, get_trace, list_traces
 
 router = APIRouter(prefix="/v1/traces", tags=["traces"])

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from optimizer.hardware import Accelerator, HardwareError, get_accelerator
 from optimizer.latency.base import StepLatency
 from optimizer.latency.compose import DEFAULT_OVERHEAD_S, Pricing
 from optimizer.latency.model import LatencyModel
 from optimizer.latency.roofline import ROOFLINE_LABEL, RooflineOptions, RooflinePricer
 from optimizer.latency.table import CompiledStepLatency, TableGrid, compile_step_latency
-from profiler.hardware import Accelerator, HardwareError, get_accelerator
-from profiler.shapes import ModelShape
+from optimizer.shapes import ModelShape
 
 
 def model_overhead_s(model: LatencyModel, overhead_s: float | None = None) -> float:

@@ -23,14 +23,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from optimizer.dims import GEMM_OPS, RankDims, sample_nk
+from optimizer.hardware import HardwareError, get_accelerator
 from optimizer.latency.base import StepLoad
 from optimizer.latency.features import OpBatch
 from optimizer.latency.model import LatencyModel, LatencyModelError, OpModel
 from optimizer.latency.roofline import RooflinePricer
-from profiler.dims import GEMM_OPS, RankDims, sample_nk
-from profiler.hardware import HardwareError, get_accelerator
-from profiler.shapes import ModelShape, ShapeError, get_shape
-from storage.records import KernelSample, OpKind
+from optimizer.records import KernelSample, OpKind
+from optimizer.shapes import ModelShape, ShapeError, get_shape
 
 DEFAULT_OVERHEAD_S = 0.0005  # assumed engine overhead per iteration without calibration
 
@@ -95,7 +95,7 @@ class Pricing:
 
     # -- per-step components, vectorised over token counts ----------------------------
     def _nk(self, op: OpKind) -> dict[str, int]:
-        """The (n, k) of `op` on one rank, as the profiler records it (`profiler.dims`)."""
+        """The (n, k) of `op` on one rank, as the profiler records it (`optimizer.dims`)."""
         n, k = sample_nk(op, self.dims)
         return {"n": n, "k": k}
 

@@ -30,8 +30,8 @@ from optimizer.latency.model import (
     fit_op_model,
     group_samples,
 )
-from profiler.shapes import ModelShape
-from storage.records import HoldoutMetric, HoldoutSplit, KernelSample, OpKind
+from optimizer.records import HoldoutMetric, HoldoutSplit, KernelSample, OpKind
+from optimizer.shapes import ModelShape
 
 # (operator, split) just evaluated
 EvalProgress = Callable[[OpKind, HoldoutSplit], None]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from storage.records import KernelSample, OpKind
+from optimizer.records import KernelSample, OpKind
 
 GEMM_OPS = frozenset(
     {

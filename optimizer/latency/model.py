@@ -29,8 +29,8 @@ from optimizer.latency.features import (
     feature_matrix,
     work,
 )
-from profiler.shapes import ModelShape
-from storage.records import KernelSample, OpKind
+from optimizer.records import KernelSample, OpKind
+from optimizer.shapes import ModelShape
 
 if TYPE_CHECKING:  # scipy and scikit-learn are imported by the fitting functions only
     from sklearn.ensemble import HistGradientBoostingRegressor

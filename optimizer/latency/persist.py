@@ -18,7 +18,7 @@ from __future__ import annotations
 import pickle
 
 from optimizer.latency.model import LatencyModel, OpModel
-from storage.records import OpKind
+from optimizer.records import OpKind
 
 PAYLOAD_SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from optimizer.hardware import Accelerator
 from optimizer.latency.features import MODELLED_OPS, OpBatch, work
-from profiler.hardware import Accelerator
-from profiler.shapes import ModelShape
-from storage.records import OpKind
+from optimizer.records import OpKind
+from optimizer.shapes import ModelShape
 
 ROOFLINE_LABEL = "roofline estimate"
 

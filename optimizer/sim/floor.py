@@ -11,9 +11,9 @@ up to the floor and counted in `SimulationResult.num_floor_clamped_steps`.
 
 from __future__ import annotations
 
+from optimizer.hardware import Accelerator
 from optimizer.latency.base import StepLatency, StepLoad
-from profiler.hardware import Accelerator
-from profiler.shapes import ModelShape
+from optimizer.shapes import ModelShape
 
 PROBE_KV_LENGTHS = (1, 128, 1024, 8192)
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from optimizer.records import TraceFormat
 from optimizer.traces.errors import TraceFormatError
-from storage.records import TraceFormat
 
 
 class TimeUnit(StrEnum):

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from optimizer.records import TraceColumns, TraceFormat, TraceStats
 from optimizer.traces import convert
 from optimizer.traces.errors import TraceFormatError
 from optimizer.traces.formats import (
@@ -29,7 +30,6 @@ from optimizer.traces.formats import (
 from optimizer.traces.frames import ROW, load_frame
 from optimizer.traces.sniff import FileFacts, inspect_file
 from optimizer.traces.stats import compute_stats, infer_block_size
-from storage.records import TraceColumns, TraceFormat, TraceStats
 
 
 @dataclass(frozen=True, slots=True)

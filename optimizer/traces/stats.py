@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from storage.records import TokenStats, TraceColumns, TraceStats
+from optimizer.records import TokenStats, TraceColumns, TraceStats
 
 PEAK_WINDOWS_S = (1.0, 10.0, 60.0)
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
+from optimizer.shapes import ModelShape
 from profiler import kernels
 from profiler.engine.batch import DecodeGroup, PrefillSegment, StepBatch
-from profiler.shapes import ModelShape
 from profiler.weights import LayerWeights, random_weights
 
 

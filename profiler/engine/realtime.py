@@ -23,9 +23,9 @@ from random import Random
 import numpy as np
 
 from optimizer.config import Role, ServingConfig, ServingMode
+from optimizer.shapes import get_shape
 from profiler.engine.instance import EngineInstance, InstanceSpec, StepRecord, open_engine
 from profiler.engine.scheduler import EngineError, EngineRequest, SchedulerLimits
-from profiler.shapes import get_shape
 
 MAX_POOL_BYTES = 4 * 1024**3  # refuse KV pools larger than this (lower gpu_memory_utilization)
 

@@ -8,7 +8,7 @@ Two sources are understood (DOMAIN.md §9, ../shared/data/README.md):
 - Vidur's per-operator CSVs (`mlp.csv`, `attention.csv`, `all_reduce.csv`), a
   single file or a folder searched recursively.
 
-Both map onto `storage.records.KernelSample` so the latency model trains on
+Both map onto `optimizer.records.KernelSample` so the latency model trains on
 imported and self-measured profiles alike. Only 16-bit rows are kept (bf16 /
 fp16 weights and activations, 16-bit KV cache); see each module for the exact
 filter. This package never imports torch.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from storage.records import DeviceInfo, KernelSample
+from optimizer.records import DeviceInfo, KernelSample
 
 
 class ImportFormat(StrEnum):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
-from profiler.hardware import HardwareError, get_accelerator
+from optimizer.hardware import HardwareError, get_accelerator
 from profiler.importers import ProfileImportError
 
 

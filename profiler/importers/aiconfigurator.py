@@ -27,9 +27,9 @@ from pathlib import Path
 import polars as pl
 import yaml
 
+from optimizer.records import DeviceInfo, KernelSample, OpKind
 from profiler.importers import ImportedProfile, ImportFormat, ProfileImportError
 from profiler.importers._common import accelerator_name, read_parquet, version_key
-from storage.records import DeviceInfo, KernelSample, OpKind
 
 SIXTEEN_BIT = ("bfloat16", "float16")
 GEMM_COLUMNS = ("gemm_dtype", "m", "n", "k", "latency")

@@ -4,7 +4,7 @@ Files understood (one file, or a folder searched recursively for them):
 - `mlp.csv`: per-layer token-parallel ops by `num_tokens` and
   `num_tensor_parallel_workers`, with the model shape (`n_head`, `n_kv_head`,
   `n_embd`, `n_expanded_embd`, `use_gated_mlp`); n/k come from
-  `profiler.dims.sample_nk`, as for our own profiles (head_dim = n_embd /
+  `optimizer.dims.sample_nk`, as for our own profiles (head_dim = n_embd /
   n_head). Elementwise ops carry in `n` the row width they touch on one GPU:
   hidden size (norms, adds, embedding), intermediate / TP (activation),
   (heads + KV heads) x head_dim / TP (RoPE).
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import polars as pl
 
-from profiler.dims import RankDims, sample_nk
+from optimizer.dims import RankDims, sample_nk
+from optimizer.records import DeviceInfo, KernelSample, OpKind
 from profiler.importers import ImportedProfile, ImportFormat, ProfileImportError
 from profiler.importers._common import accelerator_name, read_csv, require_columns
-from storage.records import DeviceInfo, KernelSample, OpKind
 
 MLP_OPS: dict[str, OpKind] = {
     "emb": OpKind.EMBEDDING,

@@ -21,7 +21,7 @@ class ProfileRunRow(Base):
 
 
 class KernelSampleRow(Base):
-    """One timing (milliseconds); field meaning as in storage.records.KernelSample."""
+    """One timing (milliseconds); field meaning as in optimizer.records.KernelSample."""
 
     __tablename__ = "kernel_samples"
 

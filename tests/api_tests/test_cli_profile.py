@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from api.cli import app
+from optimizer.records import DeviceInfo, KernelSample, OpKind
 from profiler.importers import ImportedProfile, ImportFormat
-from storage.records import DeviceInfo, KernelSample, OpKind
 
 SMALL_GRID = {
     "num_tokens": [2, 8],

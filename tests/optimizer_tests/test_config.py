@@ -19,7 +19,7 @@ from optimizer.config import (
     SpeculationConfig,
     kv_capacity_blocks,
 )
-from profiler.shapes import get_shape
+from optimizer.shapes import get_shape
 
 
 def test_kv_capacity_follows_domain_formula_by_hand():

@@ -6,8 +6,8 @@ import pytest
 
 from optimizer.latency.evaluate import evaluate_mixed
 from optimizer.latency.model import FitOptions, fit_latency_model
-from profiler.shapes import get_shape
-from storage.records import OpKind
+from optimizer.records import OpKind
+from optimizer.shapes import get_shape
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from optimizer.hardware import get_accelerator
 from optimizer.latency import StepLoad, build_catalog, compile_learned
 from optimizer.latency.compose import (
     DEFAULT_OVERHEAD_S,
@@ -34,9 +35,8 @@ from optimizer.latency.persist import (
 )
 from optimizer.latency.roofline import RooflinePricer
 from optimizer.latency.table import TableGrid
-from profiler.hardware import get_accelerator
-from profiler.shapes import get_shape
-from storage.records import HoldoutMetric, HoldoutSplit, KernelSample, OpKind
+from optimizer.records import HoldoutMetric, HoldoutSplit, KernelSample, OpKind
+from optimizer.shapes import get_shape
 
 FAST = FitOptions(max_iter=30)
 SMALL = TableGrid(max_tokens=1024, max_log2_batch=6, max_log2_q=10, max_log2_kv=12, max_verify_q=2)

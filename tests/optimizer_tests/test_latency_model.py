@@ -15,7 +15,7 @@ from optimizer.latency.model import (
     fit_op_model,
     group_samples,
 )
-from storage.records import KernelSample, OpKind
+from optimizer.records import KernelSample, OpKind
 
 FAST = FitOptions(max_iter=150)
 
@@ -134,11 +134,11 @@ def test_embedding_cost_depends_on_its_table_size() -> None:
 
 def test_composed_step_prices_the_embedding_table_of_its_tp_degree() -> None:
     """Pricing passes ceil(V/t) table rows, as the profiler records them."""
+    from optimizer.hardware import get_accelerator
     from optimizer.latency.compose import Pricing
     from optimizer.latency.model import LatencyModel
     from optimizer.latency.roofline import RooflinePricer
-    from profiler.hardware import get_accelerator
-    from profiler.shapes import get_shape
+    from optimizer.shapes import get_shape
 
     tokens = np.array([1, 4, 16, 64, 256, 1024, 4096], dtype=float)
     grid_t, grid_k = (a.ravel() for a in np.meshgrid(tokens, [4096.0, 2048.0, 1024.0]))

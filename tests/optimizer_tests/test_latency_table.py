@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from sklearn.ensemble import HistGradientBoostingRegressor
 
+from optimizer.hardware import get_accelerator
 from optimizer.latency import StepLoad, build_catalog, compile_roofline
 from optimizer.latency.compose import Pricing, fit_composition, iteration_ms
 from optimizer.latency.model import FitOptions, fit_latency_model
 from optimizer.latency.roofline import ROOFLINE_LABEL, RooflinePricer, decode_floor_s
 from optimizer.latency.table import compile_step_latency
-from profiler.hardware import get_accelerator
-from profiler.shapes import get_shape
-from storage.records import KernelSample, OpKind
+from optimizer.records import KernelSample, OpKind
+from optimizer.shapes import get_shape
 
 SHAPE = get_shape("llama-3.1-8b")
 

@@ -274,7 +274,7 @@ def test_heterogeneous_gpu_types_split_prefill_and_decode_and_are_priced_per_rol
     """Two GPU types on offer: the grid pairs an H100 prefill with an A100 decode, the
     roofline prices each role on its own GPU, and the fleet price sums both roles."""
     from optimizer.latency import build_catalog
-    from profiler.shapes import get_shape
+    from optimizer.shapes import get_shape
 
     space = SearchSpace(
         model="llama-3.1-8b", accelerators=("h100", "a100"), gpu_budget=4,

@@ -12,9 +12,9 @@ from optimizer.workload import FixedLength, LognormalLength, synthetic_workload
 
 
 def _store_trace(url: str) -> int:
+    from optimizer.records import TraceColumns, TraceFormat
     from optimizer.traces.stats import compute_stats
     from storage.db import make_engine, session_scope, upgrade_database
-    from storage.records import TraceColumns, TraceFormat
     from storage.traces import store_trace
 
     upgrade_database(url)

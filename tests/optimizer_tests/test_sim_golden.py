@@ -14,11 +14,11 @@ from optimizer.config import (
     SpecMethod,
     SpeculationConfig,
 )
+from optimizer.hardware import get_accelerator
 from optimizer.latency.analytic import LinearLatency, SingleLatencySource
+from optimizer.shapes import get_shape
 from optimizer.sim import DecodeFloorError, simulate
 from optimizer.workload import Workload
-from profiler.hardware import get_accelerator
-from profiler.shapes import get_shape
 
 C = 0.010  # constant step time (s); the Llama-3.1-8B/H100 floor is ~4.8 ms
 MODEL = "llama-3.1-8b"

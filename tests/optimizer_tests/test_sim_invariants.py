@@ -10,12 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from optimizer.config import InstanceConfig, ServingConfig, SpecMethod, SpeculationConfig
+from optimizer.hardware import get_accelerator
 from optimizer.latency.analytic import LinearLatency
 from optimizer.latency.base import StepLoad
+from optimizer.shapes import get_shape
 from optimizer.sim import simulate
 from optimizer.workload import LognormalLength, Workload, synthetic_workload
-from profiler.hardware import get_accelerator
-from profiler.shapes import get_shape
 
 MODEL = "llama-3.1-8b"
 LAT = LinearLatency(base_s=0.007, per_token_s=2e-5, per_kv_token_s=4e-8)

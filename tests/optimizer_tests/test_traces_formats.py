@@ -9,8 +9,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+from optimizer.records import TraceFormat
 from optimizer.traces import ColumnMapping, TimeUnit, TraceFormatError, parse_trace
-from storage.records import TraceFormat
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from optimizer.records import TraceFormat
 from optimizer.traces import parse_trace
-from storage.records import TraceFormat
 
 pytestmark = pytest.mark.shared_data
 

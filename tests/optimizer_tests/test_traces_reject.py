@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from optimizer.records import TraceFormat
 from optimizer.traces import ColumnMapping, IngestLimits, TraceFormatError, parse_trace
-from storage.records import TraceFormat
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 AZURE_ROWS = (

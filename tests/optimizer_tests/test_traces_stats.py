@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
+from optimizer.records import TraceColumns
 from optimizer.traces import compute_stats, prefix_hit_ratio, token_stats
 from optimizer.traces.stats import infer_block_size, nearest_rank, peak_rate
-from storage.records import TraceColumns
 
 
 def cols(arrival: list[float], inp: list[int], out: list[int], **kw: object) -> TraceColumns:

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from optimizer.records import TraceColumns
 from optimizer.workload import (
     ArrivalProcess,
     ClosedLoopWorkload,
@@ -18,7 +19,6 @@ from optimizer.workload import (
     infer_prefix_block_tokens,
     synthetic_workload,
 )
-from storage.records import TraceColumns
 
 
 def wl(n: int = 5) -> Workload:

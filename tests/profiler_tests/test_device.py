@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from optimizer.records import DeviceInfo
 from profiler.device import DeviceError, accelerator_name, describe_device, parse_device
-from storage.records import DeviceInfo
 
 
 def test_parse_cpu() -> None:

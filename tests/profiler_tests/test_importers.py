@@ -10,8 +10,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from optimizer.records import OpKind
 from profiler.importers import ImportFormat, ProfileImportError, import_profile
-from storage.records import OpKind
 
 pytestmark = pytest.mark.shared_data
 

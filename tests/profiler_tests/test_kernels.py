@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from optimizer.dims import RankDims, check_tp, sample_nk
+from optimizer.records import OpKind
+from optimizer.shapes import get_shape
 from profiler import kernels
 from profiler.cases import Case, build_call, case_sample
-from profiler.dims import RankDims, check_tp, sample_nk
-from profiler.shapes import get_shape
 from profiler.timing import Timing
-from storage.records import OpKind
 
 TINY = get_shape("tiny")  # h=256, a=8, g=2, d=32, f=768, V=4096
 CPU = torch.device("cpu")

@@ -8,8 +8,9 @@ from collections import Counter
 import pytest
 import torch
 
+from optimizer.records import OpKind
+from optimizer.shapes import get_shape
 from profiler.mixed import build_forward, measure_mixed_iteration
-from profiler.shapes import get_shape
 from profiler.sweep import (
     ProfileGrid,
     default_cpu_grid,
@@ -20,7 +21,6 @@ from profiler.sweep import (
     run_sweep,
 )
 from profiler.timing import TimingConfig
-from storage.records import OpKind
 
 TINY = get_shape("tiny")
 FAST = TimingConfig(warmup=0, repeats=2, min_repeats=1, max_seconds=0.01)

@@ -14,7 +14,8 @@ from optimizer.latency.persist import (
     feature_names,
     load_model,
 )
-from profiler.shapes import get_shape
+from optimizer.records import DeviceInfo, KernelSample, OpKind
+from optimizer.shapes import get_shape
 from storage.db import session_scope
 from storage.latency_models import (
     HoldoutMetric,
@@ -26,7 +27,6 @@ from storage.latency_models import (
     save_latency_model,
 )
 from storage.profiles import create_profile_run
-from storage.records import DeviceInfo, KernelSample, OpKind
 
 
 def _samples() -> list[KernelSample]:

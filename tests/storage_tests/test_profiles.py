@@ -8,6 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 import storage.profiles as profiles
+from optimizer.records import DeviceInfo, KernelSample, OpKind
 from storage.db import session_scope
 from storage.profiles import (
     ProfileRunNotFound,
@@ -18,7 +19,6 @@ from storage.profiles import (
     list_profile_runs,
     load_samples,
 )
-from storage.records import DeviceInfo, KernelSample, OpKind
 
 CPU = DeviceInfo(kind="cpu", name="AMD EPYC", memory_gb=16.0, torch_version="2.13.0", num_threads=1)
 GPU = DeviceInfo(

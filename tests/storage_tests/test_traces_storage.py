@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
+from optimizer.records import TraceFormat
 from storage.db import current_revision, head_revision, session_scope, upgrade_database
-from storage.records import TraceFormat
 from storage.traces import (
     TraceNotFound,
     count_traces,

@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from profiler.shapes import ModelShape
-from storage.records import OpKind
+from optimizer.records import OpKind
+from optimizer.shapes import ModelShape
 
 GEMM_OPS = (OpKind.QKV_PROJ, OpKind.ATTN_OUT_PROJ, OpKind.MLP_UP, OpKind.MLP_DOWN)
 
