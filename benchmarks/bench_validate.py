@@ -3,7 +3,7 @@
 Profiles the tiny shape on this CPU once (or loads `--samples`), fits the
 latency model, then per config measures the reference engine's own step cost
 on synthetic batches (not the traces) and fits a correction to it (engine
-self-calibration, `api.cli.validate.calibrate_on_engine`). For each config x
+self-calibration, `api.services.validation.calibrate_on_engine`). For each config x
 trace it simulates with the self-calibrated model, replays the same workload
 for real (every process on its own CPU-time clock) and reports the relative
 error of mean/p99 TTFT and TPOT and goodput (targets: median absolute error
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from api.cli.validate import (
+from api.services.validation import (
     EngineCalibration,
     EngineLatency,
     calibrate_on_engine,

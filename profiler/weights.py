@@ -1,5 +1,5 @@
 """Random weights of a dense decoder (`ModelShape`), shared by the profiler's whole
-mixed iterations (`profiler.mixed`) and the reference engine (`profiler.engine`).
+mixed iterations (`profiler.mixed`) and the reference engine (`profiler.reference_engine`).
 
 Values are N(0, 0.05²) (norm weights 1): timing does not depend on them, only
 their shapes and dtype do. With a `generator` (a seeded CPU one) the draws are

@@ -61,7 +61,7 @@ def fit(
     ] = None,
 ) -> None:
     """Fit per-operator models and the per-iteration overhead, evaluate, store."""
-    from optimizer.catalogs import fit_and_store
+    from api.services.latency import fit_and_store
     from optimizer.latency.model import FitOptions, LatencyModelError
     from optimizer.shapes import ShapeError
     from storage.profiles import ProfileRunNotFound

@@ -67,7 +67,7 @@ def quickstart(
     if trials <= 0:
         return
     from api.cli.tune import run_study
-    from optimizer.jobs import TuneRequest
+    from api.services.tuning import TuneRequest
 
     request = TuneRequest(
         trace_id=result.trace.id, model="llama-3.1-8b", gpus=("h100",), gpu_budget=4,

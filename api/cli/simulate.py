@@ -193,7 +193,7 @@ def simulate(
 def resolve_latency(model: str, latency_model_id: int | None, *, calibrated: bool = True):
     """The latency source for `model`: stored fitted models, else the roofline estimate
     (with their stored calibrations when `calibrated`)."""
-    from optimizer.catalogs import resolve_latency as resolve
+    from api.services.latency import resolve_latency as resolve
     from optimizer.shapes import ShapeError
 
     try:

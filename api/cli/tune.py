@@ -14,7 +14,7 @@ from rich.table import Table
 from api.cli.common import console, fail, session, trace_source
 
 if TYPE_CHECKING:
-    from optimizer.jobs import TuneRequest
+    from api.services.tuning import TuneRequest
     from optimizer.search.outcome import TuneOutcome
 
 
@@ -114,7 +114,7 @@ def tune(
     out: Annotated[Path | None, typer.Option(help="folder for JSON/YAML/PNG/HTML")] = None,
 ) -> None:
     """Search for goodput-maximising configs and print the recommendation."""
-    from optimizer.jobs import TuneRequest, TuneRequestError
+    from api.services.tuning import TuneRequest, TuneRequestError
 
     try:
         overrides = json.loads(space) if space else {}
@@ -133,8 +133,8 @@ def tune(
 
 def run_study(request: TuneRequest, name: str) -> TuneOutcome:
     """Run (or resume) study `name` with a progress bar, then print its outcome."""
+    from api.services.tuning import run_tuning_job
     from api.settings import get_settings
-    from optimizer.jobs import run_tuning_job
     from storage.traces import TraceNotFound
 
     with Progress(
@@ -165,8 +165,8 @@ def worker(
 ) -> None:
     """Join a study through the database and run trials until its budget is reached."""
     from api.cli.common import engine
+    from api.services.tuning import run_worker
     from api.settings import get_settings
-    from optimizer.jobs import run_worker
 
     engine()  # migrates the database
     url = get_settings().database_url

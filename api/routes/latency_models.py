@@ -113,7 +113,7 @@ async def fit(
 
 
 def _fit(engine: Engine, spec: FitRequest) -> LatencyModelInfo:
-    from optimizer.catalogs import fit_and_store  # scikit-learn: loaded on first fit only
+    from api.services.latency import fit_and_store  # scikit-learn: loaded on first fit only
 
     try:
         with session_scope(engine) as session:

@@ -1,4 +1,4 @@
-"""The real tuning executor: issue 5's `optimizer.jobs.run_tuning_job`, adapted to the queue.
+"""The real tuning executor: issue 5's `api.services.tuning.run_tuning_job`, adapted to the queue.
 
 The job's `TuningParams` become a `TuneRequest` (a stream job tunes on the newest
 upload of the window it resolved at creation); progress and the outcome are
@@ -27,7 +27,7 @@ from storage.tuning_records import (
 def to_request(params: TuningParams, trace_id: int | None):
     """The search's request for these params; JobFailed when the search rejects them."""
     try:
-        from optimizer.jobs import TuneRequest, TuneRequestError
+        from api.services.tuning import TuneRequest, TuneRequestError
     except ImportError as exc:
         raise JobFailed(TUNING_UNAVAILABLE) from exc
     if trace_id is None:
@@ -111,7 +111,7 @@ def run_tuning(ctx: JobContext) -> TuningOutcome:
     if trace_id is None and window is not None and window.trace_ids:
         trace_id = window.trace_ids[-1]
     request = to_request(params, trace_id)
-    from optimizer.jobs import run_tuning_job
+    from api.services.tuning import run_tuning_job
 
     def on_progress(p) -> None:
         ctx.report(JobProgress(p.trials_done, p.trials_total, p.best_per_gpu_goodput, p.eta_s))

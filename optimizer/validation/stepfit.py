@@ -6,7 +6,7 @@
         + kv_token_s x (KV tokens read) + seq_s x (sequences in the step)
 
 matches steps whose cost was measured directly (e.g. the reference engine on
-synthetic batches, `profiler.engine.selfcal`). The model is linear in its
+synthetic batches, `profiler.reference_engine.selfcal`). The model is linear in its
 five parameters, so the fit is a non-negative least squares on relative
 errors; steps whose residual lies more than `outlier_mads` median absolute
 deviations from the median (a step another process disturbed) are dropped

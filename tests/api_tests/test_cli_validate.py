@@ -100,11 +100,11 @@ class _Linear:
 def test_validate_replays_and_stores(
     cli_db: str, runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from api.cli import validate
+    from api.services import validation
 
-    fitted = validate.EngineLatency(_Linear(), _Linear(), 0.0, "linear stand-in")
-    monkeypatch.setattr(validate, "_load_samples", lambda *a: [])
-    monkeypatch.setattr(validate, "fit_engine_latency", lambda *a: fitted)
+    fitted = validation.EngineLatency(_Linear(), _Linear(), 0.0, "linear stand-in")
+    monkeypatch.setattr(validation, "profile_or_load_samples", lambda *a, **k: ([], 1))
+    monkeypatch.setattr(validation, "fit_engine_latency", lambda *a: fitted)
     trace = tmp_path / "trace.csv"
     trace.write_text(
         "arrived_at,num_prefill_tokens,num_decode_tokens\n0,40,4\n0.1,60,3\n0.2,30,5\n"

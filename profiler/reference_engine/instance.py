@@ -18,9 +18,9 @@ from random import Random
 import torch
 
 from optimizer.shapes import ModelShape
-from profiler.engine.batch import RowSpec, block_slots, build_batch
-from profiler.engine.model import PagedTransformer
-from profiler.engine.scheduler import Chunk, EngineRequest, Scheduler, SchedulerLimits
+from profiler.reference_engine.batch import RowSpec, block_slots, build_batch
+from profiler.reference_engine.model import PagedTransformer
+from profiler.reference_engine.scheduler import Chunk, EngineRequest, Scheduler, SchedulerLimits
 from profiler.timing import keep_host_memory
 
 

@@ -7,7 +7,7 @@ import multiprocessing as mp
 
 import pytest
 
-from optimizer.jobs import TuneRequest, TuneRequestError, run_tuning_job, run_worker
+from api.services.tuning import TuneRequest, TuneRequestError, run_tuning_job, run_worker
 from optimizer.workload import FixedLength, LognormalLength, synthetic_workload
 
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from random import Random
 from typing import TYPE_CHECKING
 
-from profiler.engine.instance import EngineInstance, InstanceSpec, StepRecord, open_engine
-from profiler.engine.scheduler import EngineRequest
+from profiler.reference_engine.instance import EngineInstance, InstanceSpec, StepRecord, open_engine
+from profiler.reference_engine.scheduler import EngineRequest
 
 if TYPE_CHECKING:
     from optimizer.validation import StepObservation
@@ -98,7 +98,7 @@ def measure_engine_steps(
     thread's CPU time (`CpuClock`), as a replay on a shared CPU does."""
     import torch
 
-    from profiler.engine.realtime import CpuClock
+    from profiler.reference_engine.realtime import CpuClock
 
     plan = plan or SyntheticPlan()
     passes: list[list[StepRecord]] = []

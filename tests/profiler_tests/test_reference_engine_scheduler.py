@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.engine.scheduler import (
+from profiler.reference_engine.scheduler import (
     EngineError,
     EngineRequest,
     Scheduler,

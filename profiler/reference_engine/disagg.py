@@ -33,8 +33,8 @@ import time
 from dataclasses import dataclass
 
 from optimizer.config import Role, ServingConfig
-from profiler.engine.instance import EngineInstance, InstanceSpec, StepRecord, open_engine
-from profiler.engine.realtime import (
+from profiler.reference_engine.instance import EngineInstance, InstanceSpec, StepRecord, open_engine
+from profiler.reference_engine.realtime import (
     Clock,
     CpuClock,
     ReplayOptions,
@@ -45,7 +45,7 @@ from profiler.engine.realtime import (
     instance_spec,
     make_requests,
 )
-from profiler.engine.scheduler import EngineError, EngineRequest
+from profiler.reference_engine.scheduler import EngineError, EngineRequest
 
 _READY_TIMEOUT_S = 120.0
 
@@ -131,7 +131,7 @@ def _decode_worker_cpu(spec: InstanceSpec, num_threads: int, inbox, outbox, shar
 
     import torch
 
-    from profiler.engine.realtime import CpuClock
+    from profiler.reference_engine.realtime import CpuClock
 
     torch.set_num_threads(num_threads)
     with torch.inference_mode():
@@ -216,7 +216,7 @@ def replay_disaggregated(
     import torch
     import torch.multiprocessing as mp
 
-    from profiler.engine.realtime import run_realtime
+    from profiler.reference_engine.realtime import run_realtime
     from profiler.timing import fixed_threads
 
     cpu = options.clock is Clock.CPU

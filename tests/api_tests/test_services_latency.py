@@ -1,10 +1,10 @@
-"""optimizer.catalogs: what prices a run — stored fitted models, roofline, calibrations."""
+"""api.services.latency: what prices a run — stored fitted models, roofline, calibrations."""
 
 from __future__ import annotations
 
 import pytest
 
-from optimizer.catalogs import ROOFLINE_ONLY, resolve_latency
+from api.services.latency import ROOFLINE_ONLY, resolve_latency
 from optimizer.latency.base import StepLoad
 from storage.db import make_engine, session_scope, upgrade_database
 from storage.validation import save_calibration

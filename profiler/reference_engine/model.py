@@ -16,7 +16,7 @@ import torch
 
 from optimizer.shapes import ModelShape
 from profiler import kernels
-from profiler.engine.batch import DecodeGroup, PrefillSegment, StepBatch
+from profiler.reference_engine.batch import DecodeGroup, PrefillSegment, StepBatch
 from profiler.weights import LayerWeights, random_weights
 
 

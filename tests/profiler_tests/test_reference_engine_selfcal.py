@@ -6,9 +6,9 @@ import numpy as np
 
 from optimizer.config import InstanceConfig, Role, ServingConfig, SpecMethod, SpeculationConfig
 from optimizer.validation.calibration import kv_tokens_read
-from profiler.engine import Clock, ReplayOptions, ReplayRequests, replay
-from profiler.engine.realtime import instance_spec
-from profiler.engine.selfcal import SyntheticPlan, measure_engine_steps, step_observations
+from profiler.reference_engine import Clock, ReplayOptions, ReplayRequests, replay
+from profiler.reference_engine.realtime import instance_spec
+from profiler.reference_engine.selfcal import SyntheticPlan, measure_engine_steps, step_observations
 
 INSTANCE = InstanceConfig(
     accelerator="cpu", max_num_batched_tokens=64, max_num_seqs=4, gpu_memory_utilization=0.05

@@ -5,7 +5,7 @@ token budget, `max_num_seqs`, a paged KV cache with preemption, speculative
 decoding with a draft model, and prefill/decode disaggregation across two
 processes. Importing this package does not import torch.
 
-    from profiler.engine import ReplayRequests, replay
+    from profiler.reference_engine import ReplayRequests, replay
     result = replay(ReplayRequests(arrival_s, input_tokens, output_tokens), config)
 """
 
@@ -16,25 +16,25 @@ from typing import TYPE_CHECKING
 from profiler._lazy import lazy_getattr
 
 _EXPORTS = {
-    "Clock": "profiler.engine.realtime",
-    "EngineError": "profiler.engine.scheduler",
-    "ReplayOptions": "profiler.engine.realtime",
-    "ReplayRequests": "profiler.engine.realtime",
-    "ReplayResult": "profiler.engine.realtime",
-    "replay": "profiler.engine.realtime",
+    "Clock": "profiler.reference_engine.realtime",
+    "EngineError": "profiler.reference_engine.scheduler",
+    "ReplayOptions": "profiler.reference_engine.realtime",
+    "ReplayRequests": "profiler.reference_engine.realtime",
+    "ReplayResult": "profiler.reference_engine.realtime",
+    "replay": "profiler.reference_engine.realtime",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from profiler.engine.realtime import (  # noqa: F401
+    from profiler.reference_engine.realtime import (  # noqa: F401
         Clock,
         ReplayOptions,
         ReplayRequests,
         ReplayResult,
         replay,
     )
-    from profiler.engine.scheduler import EngineError  # noqa: F401
+    from profiler.reference_engine.scheduler import EngineError  # noqa: F401
 
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS)

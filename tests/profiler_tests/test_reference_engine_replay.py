@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from optimizer.config import InstanceConfig, ServingConfig, SpecMethod, SpeculationConfig
-from profiler.engine import Clock, EngineError, ReplayOptions, ReplayRequests, replay
+from profiler.reference_engine import Clock, EngineError, ReplayOptions, ReplayRequests, replay
 
 INSTANCE = InstanceConfig(
     accelerator="cpu", max_num_batched_tokens=64, max_num_seqs=4, gpu_memory_utilization=0.05

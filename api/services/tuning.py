@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from optimizer.catalogs import ResolvedLatency, resolve_latency
+from api.services.latency import ResolvedLatency, resolve_latency
 from optimizer.latency.base import LatencySource
 from optimizer.search.objective import EvalSettings, TraceEvaluator
 from optimizer.search.outcome import TuneOutcome, build_outcome

@@ -2,7 +2,7 @@
 
 `replay(requests, config)` builds the instance(s) a `ServingConfig` describes
 (one colocated replica, or one prefill plus one decode instance in separate
-processes, see `profiler.engine.disagg`), releases each request at its
+processes, see `profiler.reference_engine.disagg`), releases each request at its
 arrival time on the wall clock and records when every output token appears.
 Timestamps come from `time.perf_counter` (CLOCK_MONOTONIC, shared by every
 process on the machine), reported relative to the replay's start. On a
@@ -10,7 +10,7 @@ shared CPU a colocated replay can instead run on `Clock.CPU` (`CpuClock`):
 each step still runs for real, but only the CPU time the engine's thread got
 counts, so other processes' load does not inflate the measurement. A
 disaggregated replay on `Clock.CPU` runs each process on its own CPU clock and
-keeps the two in step conservatively (see `profiler.engine.disagg`).
+keeps the two in step conservatively (see `profiler.reference_engine.disagg`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import numpy as np
 
 from optimizer.config import Role, ServingConfig, ServingMode
 from optimizer.shapes import get_shape
-from profiler.engine.instance import EngineInstance, InstanceSpec, StepRecord, open_engine
-from profiler.engine.scheduler import EngineError, EngineRequest, SchedulerLimits
+from profiler.reference_engine.instance import EngineInstance, InstanceSpec, StepRecord, open_engine
+from profiler.reference_engine.scheduler import EngineError, EngineRequest, SchedulerLimits
 
 MAX_POOL_BYTES = 4 * 1024**3  # refuse KV pools larger than this (lower gpu_memory_utilization)
 
@@ -260,7 +260,7 @@ def replay(
     """Serve `requests` in real time on the engine `config` describes."""
     options = options or ReplayOptions()
     if config.mode is ServingMode.DISAGGREGATED:
-        from profiler.engine.disagg import replay_disaggregated
+        from profiler.reference_engine.disagg import replay_disaggregated
 
         return replay_disaggregated(requests, config, options)
     import torch
