@@ -11,7 +11,7 @@ from api.deps import IdPath, PagingDep, PrincipalDep, SessionDep
 from api.problems import ApiError
 from api.schemas import JobCreated, Page, Problem, page
 from api.windows import EmptyWindow, resolve_window
-from api.worker.executors import TUNING_UNAVAILABLE, JobFailed
+from api.worker.context import JobFailed
 from api.worker.tuning import to_request
 from storage.jobs import (
     JobNotFinished,
@@ -61,12 +61,11 @@ PARAMS_EXAMPLES = {
 
 def check_params(params: TuningParams, trace_id: int) -> None:
     """Reject what the search would reject (unknown model or GPU, budget too small) now,
-    with a 422, instead of in a failed job; skipped when the search is not installed."""
+    with a 422, instead of in a failed job."""
     try:
         to_request(params, trace_id)
     except JobFailed as exc:
-        if str(exc) != TUNING_UNAVAILABLE:
-            raise ApiError(422, str(exc), kind="validation") from None
+        raise ApiError(422, str(exc), kind="validation") from None
 
 
 def job_links(job_id: int) -> dict[str, str]:

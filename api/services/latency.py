@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session
 from optimizer.latency.base import LatencySource
 from optimizer.latency.catalog import LatencyCatalog, build_catalog
 from optimizer.latency.evaluate import evaluate_holdout
-from optimizer.latency.model import FitOptions, LatencyModelError, fit_latency_model
+from optimizer.latency.fit import fit_latency_model
+from optimizer.latency.model import FitOptions, LatencyModelError
 from optimizer.latency.persist import PAYLOAD_SCHEMA_VERSION, dump_model, feature_names, load_model
 from optimizer.records import OpKind
 from optimizer.shapes import ModelShape, get_shape

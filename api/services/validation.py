@@ -245,14 +245,12 @@ def profile_or_load_samples(
         if not any(x.model == shape_name for x in samples):
             raise ValueError(f"profile run {profile_run} holds no samples of {shape_name!r}")
         return samples, profile_run
-    import torch
-
-    from profiler.device import describe_device
+    from profiler.device import describe_device, parse_device
 
     samples = profile_samples(shape_name, quick=quick)
     info = create_profile_run(
         session, name=f"validate-{shape_name}", source="profiler", accelerator="cpu",
-        device=describe_device(torch.device("cpu"), 1), samples=samples,
+        device=describe_device(parse_device("cpu"), 1), samples=samples,
     )  # fmt: skip
     return samples, info.id
 

@@ -1,51 +1,14 @@
-"""Job executors: what a worker runs for each job kind.
-
-An executor is a callable `(JobContext) -> TuningOutcome`. It reports
-progress through `ctx.report(JobProgress)` after each completed trial, and
-polls `ctx.should_stop()` between trials: True means the job was cancelled or
-this worker lost its lease (another worker took over), and the executor must
-return promptly (a partial outcome is fine). An executor that cannot run the
-job raises `JobFailed` with a message for the user. Jobs that are taken over
-after a crash are run again with `ctx.resumed` True and the last reported
-progress in `ctx.job.progress`; the tuning executor resumes the Optuna study
-named `ctx.study_name` in the RDB storage at `ctx.storage_url`.
-"""
+"""The executors a worker runs, by job kind (see `api.worker.context` for the contract)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Mapping
 
-from storage.service_records import JobInfo, JobKind
-from storage.tuning_records import JobProgress, TuningOutcome
-
-TUNING_UNAVAILABLE = (
-    "tuning backend unavailable: optimizer.search (the Optuna search) is not installed in "
-    "this build; the job was accepted and stored but cannot run yet"
-)
-
-
-class JobFailed(RuntimeError):
-    """The job cannot complete; the message is shown to the user as the job's error."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobContext:
-    job: JobInfo
-    storage_url: str  # the service database; Optuna's RDB storage lives there too
-    study_name: str  # stable across attempts, so a takeover resumes the same study
-    resumed: bool  # True when an earlier attempt of this job died mid-run
-    report: Callable[[JobProgress], None]
-    should_stop: Callable[[], bool]
-
-
-class Executor(Protocol):
-    def __call__(self, ctx: JobContext) -> TuningOutcome: ...
+from api.worker.context import Executor
+from api.worker.tuning import run_tuning
+from storage.service_records import JobKind
 
 
 def default_executors() -> Mapping[JobKind, Executor]:
-    """The real executors; tuning is issue 5's search (see api/worker/tuning.py)."""
-    from api.worker.tuning import run_tuning
-
+    """The real executors: tuning runs the search (`api.services.tuning`)."""
     return {JobKind.TUNING: run_tuning}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
-from api.worker.executors import Executor, JobContext, JobFailed
+from api.worker.context import Executor, JobContext, JobFailed
 from api.worker.scheduling import fire_due_schedules
 from storage.db import session_scope
 from storage.jobs import claim_job, finish_job, renew_lease, report_progress

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from api.worker.executors import TUNING_UNAVAILABLE, JobContext, JobFailed
+from api.worker.context import JobContext, JobFailed
 from storage.tuning_records import (
     Baseline,
     Engine,
@@ -26,10 +26,8 @@ from storage.tuning_records import (
 
 def to_request(params: TuningParams, trace_id: int | None):
     """The search's request for these params; JobFailed when the search rejects them."""
-    try:
-        from api.services.tuning import TuneRequest, TuneRequestError
-    except ImportError as exc:
-        raise JobFailed(TUNING_UNAVAILABLE) from exc
+    from api.services.tuning import TuneRequest, TuneRequestError
+
     if trace_id is None:
         raise JobFailed("the job has no trace: its stream window was empty")
     try:

@@ -12,7 +12,8 @@ from optimizer.latency.catalog import (
     compile_learned,
     compile_roofline,
 )
-from optimizer.latency.model import FitOptions, LatencyModel, fit_latency_model
+from optimizer.latency.fit import fit_latency_model
+from optimizer.latency.model import FitOptions, LatencyModel
 from optimizer.latency.roofline import ROOFLINE_LABEL, RooflineOptions
 from optimizer.latency.table import CompiledStepLatency
 

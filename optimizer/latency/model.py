@@ -30,7 +30,6 @@ from optimizer.latency.features import (
     work,
 )
 from optimizer.records import KernelSample, OpKind
-from optimizer.shapes import ModelShape
 
 if TYPE_CHECKING:  # scipy and scikit-learn are imported by the fitting functions only
     from sklearn.ensemble import HistGradientBoostingRegressor
@@ -185,36 +184,5 @@ def group_samples(samples: Sequence[KernelSample]) -> dict[OpKind, tuple[OpBatch
     return out
 
 
-def _models_of(samples: Sequence[KernelSample], op: OpKind) -> tuple[str, ...]:
+def models_of(samples: Sequence[KernelSample], op: OpKind) -> tuple[str, ...]:
     return tuple(sorted({s.model for s in samples if s.op == op and s.model}))
-
-
-def fit_latency_model(
-    samples: Sequence[KernelSample],
-    *,
-    accelerator: str,
-    source: str = "",
-    options: FitOptions | None = None,
-    shape: ModelShape | None = None,
-) -> LatencyModel:
-    """Fit one model per operator present in `samples` (operators with too few samples
-    or without latency features are skipped), then the per-iteration overhead when
-    there are MIXED_ITERATION samples (of `shape`, else of the preset they name)."""
-    options = options or FitOptions()
-    ops = {
-        op: fit_op_model(batch, t, options, _models_of(samples, op))
-        for op, (batch, t) in group_samples(samples).items()
-        if len(batch) >= MIN_SAMPLES
-    }
-    if not ops:
-        raise LatencyModelError(
-            f"{accelerator}: no operator has {MIN_SAMPLES}+ samples of a modelled kind"
-        )
-    model = LatencyModel(accelerator, source, ops)
-    mixed = [s for s in samples if s.op is OpKind.MIXED_ITERATION]
-    if not mixed:
-        return model
-    # compose prices a batch from this module's models, so it is imported here.
-    from optimizer.latency.compose import fit_mixed_overhead
-
-    return fit_mixed_overhead(model, mixed, shape)

@@ -16,28 +16,9 @@ filter. This package never imports torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
-from optimizer.records import DeviceInfo, KernelSample
-
-
-class ImportFormat(StrEnum):
-    AICONFIGURATOR = "aiconfigurator"
-    VIDUR = "vidur"
-
-
-class ProfileImportError(ValueError):
-    """A profile file or folder is missing, unreadable or lacks expected columns."""
-
-
-@dataclass(frozen=True, slots=True)
-class ImportedProfile:
-    source: str  # the ImportFormat value
-    accelerator: str  # accelerator preset name, e.g. "h100"
-    device: DeviceInfo
-    samples: list[KernelSample]
+from profiler.importers._common import ImportedProfile, ImportFormat, ProfileImportError
 
 
 def import_profile(path: Path, fmt: ImportFormat, gpu: str | None = None) -> ImportedProfile:

@@ -1,14 +1,34 @@
-"""Helpers shared by the importers: guarded Parquet/CSV reads, accelerator names."""
+"""What the importers share: the result and error types, guarded Parquet/CSV reads,
+accelerator names."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import polars as pl
 
 from optimizer.hardware import HardwareError, get_accelerator
-from profiler.importers import ProfileImportError
+from optimizer.records import DeviceInfo, KernelSample
+
+
+class ImportFormat(StrEnum):
+    AICONFIGURATOR = "aiconfigurator"
+    VIDUR = "vidur"
+
+
+class ProfileImportError(ValueError):
+    """A profile file or folder is missing, unreadable or lacks expected columns."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedProfile:
+    source: str  # the ImportFormat value
+    accelerator: str  # accelerator preset name, e.g. "h100"
+    device: DeviceInfo
+    samples: list[KernelSample]
 
 
 def require_columns(df: pl.DataFrame, columns: Iterable[str], where: Path) -> None:

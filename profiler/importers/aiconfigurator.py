@@ -28,8 +28,14 @@ import polars as pl
 import yaml
 
 from optimizer.records import DeviceInfo, KernelSample, OpKind
-from profiler.importers import ImportedProfile, ImportFormat, ProfileImportError
-from profiler.importers._common import accelerator_name, read_parquet, version_key
+from profiler.importers._common import (
+    ImportedProfile,
+    ImportFormat,
+    ProfileImportError,
+    accelerator_name,
+    read_parquet,
+    version_key,
+)
 
 SIXTEEN_BIT = ("bfloat16", "float16")
 GEMM_COLUMNS = ("gemm_dtype", "m", "n", "k", "latency")

@@ -29,8 +29,14 @@ import polars as pl
 
 from optimizer.dims import RankDims, sample_nk
 from optimizer.records import DeviceInfo, KernelSample, OpKind
-from profiler.importers import ImportedProfile, ImportFormat, ProfileImportError
-from profiler.importers._common import accelerator_name, read_csv, require_columns
+from profiler.importers._common import (
+    ImportedProfile,
+    ImportFormat,
+    ProfileImportError,
+    accelerator_name,
+    read_csv,
+    require_columns,
+)
 
 MLP_OPS: dict[str, OpKind] = {
     "emb": OpKind.EMBEDDING,

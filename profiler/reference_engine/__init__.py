@@ -21,7 +21,7 @@ _EXPORTS = {
     "ReplayOptions": "profiler.reference_engine.realtime",
     "ReplayRequests": "profiler.reference_engine.realtime",
     "ReplayResult": "profiler.reference_engine.realtime",
-    "replay": "profiler.reference_engine.realtime",
+    "replay": "profiler.reference_engine.serve",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
         ReplayOptions,
         ReplayRequests,
         ReplayResult,
-        replay,
     )
+    from profiler.reference_engine.serve import replay  # noqa: F401
     from profiler.reference_engine.scheduler import EngineError  # noqa: F401
 
 

@@ -1,9 +1,9 @@
 """Real-time replay of a trace on the reference engine; per-request TTFT, TPOT, ITL.
 
-`replay(requests, config)` builds the instance(s) a `ServingConfig` describes
-(one colocated replica, or one prefill plus one decode instance in separate
-processes, see `profiler.reference_engine.disagg`), releases each request at its
-arrival time on the wall clock and records when every output token appears.
+The building blocks of a replay (`profiler.reference_engine.serve` puts them
+together): the instance a `ServingConfig` describes, the requests, the loop that
+releases each request at its arrival time on the wall clock and records when
+every output token appears, and the result.
 Timestamps come from `time.perf_counter` (CLOCK_MONOTONIC, shared by every
 process on the machine), reported relative to the replay's start. On a
 shared CPU a colocated replay can instead run on `Clock.CPU` (`CpuClock`):
@@ -22,9 +22,9 @@ from random import Random
 
 import numpy as np
 
-from optimizer.config import Role, ServingConfig, ServingMode
+from optimizer.config import Role, ServingConfig
 from optimizer.shapes import get_shape
-from profiler.reference_engine.instance import EngineInstance, InstanceSpec, StepRecord, open_engine
+from profiler.reference_engine.instance import EngineInstance, InstanceSpec, StepRecord
 from profiler.reference_engine.scheduler import EngineError, EngineRequest, SchedulerLimits
 
 MAX_POOL_BYTES = 4 * 1024**3  # refuse KV pools larger than this (lower gpu_memory_utilization)
@@ -252,31 +252,3 @@ def collect(
         steps=steps,
         **extra,  # type: ignore[arg-type]
     )
-
-
-def replay(
-    requests: ReplayRequests, config: ServingConfig, options: ReplayOptions | None = None
-) -> ReplayResult:
-    """Serve `requests` in real time on the engine `config` describes."""
-    options = options or ReplayOptions()
-    if config.mode is ServingMode.DISAGGREGATED:
-        from profiler.reference_engine.disagg import replay_disaggregated
-
-        return replay_disaggregated(requests, config, options)
-    import torch
-
-    from profiler.timing import fixed_threads
-
-    spec = instance_spec(config, Role.REPLICA, options)
-    check_fits(requests, spec, prompt_only=False)
-    with fixed_threads(options.num_threads), torch.inference_mode():
-        engine = open_engine(spec)
-        engine.warm_up()
-        if options.clock is Clock.CPU:
-            if engine.device.type != "cpu":
-                raise EngineError("the cpu clock measures CPU replays only; use clock=wall")
-            engine.clock = CpuClock()
-        reqs = make_requests(requests, seed=options.seed, disaggregated=False)
-        t0 = engine.clock() + 0.01
-        run_realtime(engine, reqs, t0)
-    return collect(reqs, t0, (("replica", tuple(engine.steps)),))

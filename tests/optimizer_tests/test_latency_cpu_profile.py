@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from optimizer.latency.evaluate import evaluate_mixed
-from optimizer.latency.model import FitOptions, fit_latency_model
+from optimizer.latency.fit import fit_latency_model
+from optimizer.latency.model import FitOptions
 from optimizer.records import OpKind
 from optimizer.shapes import get_shape
 

@@ -25,7 +25,8 @@ from optimizer.latency.evaluate import (
     holdout_masks,
 )
 from optimizer.latency.features import FEATURE_VERSION, OpBatch
-from optimizer.latency.model import FitOptions, LatencyModelError, fit_latency_model
+from optimizer.latency.fit import fit_latency_model
+from optimizer.latency.model import FitOptions, LatencyModelError
 from optimizer.latency.persist import (
     _MAGIC,
     PAYLOAD_SCHEMA_VERSION,

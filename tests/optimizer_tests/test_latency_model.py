@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from optimizer.latency.features import OpBatch, token_count
+from optimizer.latency.fit import fit_latency_model
 from optimizer.latency.model import (
     FitOptions,
     LatencyModelError,
-    fit_latency_model,
     fit_op_model,
     group_samples,
 )

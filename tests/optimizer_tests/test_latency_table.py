@@ -12,7 +12,8 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 from optimizer.hardware import get_accelerator
 from optimizer.latency import StepLoad, build_catalog, compile_roofline
 from optimizer.latency.compose import Pricing, fit_composition, iteration_ms
-from optimizer.latency.model import FitOptions, fit_latency_model
+from optimizer.latency.fit import fit_latency_model
+from optimizer.latency.model import FitOptions
 from optimizer.latency.roofline import ROOFLINE_LABEL, RooflinePricer, decode_floor_s
 from optimizer.latency.table import compile_step_latency
 from optimizer.records import KernelSample, OpKind

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from optimizer.latency import StepLoad, build_catalog
-from optimizer.latency.model import FitOptions, fit_latency_model
+from optimizer.latency.fit import fit_latency_model
+from optimizer.latency.model import FitOptions
 from optimizer.latency.persist import (
     PAYLOAD_SCHEMA_VERSION,
     PayloadError,

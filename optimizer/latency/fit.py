@@ -1,0 +1,49 @@
+"""Fitting a latency model: one regressor per operator (`optimizer.latency.model`), then,
+when the profile measured whole forwards, how they compose into a step
+(`optimizer.latency.compose.fit_mixed_overhead`: per-iteration overhead and operator
+scale)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from optimizer.latency.compose import fit_mixed_overhead
+from optimizer.latency.model import (
+    MIN_SAMPLES,
+    FitOptions,
+    LatencyModel,
+    LatencyModelError,
+    fit_op_model,
+    group_samples,
+    models_of,
+)
+from optimizer.records import KernelSample, OpKind
+from optimizer.shapes import ModelShape
+
+
+def fit_latency_model(
+    samples: Sequence[KernelSample],
+    *,
+    accelerator: str,
+    source: str = "",
+    options: FitOptions | None = None,
+    shape: ModelShape | None = None,
+) -> LatencyModel:
+    """Fit one model per operator present in `samples` (operators with too few samples
+    or without latency features are skipped), then the per-iteration overhead when
+    there are MIXED_ITERATION samples (of `shape`, else of the preset they name)."""
+    options = options or FitOptions()
+    ops = {
+        op: fit_op_model(batch, t, options, models_of(samples, op))
+        for op, (batch, t) in group_samples(samples).items()
+        if len(batch) >= MIN_SAMPLES
+    }
+    if not ops:
+        raise LatencyModelError(
+            f"{accelerator}: no operator has {MIN_SAMPLES}+ samples of a modelled kind"
+        )
+    model = LatencyModel(accelerator, source, ops)
+    mixed = [s for s in samples if s.op is OpKind.MIXED_ITERATION]
+    if not mixed:
+        return model
+    return fit_mixed_overhead(model, mixed, shape)
