@@ -1,6 +1,6 @@
 """API-only shapes: pages, created answers, problems, key creation.
 
-Core records (TraceInfo, JobInfo, TuningParams ...) are served and validated as
+Core records (TraceInfo, JobInfo, TuneRequest ...) are served and validated as
 the dataclasses they are; only shapes that exist solely in the API live here.
 """
 
@@ -10,8 +10,8 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, Field
 
+from optimizer.search import TuneOutcome, TuneRequest
 from storage.service_records import ApiKeyInfo, JobStatus, ScheduleTrigger
-from storage.tuning_records import TuningParams
 
 T = TypeVar("T")
 
@@ -90,7 +90,7 @@ class ScheduleCreate(BaseModel):
     """A re-tuning schedule over a trace stream (params.stream) and its rolling window."""
 
     name: str = Field("", max_length=200, pattern=r"^[^\x00-\x1f\x7f]*$", examples=["nightly"])
-    params: TuningParams
+    params: TuneRequest
     interval_s: float | None = Field(None, ge=1, le=10 * 365 * 86400, examples=[3600])
     cron: str | None = Field(None, max_length=200, examples=["0 3 * * *"])
     trigger: ScheduleTrigger = Field(
@@ -99,3 +99,13 @@ class ScheduleCreate(BaseModel):
         "length figures moved beyond drift_threshold since the current recommendation",
     )
     drift_threshold: float = Field(0.2, gt=0, le=10, description="relative change, 0.2 = 20%")
+
+
+class JobResultOut(BaseModel):
+    """A finished job's outcome, as `servetune tune --out` writes `outcome.json`."""
+
+    job_id: int
+    outcome: TuneOutcome = Field(
+        description="schema_version 2; jobs finished before 2026-12 keep the version-1 layout "
+        "they were stored with"
+    )

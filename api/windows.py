@@ -14,8 +14,9 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session
 
 from optimizer.records import TraceInfo
+from optimizer.search import TuneRequest
+from storage.service_records import WindowSummary
 from storage.traces import get_trace, traces_in_window
-from storage.tuning_records import TuningParams, WindowSummary
 
 
 class EmptyWindow(ValueError):
@@ -62,7 +63,7 @@ def summarize(traces: list[TraceInfo]) -> WindowSummary:
 
 
 def resolve_window(
-    session: Session, *, project: str, params: TuningParams, now: datetime
+    session: Session, *, project: str, params: TuneRequest, now: datetime
 ) -> WindowSummary:
     """The workload a job over `params` tunes on, resolved now (EmptyWindow if none)."""
     if params.trace_id is not None:

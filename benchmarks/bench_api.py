@@ -45,18 +45,19 @@ QUERY = "/v1/recommendations/latest?stream=prod&model=llama-3.1-8b&gpu=h100"
 
 def seed(url: str) -> str:
     """Migrate, create a key, and store one finished job with a recommendation."""
+    from optimizer.search import TuneRequest
     from storage.db import make_engine, session_scope, upgrade_database
     from storage.jobs import claim_job, enqueue_job, finish_job
     from storage.keys import create_key
     from storage.service_records import JobStatus
-    from storage.tuning_records import TuningParams
     from tests.api_tests.fakes import fake_outcome
 
     upgrade_database(url)
     engine = make_engine(url)
-    params = TuningParams(
-        model="llama-3.1-8b", gpu="h100", slo_ttft_ms=2000, slo_tpot_ms=50, stream="prod"
-    )
+    params = TuneRequest(
+        model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=8, slo_ttft_ms=2000,
+        slo_tpot_ms=50, stream="prod",
+    )  # fmt: skip
     with session_scope(engine) as s:
         _, key = create_key(s, project="bench")
         for _ in range(50):  # some history, so "latest" has rows to pick from
@@ -64,7 +65,7 @@ def seed(url: str) -> str:
     for _ in range(50):
         with session_scope(engine) as s:
             claim = claim_job(s, worker="bench", lease_s=60)
-            finish_job(s, claim, status=JobStatus.SUCCEEDED, outcome=fake_outcome(6))
+            finish_job(s, claim, status=JobStatus.SUCCEEDED, outcome=fake_outcome(params, 6))
     engine.dispose()
     return key
 

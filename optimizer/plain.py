@@ -1,15 +1,22 @@
 """Strict round trip between frozen dataclasses and plain JSON data.
 
-`to_plain` turns a dataclass (nested dataclasses, StrEnums) into dicts and
-values; `from_plain(cls, data, where)` is its strict inverse: unknown keys,
-missing fields and wrong types raise `PlainDataError` naming the dotted path
-of the offending field (`config.replica.tp: expected an int, got str '2'`).
-Field types are read from the dataclass's annotations: bool, int, float, str,
-StrEnums, nested dataclasses and `X | None`.
+`to_plain` turns a dataclass (nested dataclasses, StrEnums, tuples, mappings)
+into dicts, lists and values; `from_plain(cls, data, where)` is its strict
+inverse: unknown keys, missing fields and wrong types raise `PlainDataError`
+naming the dotted path of the offending field (`config.replica.tp: expected an
+int, got str '2'`). Field types are read from the dataclass's annotations:
+bool, int, float, str, StrEnums, nested dataclasses, `tuple[X, ...]`,
+`Mapping[str, Any]` / `dict[str, Any]` (kept as plain JSON), `Any` and `X | None`.
+
+JSON has no NaN: a float NaN is written as null, and null read into a field
+typed plain `float` is NaN again (a percentile of no requests, say).
+Fields declared with `init=False` are derived: written, ignored when read.
 """
 
 from __future__ import annotations
 
+import collections.abc
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -22,11 +29,17 @@ class PlainDataError(ValueError):
 
 
 def to_plain(value: object) -> object:
-    """A dataclass as dicts and plain values (enums as their string values)."""
+    """A dataclass as dicts, lists and plain values (enums as their string values)."""
     if isinstance(value, StrEnum):
         return value.value
+    if isinstance(value, float):
+        return None if math.isnan(value) else value
     if is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [to_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): to_plain(v) for k, v in value.items()}
     return value
 
 
@@ -35,23 +48,46 @@ def from_plain(cls: type, data: object, where: str) -> object:
     if not isinstance(data, Mapping):
         raise PlainDataError(f"{where}: expected a mapping, got {type(data).__name__} {data!r}")
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in fields(cls)]
-    unknown = sorted(set(data) - set(names))
+    settable = [f.name for f in fields(cls) if f.init]
+    derived = {f.name for f in fields(cls) if not f.init}
+    unknown = sorted(set(data) - set(settable) - derived)
     if unknown:
-        raise PlainDataError(f"{where}: unknown keys {unknown}; expected some of {names}")
-    kwargs = {k: _coerce(hints[k], v, f"{where}.{k}") for k, v in data.items()}
+        raise PlainDataError(f"{where}: unknown keys {unknown}; expected some of {settable}")
+    kwargs = {k: _coerce(hints[k], v, f"{where}.{k}") for k, v in data.items() if k not in derived}
     try:
         return cls(**kwargs)
     except TypeError as exc:  # a required field is missing
         raise PlainDataError(f"{where}: {exc}") from exc
 
 
+def _type_name(value: object) -> str:
+    return f"{type(value).__name__} {value!r}"
+
+
 def _coerce(tp: object, value: object, where: str) -> object:
-    if isinstance(tp, types.UnionType):
+    origin = typing.get_origin(tp)
+    if isinstance(tp, types.UnionType) or origin is typing.Union:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             return None
         (tp,) = args
+        origin = typing.get_origin(tp)
+    if tp is typing.Any:
+        return value
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise PlainDataError(f"{where}: expected a list, got {_type_name(value)}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+        if len(args) != len(value):
+            raise PlainDataError(f"{where}: expected {len(args)} values, got {len(value)}")
+        pairs = enumerate(zip(args, value, strict=True))
+        return tuple(_coerce(a, v, f"{where}[{i}]") for i, (a, v) in pairs)
+    if origin in (dict, collections.abc.Mapping):
+        if not isinstance(value, Mapping):
+            raise PlainDataError(f"{where}: expected a mapping, got {_type_name(value)}")
+        return dict(value)
     if isinstance(tp, type) and issubclass(tp, StrEnum):
         try:
             return tp(value)
@@ -63,22 +99,20 @@ def _coerce(tp: object, value: object, where: str) -> object:
         return from_plain(tp, value, where)
     if tp is bool:
         if not isinstance(value, bool):
-            raise PlainDataError(f"{where}: expected a bool, got {type(value).__name__} {value!r}")
+            raise PlainDataError(f"{where}: expected a bool, got {_type_name(value)}")
         return value
     if tp is int:
         if not isinstance(value, int) or isinstance(value, bool):
-            raise PlainDataError(f"{where}: expected an int, got {type(value).__name__} {value!r}")
+            raise PlainDataError(f"{where}: expected an int, got {_type_name(value)}")
         return value
     if tp is float:
+        if value is None:
+            return math.nan
         if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise PlainDataError(
-                f"{where}: expected a number, got {type(value).__name__} {value!r}"
-            )
+            raise PlainDataError(f"{where}: expected a number, got {_type_name(value)}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise PlainDataError(
-                f"{where}: expected a string, got {type(value).__name__} {value!r}"
-            )
+            raise PlainDataError(f"{where}: expected a string, got {_type_name(value)}")
         return value
     raise PlainDataError(f"{where}: unsupported field type {tp!r}")  # pragma: no cover

@@ -19,11 +19,18 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from optimizer.search import TuneOutcome, TuneProgress, TuneRequest
 from storage.codec import from_json, to_json
 from storage.models import JobRow
 from storage.recommendations import save_recommendation
-from storage.service_records import ClaimedJob, JobInfo, JobKind, JobResult, JobStatus
-from storage.tuning_records import JobProgress, TuningOutcome, TuningParams, WindowSummary
+from storage.service_records import (
+    ClaimedJob,
+    JobInfo,
+    JobKind,
+    JobResult,
+    JobStatus,
+    WindowSummary,
+)
 
 
 class JobNotFound(LookupError):
@@ -51,9 +58,9 @@ def _info(row: JobRow) -> JobInfo:
         project=row.project,
         kind=JobKind(row.kind),
         status=JobStatus(row.status),
-        params=from_json(TuningParams, row.params),
+        params=from_json(TuneRequest, row.params),
         created_at=row.created_at,
-        progress=None if row.progress is None else from_json(JobProgress, row.progress),
+        progress=None if row.progress is None else from_json(TuneProgress, row.progress),
         window=None if row.window is None else from_json(WindowSummary, row.window),
         started_at=row.started_at,
         finished_at=row.finished_at,
@@ -70,7 +77,7 @@ def enqueue_job(
     session: Session,
     *,
     project: str,
-    params: TuningParams,
+    params: TuneRequest,
     window: WindowSummary | None = None,
     schedule_id: int | None = None,
     trigger_reason: str | None = None,
@@ -219,7 +226,7 @@ def renew_lease(session: Session, claim: ClaimedJob, *, lease_s: float) -> Lease
     return LeaseState(held=done == 1, cancel_requested=bool(cancel))
 
 
-def report_progress(session: Session, claim: ClaimedJob, progress: JobProgress) -> bool:
+def report_progress(session: Session, claim: ClaimedJob, progress: TuneProgress) -> bool:
     """Store progress; False when the lease is no longer ours (nothing written)."""
     done = session.execute(
         sa.update(JobRow).where(_held(claim)).values(progress=to_json(progress))
@@ -232,7 +239,7 @@ def finish_job(
     claim: ClaimedJob,
     *,
     status: JobStatus,
-    outcome: TuningOutcome | None = None,
+    outcome: TuneOutcome | None = None,
     error: str | None = None,
 ) -> bool:
     """Record the end of a job (and its recommendation) if the lease is still ours."""
@@ -260,4 +267,4 @@ def get_result(session: Session, job_id: int, *, project: str | None = None) -> 
     row = _row(session, job_id, project)
     if row.result is None:
         raise JobNotFinished(_info(row))
-    return JobResult(job_id=row.id, outcome=from_json(TuningOutcome, row.result))
+    return JobResult(job_id=row.id, outcome=dict(row.result))

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from optimizer.search import Recommendation
 from storage.codec import from_json, to_json
 from storage.models import RecommendationRow
-from storage.service_records import JobInfo, RecommendationInfo
-from storage.tuning_records import Recommendation, WindowSummary
+from storage.service_records import JobInfo, RecommendationInfo, WindowSummary
 
 
 class RecommendationNotFound(LookupError):
@@ -57,8 +57,8 @@ def save_recommendation(
         job_id=job.id,
         source=p.source,
         model=p.model,
-        gpu=p.gpu,
-        num_gpus=p.num_gpus,
+        gpu=",".join(p.gpu_types),
+        num_gpus=p.gpu_budget,
         slo_ttft_ms=p.slo_ttft_ms,
         slo_tpot_ms=p.slo_tpot_ms,
         attainment=p.attainment,

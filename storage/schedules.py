@@ -16,11 +16,11 @@ import sqlalchemy as sa
 from croniter import croniter
 from sqlalchemy.orm import Session
 
+from optimizer.search import TuneRequest
 from storage.codec import from_json, to_json
 from storage.keys import check_project_name
 from storage.models import ScheduleRow
 from storage.service_records import ScheduleInfo, ScheduleTrigger
-from storage.tuning_records import TuningParams
 
 MIN_INTERVAL_S = 1.0
 
@@ -63,7 +63,7 @@ def _info(row: ScheduleRow) -> ScheduleInfo:
         id=row.id,
         project=row.project,
         name=row.name,
-        params=from_json(TuningParams, row.params),
+        params=from_json(TuneRequest, row.params),
         interval_s=row.interval_s,
         cron=row.cron,
         trigger=ScheduleTrigger(row.trigger),
@@ -84,7 +84,7 @@ def create_schedule(
     *,
     project: str,
     name: str,
-    params: TuningParams,
+    params: TuneRequest,
     interval_s: float | None = None,
     cron: str | None = None,
     trigger: ScheduleTrigger = ScheduleTrigger.ALWAYS,

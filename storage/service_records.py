@@ -9,14 +9,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from storage.tuning_records import (
-    JobProgress,
-    Recommendation,
-    TuningOutcome,
-    TuningParams,
-    WindowSummary,
-)
+from optimizer.search import Recommendation, TuneProgress, TuneRequest
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSummary:
+    """The workload a job was tuned on, summarised for the drift trigger."""
+
+    trace_ids: tuple[int, ...]
+    num_requests: int
+    mean_rate: float  # requests/s
+    input_mean: float
+    input_p90: float
+    output_mean: float
+    output_p90: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +69,9 @@ class JobInfo:
     project: str
     kind: JobKind
     status: JobStatus
-    params: TuningParams
+    params: TuneRequest
     created_at: datetime
-    progress: JobProgress | None = None
+    progress: TuneProgress | None = None
     window: WindowSummary | None = None  # the workload resolved when the job was created
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -77,8 +85,11 @@ class JobInfo:
 
 @dataclass(frozen=True, slots=True)
 class JobResult:
+    """A finished job's `TuneOutcome` as stored: its JSON (`TuneOutcome.to_dict()`,
+    schema_version 2; jobs finished before 2026-12 keep their version-1 layout)."""
+
     job_id: int
-    outcome: TuningOutcome
+    outcome: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +111,7 @@ class ScheduleInfo:
     id: int
     project: str
     name: str
-    params: TuningParams  # params.stream is the stream; params.window_s the window
+    params: TuneRequest  # params.stream is the stream; params.window_s the window
     interval_s: float | None
     cron: str | None
     trigger: ScheduleTrigger
@@ -122,8 +133,8 @@ class RecommendationInfo:
     job_id: int
     source: str  # "trace:ID" or "stream:NAME"
     model: str
-    gpu: str
-    num_gpus: int
+    gpu: str  # the request's GPU types, comma-separated
+    num_gpus: int  # the request's GPU budget
     slo_ttft_ms: float
     slo_tpot_ms: float
     attainment: float

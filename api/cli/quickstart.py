@@ -67,11 +67,11 @@ def quickstart(
     if trials <= 0:
         return
     from api.cli.tune import run_study
-    from api.services.tuning import TuneRequest
+    from optimizer.search import TuneRequest
 
     request = TuneRequest(
-        trace_id=result.trace.id, model="llama-3.1-8b", gpus=("h100",), gpu_budget=4,
-        slo_ttft_ms=2000, slo_tpot_ms=50, attainment=0.9, n_trials=trials, seed=0,
+        trace_id=result.trace.id, model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=4,
+        slo_ttft_ms=2000, slo_tpot_ms=50, attainment=0.9, num_trials=trials, seed=0,
         max_requests=400,
     )  # fmt: skip
     run_study(request, f"quickstart-{result.trace.id}-{trials}")

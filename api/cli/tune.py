@@ -14,7 +14,7 @@ from rich.table import Table
 from api.cli.common import console, fail, session, trace_source
 
 if TYPE_CHECKING:
-    from api.services.tuning import TuneRequest
+    from optimizer.search import TuneRequest
     from optimizer.search.outcome import TuneOutcome
 
 
@@ -33,17 +33,17 @@ def _trace_id(trace: str) -> int:
 def print_outcome(outcome: TuneOutcome) -> None:
     est = (
         " [yellow](roofline estimate: no measured profile)[/]"
-        if outcome.latency_is_estimate
+        if outcome.latency.is_estimate
         else ""
     )
-    console.print(f"\n[bold]Latency model:[/] {outcome.latency_label}{est}")
+    console.print(f"\n[bold]Latency model:[/] {outcome.latency.label}{est}")
     table = Table(title="Pareto front (meets the SLOs at the trace's rate)")
     for col in ("trial", "mode", "GPUs", "tp", "tokens", "seqs", "chunked", "K",
                 "goodput/GPU", "tok/s/user", "TTFT p90 ms", "TPOT p90 ms"):  # fmt: skip
         table.add_column(col, justify="right")
     rec_trial = outcome.recommendation.trial if outcome.recommendation else None
     for p in outcome.pareto:
-        ev, cfg = p.evaluation, p.config
+        ev, cfg = p.predicted, p.config
         front, back = cfg.roles()[0].instance, cfg.roles()[-1].instance
         mode = cfg.mode.value + (
             f" {cfg.num_prefill}P:{cfg.num_decode}D" if cfg.num_prefill else ""
@@ -59,7 +59,7 @@ def print_outcome(outcome: TuneOutcome) -> None:
     console.print(table)
     b = outcome.baseline
     console.print(
-        f"[bold]Baseline[/] ({b.description}): {b.evaluation.goodput_per_gpu:.3f} req/s per GPU"
+        f"[bold]Baseline[/] ({b.description}): {b.predicted.goodput_per_gpu:.3f} req/s per GPU"
     )
     rec = outcome.recommendation
     if rec is None:
@@ -69,8 +69,8 @@ def print_outcome(outcome: TuneOutcome) -> None:
     console.print(
         f"[bold green]Recommendation[/] "
         f"({'the engine defaults' if rec.trial is None else f'trial {rec.trial}'}): "
-        f"{rec.evaluation.goodput_per_gpu:.3f} req/s per GPU on {rec.evaluation.num_gpus} GPUs, "
-        f"{gain}; attainment at the trace's rate {rec.evaluation.attainment:.1%}"
+        f"{rec.predicted.goodput_per_gpu:.3f} req/s per GPU on {rec.predicted.num_gpus} GPUs, "
+        f"{gain}; attainment at the trace's rate {rec.predicted.attainment:.1%}"
     )
     for c in rec.slo_checks:
         mark = "[green]ok[/]" if c.ok else "[red]over[/]"
@@ -114,14 +114,14 @@ def tune(
     out: Annotated[Path | None, typer.Option(help="folder for JSON/YAML/PNG/HTML")] = None,
 ) -> None:
     """Search for goodput-maximising configs and print the recommendation."""
-    from api.services.tuning import TuneRequest, TuneRequestError
+    from optimizer.search import TuneRequest, TuneRequestError
 
     try:
         overrides = json.loads(space) if space else {}
         request = TuneRequest(
-            trace_id=_trace_id(trace), model=model, gpus=tuple(gpu), gpu_budget=gpus,
+            trace_id=_trace_id(trace), model=model, gpu_types=tuple(gpu), gpu_budget=gpus,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, attainment=attainment,
-            n_trials=trials, seed=seed, search_space=overrides, max_requests=max_requests,
+            num_trials=trials, seed=seed, search_space=overrides, max_requests=max_requests,
         )  # fmt: skip
     except (TuneRequestError, json.JSONDecodeError) as exc:
         fail(str(exc))
@@ -142,10 +142,10 @@ def run_study(request: TuneRequest, name: str) -> TuneOutcome:
         TextColumn("best {task.fields[best]}"), TimeRemainingColumn(), console=console,
         transient=False,
     ) as bar:  # fmt: skip
-        task = bar.add_task("tune", total=request.n_trials, best="-")
+        task = bar.add_task("tune", total=request.num_trials, best="-")
 
         def on_progress(p) -> None:
-            best = f"{p.best_per_gpu_goodput:.3f} req/s/GPU" if p.best_per_gpu_goodput else "-"
+            best = f"{p.best_goodput_per_gpu:.3f} req/s/GPU" if p.best_goodput_per_gpu else "-"
             bar.update(task, completed=p.trials_done, best=best)
 
         try:

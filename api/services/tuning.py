@@ -1,12 +1,13 @@
-"""The tuning job seam the service calls: `run_tuning_job(request, ...) -> TuneOutcome`.
+"""A tuning job on stored data: `run_tuning_job(request, ...) -> TuneOutcome`.
 
 A job loads its trace from storage, creates or RESUMES the Optuna study named
 `study_name` in the same database (completed trials are kept and never
 re-run; trials left RUNNING by a dead worker are failed after the heartbeat
 grace period and re-queued), runs trials until the study holds
-`request.n_trials` finished ones (counted across every worker), stops soon
+`request.num_trials` finished ones (counted across every worker), stops soon
 after `should_stop()` turns true, and stores the outcome with the trace,
-latency model and search settings that produced it.
+latency model and search settings that produced it. `servetune tune`, the
+REST job worker and `servetune tune-worker` (`run_worker`) all run it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from api.services.latency import ResolvedLatency, resolve_latency
 from optimizer.latency.base import LatencySource
 from optimizer.search.objective import EvalSettings, TraceEvaluator
-from optimizer.search.outcome import TuneOutcome, build_outcome
+from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome
 from optimizer.search.request import TuneProgress, TuneRequest, TuneRequestError
 from optimizer.search.study import (
     Objective,
@@ -87,7 +88,7 @@ def _load_trace(database_url: str, trace_id: int) -> Workload:
 
 
 def _progress(
-    study, n_trials: int, started: float, done_at_start: int
+    study, num_trials: int, started: float, done_at_start: int
 ) -> Callable[[int], TuneProgress]:
     def make(done: int) -> TuneProgress:
         best = None
@@ -97,8 +98,8 @@ def _progress(
         if per_gpu:
             best = max(per_gpu)
         ran = done - done_at_start
-        eta = (time.monotonic() - started) / ran * (n_trials - done) if ran > 0 else None
-        return TuneProgress(done, n_trials, best, eta)
+        eta = (time.monotonic() - started) / ran * (num_trials - done) if ran > 0 else None
+        return TuneProgress(done, num_trials, best, eta)
 
     return make
 
@@ -126,11 +127,11 @@ def run_worker(
     study = open_study(study_name, storage, seed=request.seed + _worker_salt())
     warm_cache(study, setup.evaluator)
     start, first = time.monotonic(), count_finished(study)
-    progress = _progress(study, request.n_trials, start, first)
+    progress = _progress(study, request.num_trials, start, first)
     return run_trials(
         study,
         setup.objective,
-        request.n_trials,
+        request.num_trials,
         should_stop=should_stop,
         on_trial=lambda d: on_progress(progress(d)),
     )
@@ -160,6 +161,11 @@ def run_tuning_job(
     from storage.db import make_engine, session_scope, upgrade_database
     from storage.tuning import TuningStatus, finish_tuning_run, start_tuning_run
 
+    if request.trace_id is None:
+        raise TuneRequestError(
+            "a tuning job runs on a stored trace (trace_id); the service resolves a "
+            "stream's window to its newest upload first"
+        )
     upgrade_database(database_url)  # ours first: Optuna then leaves alembic_version alone
     trace = _load_trace(database_url, request.trace_id)
     setup = prepare(request, trace, _resolved(database_url, request.model, latency))
@@ -180,12 +186,12 @@ def run_tuning_job(
         study.set_user_attr("latency", setup.latency.label)
         warm_cache(study, setup.evaluator)
         start, first = time.monotonic(), count_finished(study)
-        progress = _progress(study, request.n_trials, start, first)
+        progress = _progress(study, request.num_trials, start, first)
         on_progress(progress(first))
         done = run_trials(
             study,
             setup.objective,
-            request.n_trials,
+            request.num_trials,
             should_stop=should_stop,
             on_trial=lambda d: on_progress(progress(d)),
         )
@@ -195,10 +201,9 @@ def run_tuning_job(
             setup.evaluator,
             study_name=study_name,
             num_trials=done,
-            latency_label=setup.latency.label,
-            latency_is_estimate=setup.latency.is_estimate,
+            latency=LatencyInfo(setup.latency.label, setup.latency.is_estimate),
         )
-        status = TuningStatus.DONE if done >= request.n_trials else TuningStatus.STOPPED
+        status = TuningStatus.DONE if done >= request.num_trials else TuningStatus.STOPPED
         with session_scope(engine) as s:
             finish_tuning_run(s, study_name, outcome.to_dict(), status)
         return outcome

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from optimizer.search import TuneOutcome, TuneProgress
 from storage.service_records import JobInfo
-from storage.tuning_records import JobProgress, TuningOutcome
 
 
 class JobFailed(RuntimeError):
@@ -31,9 +31,9 @@ class JobContext:
     storage_url: str  # the service database; Optuna's RDB storage lives there too
     study_name: str  # stable across attempts, so a takeover resumes the same study
     resumed: bool  # True when an earlier attempt of this job died mid-run
-    report: Callable[[JobProgress], None]
+    report: Callable[[TuneProgress], None]
     should_stop: Callable[[], bool]
 
 
 class Executor(Protocol):
-    def __call__(self, ctx: JobContext) -> TuningOutcome: ...
+    def __call__(self, ctx: JobContext) -> TuneOutcome: ...

@@ -21,10 +21,10 @@ from sqlalchemy.engine import Engine
 
 from api.worker.context import Executor, JobContext, JobFailed
 from api.worker.scheduling import fire_due_schedules
+from optimizer.search import TuneOutcome, TuneProgress
 from storage.db import session_scope
 from storage.jobs import claim_job, finish_job, renew_lease, report_progress
 from storage.service_records import ClaimedJob, JobKind, JobStatus
-from storage.tuning_records import JobProgress, TuningOutcome
 
 log = logging.getLogger("servetune.worker")
 
@@ -115,7 +115,7 @@ class Worker:
                 lease.lost.set()
                 return
 
-    def _report(self, claim: ClaimedJob, lease: _Lease, progress: JobProgress) -> None:
+    def _report(self, claim: ClaimedJob, lease: _Lease, progress: TuneProgress) -> None:
         with session_scope(self.engine) as session:
             if not report_progress(session, claim, progress):
                 lease.lost.set()
@@ -136,7 +136,7 @@ class Worker:
             report=lambda progress: self._report(claim, lease, progress),
             should_stop=lease.should_stop,
         )
-        outcome: TuningOutcome | None = None
+        outcome: TuneOutcome | None = None
         error: str | None = None
         executor = self.executors.get(job.kind)
         try:

@@ -14,8 +14,7 @@ from storage.db import session_scope
 from storage.jobs import enqueue_job, get_job
 from storage.recommendations import DeploymentFilter, RecommendationNotFound, latest_recommendation
 from storage.schedules import claim_due_schedule, record_run
-from storage.service_records import ScheduleInfo, ScheduleTrigger
-from storage.tuning_records import WindowSummary
+from storage.service_records import ScheduleInfo, ScheduleTrigger, WindowSummary
 
 log = logging.getLogger("servetune.schedules")
 
@@ -32,8 +31,8 @@ def _deployment(schedule: ScheduleInfo) -> DeploymentFilter:
     return DeploymentFilter(
         source=p.source,
         model=p.model,
-        gpu=p.gpu,
-        num_gpus=p.num_gpus,
+        gpu=",".join(p.gpu_types),
+        num_gpus=p.gpu_budget,
         slo_ttft_ms=p.slo_ttft_ms,
         slo_tpot_ms=p.slo_tpot_ms,
     )

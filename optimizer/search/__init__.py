@@ -1,15 +1,28 @@
-"""Optuna Pareto search over serving configs: space, objective, study, recommendation,
-launch flags, diagnosis and reports. `api.services.tuning.run_tuning_job` is the entry point."""
+"""Optuna Pareto search over serving configs: the request and outcome contract, space,
+objective, study, recommendation, launch flags, diagnosis and reports.
+
+`TuneRequest` / `TuneOutcome` are the one tuning contract the CLI, the REST API,
+the job worker and storage share; `api.services.tuning.run_tuning_job` runs a
+study on a stored trace. Importing this package does not import Optuna
+(`optimizer.search.study` does).
+"""
 
 from optimizer.search.objective import EvalSettings, EvalStatus, Evaluation, TraceEvaluator
+from optimizer.search.outcome import Recommendation, TuneOutcome
+from optimizer.search.request import TuneProgress, TuneRequest, TuneRequestError
 from optimizer.search.space import SearchSpace, build_config, enumerate_grid
 
 __all__ = [
     "EvalSettings",
     "EvalStatus",
     "Evaluation",
+    "Recommendation",
     "SearchSpace",
     "TraceEvaluator",
+    "TuneOutcome",
+    "TuneProgress",
+    "TuneRequest",
+    "TuneRequestError",
     "build_config",
     "enumerate_grid",
 ]

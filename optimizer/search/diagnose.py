@@ -12,8 +12,7 @@ step was stretched by a co-scheduled prefill chunk (ITL spikes).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,25 +45,12 @@ class PhaseDiagnosis:
     def decode_bound(self) -> str:
         return "compute-bound" if self.decode_intensity >= self.ridge else "bandwidth-bound"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            k: (None if isinstance(v, float) and math.isnan(v) else v)
-            for k, v in asdict(self).items()
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
     baseline: PhaseDiagnosis
     recommendation: PhaseDiagnosis | None
     account: tuple[str, ...]  # plain-language paragraphs
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "baseline": self.baseline.to_dict(),
-            "recommendation": self.recommendation.to_dict() if self.recommendation else None,
-            "account": list(self.account),
-        }
 
 
 def _first_instance(config: ServingConfig):

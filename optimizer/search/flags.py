@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
+from enum import StrEnum
 
 from optimizer.config import InstanceConfig, ServingConfig, ServingMode, SpecMethod
 
@@ -44,9 +45,14 @@ VLLM_PD_PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
 VLLM_PORT, SGLANG_PORT = 8000, 30000  # the engines' default serving ports
 
 
+class Engine(StrEnum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+
+
 @dataclass(frozen=True, slots=True)
 class LaunchCommand:
-    engine: str  # "vllm" | "sglang"
+    engine: Engine
     role: str  # "replica" | "prefill" | "decode" | "proxy"
     count: int  # how many servers run this command
     command: str
@@ -171,12 +177,12 @@ def launch_commands(
             kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
             kv = {"kv_connector": "NixlConnector", "kv_role": kv_role}
             args += ["--kv-transfer-config", json.dumps(kv, separators=(",", ":"))]
-        vllm.append(LaunchCommand("vllm", role, n, _join(["vllm", "serve", mid, *args])))
+        vllm.append(LaunchCommand(Engine.VLLM, role, n, _join(["vllm", "serve", mid, *args])))
         args = _sglang_args(config, inst, speculate=speculate, draft_model=draft_model)
         if pd:
             args += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl"]
         server = ["python", "-m", "sglang.launch_server", "--model-path", mid, *args]
-        sglang.append(LaunchCommand("sglang", role, n, _join(server)))
+        sglang.append(LaunchCommand(Engine.SGLANG, role, n, _join(server)))
     if pd:
         prefill_hosts = [f"PREFILL_HOST_{i + 1}" for i in range(config.num_prefill)]
         decode_hosts = [f"DECODE_HOST_{i + 1}" for i in range(config.num_decode)]
@@ -184,10 +190,10 @@ def launch_commands(
         proxy += ["--prefiller-ports", *[str(VLLM_PORT)] * len(prefill_hosts)]
         proxy += ["--decoder-hosts", *decode_hosts]
         proxy += ["--decoder-ports", *[str(VLLM_PORT)] * len(decode_hosts)]
-        vllm.append(LaunchCommand("vllm", "proxy", 1, _join(proxy)))
+        vllm.append(LaunchCommand(Engine.VLLM, "proxy", 1, _join(proxy)))
         router = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
         for flag, hosts in (("--prefill", prefill_hosts), ("--decode", decode_hosts)):
             for host in hosts:
                 router += [flag, f"http://{host}:{SGLANG_PORT}"]
-        sglang.append(LaunchCommand("sglang", "proxy", 1, _join(router)))
+        sglang.append(LaunchCommand(Engine.SGLANG, "proxy", 1, _join(router)))
     return (*vllm, *sglang)

@@ -21,9 +21,8 @@ re-propose configs, and the grid benchmark revisits them.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
 
 import numpy as np
 
@@ -97,17 +96,6 @@ class Evaluation:
     @property
     def feasible(self) -> bool:
         return self.status is EvalStatus.FEASIBLE
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["status"] = self.status.value
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Evaluation:
-        kw = {k: (math.nan if v is None and k.endswith("_ms") else v) for k, v in data.items()}
-        kw["status"] = EvalStatus(kw["status"])
-        return cls(**kw)
 
 
 @dataclass(slots=True)

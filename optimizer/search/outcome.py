@@ -1,28 +1,40 @@
-"""`TuneOutcome`: the answer of a tuning run, and how it is assembled from a study."""
+"""`TuneOutcome`: the answer of a tuning run, and how it is assembled from a study.
+
+The dataclasses are the JSON layout: `outcome.to_dict()` (what `outcome.json`,
+the tuning-run table and the REST result hold) is `optimizer.plain.to_plain`
+of the outcome plus `schema_version`, and `TuneOutcome.from_dict` reads it
+back. Every config's predicted figures sit under `predicted` (an `Evaluation`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from optimizer.config import ServingConfig
+from optimizer.plain import PlainDataError, from_plain, to_plain
 from optimizer.search.diagnose import NEAR_DEFAULTS, Diagnosis, diagnose_config, explain
 from optimizer.search.flags import LaunchCommand, launch_commands
 from optimizer.search.objective import Evaluation, TraceEvaluator
 from optimizer.search.recommend import (
     BaselineComparison,
     ParetoRow,
+    TrialOutcome,
     baseline_config,
     compare,
     pareto_front,
     recommend,
 )
 from optimizer.search.request import TuneRequest
-from optimizer.search.study import TrialOutcome
 
-OUTCOME_SCHEMA_VERSION = 1
+OUTCOME_SCHEMA_VERSION = 2
+
+
+class OutcomeFormatError(ValueError):
+    """A stored or written outcome that does not describe a `TuneOutcome`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +55,7 @@ class Recommendation:
 
     trial: int | None
     config: ServingConfig
-    evaluation: Evaluation
+    predicted: Evaluation
     slo_checks: tuple[SLOCheck, ...]
     launch: tuple[LaunchCommand, ...]
 
@@ -52,59 +64,47 @@ class Recommendation:
 
 
 @dataclass(frozen=True, slots=True)
+class LatencyInfo:
+    """What priced the run, for people (e.g. "roofline estimate (accelerator specs)")."""
+
+    label: str
+    is_estimate: bool  # True when nothing measured is used
+
+
+@dataclass(frozen=True, slots=True)
 class TuneOutcome:
     request: TuneRequest
     study_name: str
     num_trials: int
-    latency_label: str  # e.g. "roofline estimate" or "learned (aiconfigurator)"
-    latency_is_estimate: bool
+    latency: LatencyInfo
     recommendation: Recommendation | None  # None: no config meets the SLOs at the trace's rate
     baseline: BaselineComparison
     pareto: tuple[ParetoRow, ...]
     diagnosis: Diagnosis
 
     def to_dict(self) -> dict[str, Any]:
-        rec = None
-        if self.recommendation is not None:
-            r = self.recommendation
-            rec = {
-                "trial": r.trial,
-                "config": r.config.to_dict(),
-                "predicted": r.evaluation.to_dict(),
-                "slo_checks": [
-                    {"metric": c.metric, "predicted": c.predicted, "target": c.target, "ok": c.ok}
-                    for c in r.slo_checks
-                ],
-                "launch": [
-                    {"engine": c.engine, "role": c.role, "count": c.count, "command": c.command}
-                    for c in r.launch
-                ],
-            }
-        b = self.baseline
-        return {
-            "schema_version": OUTCOME_SCHEMA_VERSION,
-            "request": self.request.to_dict(),
-            "study_name": self.study_name,
-            "num_trials": self.num_trials,
-            "latency": {"label": self.latency_label, "is_estimate": self.latency_is_estimate},
-            "recommendation": rec,
-            "baseline": {
-                "description": b.description,
-                "config": b.config.to_dict(),
-                "predicted": b.evaluation.to_dict(),
-                "gain": b.gain,
-            },
-            "pareto": [
-                {
-                    "trial": p.trial,
-                    "meets_slo": p.meets_slo,
-                    "config": p.config.to_dict(),
-                    "predicted": p.evaluation.to_dict(),
-                }
-                for p in self.pareto
-            ],
-            "diagnosis": self.diagnosis.to_dict(),
-        }
+        out = to_plain(self)
+        assert isinstance(out, dict)
+        return {"schema_version": OUTCOME_SCHEMA_VERSION, **out}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TuneOutcome:
+        if not isinstance(data, Mapping):
+            raise OutcomeFormatError(f"outcome: expected a mapping, got {type(data).__name__}")
+        data = dict(data)
+        version = data.pop("schema_version", None)
+        if version != OUTCOME_SCHEMA_VERSION:
+            raise OutcomeFormatError(
+                f"outcome schema_version {version!r}: this build reads version "
+                f"{OUTCOME_SCHEMA_VERSION} (outcomes written before 2026-12 are kept as stored "
+                "and served as they are)"
+            )
+        try:
+            built = from_plain(cls, data, "outcome")
+        except (PlainDataError, ValueError) as exc:
+            raise OutcomeFormatError(str(exc)) from None
+        assert isinstance(built, TuneOutcome)
+        return built
 
 
 def slo_checks(request: TuneRequest, ev: Evaluation) -> tuple[SLOCheck, ...]:
@@ -124,8 +124,7 @@ def build_outcome(
     *,
     study_name: str,
     num_trials: int,
-    latency_label: str,
-    latency_is_estimate: bool,
+    latency: LatencyInfo,
     model_id: str | None = None,
 ) -> TuneOutcome:
     space = request.space()
@@ -165,8 +164,7 @@ def build_outcome(
         request=request,
         study_name=study_name,
         num_trials=num_trials,
-        latency_label=latency_label,
-        latency_is_estimate=latency_is_estimate,
+        latency=latency,
         recommendation=rec,
         baseline=comparison,
         pareto=tuple(pareto_front(outcomes, per_dollar=per_dollar)),

@@ -17,20 +17,28 @@ from dataclasses import dataclass
 from optimizer.config import ConfigError, InstanceConfig, ServingConfig
 from optimizer.search.objective import EvalStatus, Evaluation
 from optimizer.search.space import SearchSpace, config_key
-from optimizer.search.study import TrialOutcome
 
 _BIG_GPUS = ("h100", "h200")
+
+
+@dataclass(frozen=True, slots=True)
+class TrialOutcome:
+    """A finished trial as the recommender sees it."""
+
+    number: int
+    config: ServingConfig
+    evaluation: Evaluation
 
 
 @dataclass(frozen=True, slots=True)
 class ParetoRow:
     trial: int
     config: ServingConfig
-    evaluation: Evaluation
+    predicted: Evaluation
 
     @property
     def meets_slo(self) -> bool:
-        return self.evaluation.feasible
+        return self.predicted.feasible
 
 
 def _objective(ev: Evaluation, per_dollar: bool) -> float:
@@ -56,7 +64,7 @@ def pareto_front(outcomes: Sequence[TrialOutcome], *, per_dollar: bool = False) 
         )
         if not dominated:
             front.append(ParetoRow(rows[i].number, rows[i].config, rows[i].evaluation))
-    front.sort(key=lambda r: (-_objective(r.evaluation, per_dollar), r.trial))
+    front.sort(key=lambda r: (-_objective(r.predicted, per_dollar), r.trial))
     return front
 
 
@@ -137,7 +145,7 @@ def describe_baseline(config: ServingConfig) -> str:
 class BaselineComparison:
     description: str
     config: ServingConfig
-    evaluation: Evaluation
+    predicted: Evaluation
     gain: float | None  # recommendation goodput / baseline goodput (None: baseline has 0)
 
 

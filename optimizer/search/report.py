@@ -14,7 +14,7 @@ def _points(outcome: TuneOutcome) -> list[dict[str, object]]:
     rec = outcome.recommendation.trial if outcome.recommendation else None
     pts = []
     for p in outcome.pareto:
-        ev, cfg = p.evaluation, p.config
+        ev, cfg = p.predicted, p.config
         inst = cfg.roles()[0].instance
         pts.append({
             "trial": p.trial,
@@ -44,13 +44,13 @@ def write_png(outcome: TuneOutcome, path: Path) -> Path:
     for p in pts:
         if p["recommended"]:
             ax.plot([p["x"]], [p["y"]], "*", ms=16, color="#cc3311", label="recommended")
-    b = outcome.baseline.evaluation
+    b = outcome.baseline.predicted
     kept = outcome.recommendation is not None and outcome.recommendation.trial is None
     label = "vLLM defaults (recommended)" if kept else "vLLM defaults"
     ax.plot([b.interactivity_tok_s], [b.goodput_per_gpu], "s", color="#777777", label=label)
     ax.set_xlabel("interactivity: median output tokens/s per user")
     ax.set_ylabel("goodput per GPU (req/s at attainment target)")
-    est = " (roofline estimate)" if outcome.latency_is_estimate else ""
+    est = " (roofline estimate)" if outcome.latency.is_estimate else ""
     ax.set_title(f"{outcome.request.model} on {outcome.request.gpu_budget} GPUs{est}")
     ax.grid(alpha=0.3)
     ax.legend()
@@ -64,14 +64,14 @@ _PAGE = Path(__file__).with_name("pareto.html")
 
 
 def write_html(outcome: TuneOutcome, path: Path) -> Path:
-    b = outcome.baseline.evaluation
+    b = outcome.baseline.predicted
     kept = outcome.recommendation is not None and outcome.recommendation.trial is None
     base = {"x": b.interactivity_tok_s, "y": b.goodput_per_gpu, "gpus": b.num_gpus,
             "label": outcome.baseline.description, "recommended": kept}  # fmt: skip
     launch = ""
     if outcome.recommendation:
         launch = "\n".join(c.command for c in outcome.recommendation.launch if c.engine == "vllm")
-    title = f"{outcome.request.model}: Pareto front ({outcome.latency_label})"
+    title = f"{outcome.request.model}: Pareto front ({outcome.latency.label})"
 
     def js(value: object) -> str:
         return json.dumps(value).replace("</", "<\\/")

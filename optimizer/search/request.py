@@ -1,4 +1,13 @@
-"""What a tuning job is asked (`TuneRequest`) and what it reports while running."""
+"""What a tuning job is asked (`TuneRequest`) and what it reports while running
+(`TuneProgress`): the one contract of the CLI, the REST API, the job queue and storage.
+
+The workload is a stored trace (`trace_id`) or a stream's recent window
+(`stream`, `window_s`: the service resolves it to its uploads when the job is
+created). JSON round trip: `to_dict()` / `TuneRequest.from_dict()` carry
+`schema_version`; unknown keys and wrong types are rejected with the field's
+name. Version 1 documents (written before the CLI and the service shared this
+type: `gpus`, `n_trials`) are read too.
+"""
 
 from __future__ import annotations
 
@@ -7,51 +16,99 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from optimizer.plain import PlainDataError, from_plain, to_plain
 from optimizer.search.space import SearchSpace, SearchSpaceError
 from optimizer.sim import SLO
 
-REQUEST_SCHEMA_VERSION = 1
+REQUEST_SCHEMA_VERSION = 2
+MAX_NAME = 200
+MAX_GPU_BUDGET = 4096
 
 
 class TuneRequestError(ValueError):
     """A tuning request is invalid (the message names the field and what was expected)."""
 
 
+def _positive(name: str, value: object) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value <= 0:
+        raise TuneRequestError(f"{name}: expected a positive finite number, got {value!r}")
+
+
+def _int_in(name: str, value: object, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise TuneRequestError(f"{name}: expected an integer from {low} to {high}, got {value!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class TuneRequest:
-    trace_id: int
+    """One tuning request: the workload, the deployment (model, GPU types on offer and the
+    GPU budget), the SLOs (DOMAIN.md §2) and the search's settings.
+
+    `search_space` overrides `SearchSpace` fields (e.g. `{"tp": [1, 2]}`, or
+    `{"spec_method": "eagle", "spec_k": [0, 2, 4]}` for speculation).
+    `max_requests` bounds the evaluation window: the trace's first requests, at
+    its own rate.
+    """
+
     model: str  # model shape preset or HF config path
-    gpus: tuple[str, ...]  # accelerator types on offer
-    gpu_budget: int
+    gpu_types: tuple[str, ...]  # accelerator types on offer
+    gpu_budget: int  # GPUs the fleet may use
     slo_ttft_ms: float
     slo_tpot_ms: float
-    attainment: float = 0.9
-    n_trials: int = 100
-    seed: int = 0
-    search_space: Mapping[str, Any] = field(default_factory=dict)  # SearchSpace overrides
-    max_requests: int = 600  # evaluation window: the trace's first requests, at its own rate
+    trace_id: int | None = None
+    stream: str | None = None  # a named series of uploads: tune on its recent window
+    window_s: float = 3600.0  # the stream's window
     slo_e2e_ms: float | None = None
+    attainment: float = 0.9  # share of requests that must meet every SLO
+    num_trials: int = 100
+    seed: int = 0
+    search_space: Mapping[str, Any] = field(default_factory=dict)
+    max_requests: int = 600
 
     def __post_init__(self) -> None:
-        if not isinstance(self.trace_id, int) or self.trace_id <= 0:
-            raise TuneRequestError(f"trace_id: expected a positive id, got {self.trace_id!r}")
-        for name in ("slo_ttft_ms", "slo_tpot_ms"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise TuneRequestError(f"{name}: expected a positive number of ms, got {v!r}")
-        if not 0 < self.attainment <= 1:
+        if (self.trace_id is None) == (self.stream is None):
+            raise TuneRequestError(
+                "give exactly one of trace_id (a stored trace) or stream (a name)"
+            )
+        if self.trace_id is not None:
+            _int_in("trace_id", self.trace_id, 1, 2**31 - 1)
+        if self.stream is not None and not (
+            isinstance(self.stream, str) and 1 <= len(self.stream) <= MAX_NAME
+        ):
+            raise TuneRequestError(f"stream: expected a name of 1 to {MAX_NAME} characters")
+        if not isinstance(self.model, str) or not 1 <= len(self.model) <= MAX_NAME:
+            raise TuneRequestError(f"model: expected a name of 1 to {MAX_NAME} characters")
+        gpus = tuple(self.gpu_types) if isinstance(self.gpu_types, (list, tuple)) else ()
+        if not gpus or any(not isinstance(g, str) or not 1 <= len(g) <= MAX_NAME for g in gpus):
+            raise TuneRequestError(
+                f"gpu_types: expected a list of accelerator names, got {self.gpu_types!r}"
+            )
+        object.__setattr__(self, "gpu_types", gpus)
+        _int_in("gpu_budget", self.gpu_budget, 1, MAX_GPU_BUDGET)
+        for name in ("slo_ttft_ms", "slo_tpot_ms", "window_s"):
+            _positive(name, getattr(self, name))
+        if self.slo_e2e_ms is not None:
+            _positive("slo_e2e_ms", self.slo_e2e_ms)
+        if not (isinstance(self.attainment, (int, float)) and 0 < self.attainment <= 1):
             raise TuneRequestError(f"attainment: expected a share in (0, 1], got {self.attainment}")
-        if not isinstance(self.n_trials, int) or not 1 <= self.n_trials <= 10_000:
-            raise TuneRequestError(f"n_trials: expected 1 to 10000, got {self.n_trials!r}")
-        if not isinstance(self.max_requests, int) or self.max_requests < 20:
-            raise TuneRequestError(f"max_requests: expected >= 20, got {self.max_requests!r}")
-        object.__setattr__(self, "gpus", tuple(self.gpus))
-        self.space()  # validates model, gpus, budget and the overrides
+        _int_in("num_trials", self.num_trials, 1, 10_000)
+        _int_in("seed", self.seed, 0, 2**32 - 1)
+        _int_in("max_requests", self.max_requests, 20, 50_000_000)
+        if not isinstance(self.search_space, Mapping):
+            raise TuneRequestError("search_space: expected a mapping of SearchSpace overrides")
+        object.__setattr__(self, "search_space", dict(self.search_space))
+        self.space()  # validates model, GPU types, budget and the overrides
 
     @property
     def slo(self) -> SLO:
         e2e = self.slo_e2e_ms / 1e3 if self.slo_e2e_ms else None
         return SLO(self.slo_ttft_ms / 1e3, self.slo_tpot_ms / 1e3, e2e)
+
+    @property
+    def source(self) -> str:
+        """The workload as one string: `trace:ID` or `stream:NAME`."""
+        return f"trace:{self.trace_id}" if self.trace_id is not None else f"stream:{self.stream}"
 
     def space(self) -> SearchSpace:
         from optimizer.config import ConfigError, ServingConfig
@@ -62,47 +119,45 @@ class TuneRequest:
             if "config.model" in str(exc):
                 raise TuneRequestError(f"model: {exc}") from exc
         try:
-            base = SearchSpace(self.model, self.gpus, self.gpu_budget)
+            base = SearchSpace(self.model, self.gpu_types, self.gpu_budget)
             return base.with_overrides(dict(self.search_space))
         except SearchSpaceError as exc:
             raise TuneRequestError(str(exc)) from exc
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": REQUEST_SCHEMA_VERSION,
-            "trace_id": self.trace_id,
-            "model": self.model,
-            "gpus": list(self.gpus),
-            "gpu_budget": self.gpu_budget,
-            "slo_ttft_ms": self.slo_ttft_ms,
-            "slo_tpot_ms": self.slo_tpot_ms,
-            "slo_e2e_ms": self.slo_e2e_ms,
-            "attainment": self.attainment,
-            "n_trials": self.n_trials,
-            "seed": self.seed,
-            "search_space": dict(self.search_space),
-            "max_requests": self.max_requests,
-        }
+        out = to_plain(self)
+        assert isinstance(out, dict)
+        return {"schema_version": REQUEST_SCHEMA_VERSION, **out}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TuneRequest:
+        if not isinstance(data, Mapping):
+            raise TuneRequestError(f"request: expected a mapping, got {type(data).__name__}")
         data = dict(data)
         version = data.pop("schema_version", REQUEST_SCHEMA_VERSION)
-        if version != REQUEST_SCHEMA_VERSION:
+        if version == 1:
+            data = _from_version_1(data)
+        elif version != REQUEST_SCHEMA_VERSION:
             raise TuneRequestError(f"schema_version: {version!r} is not supported")
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise TuneRequestError(f"unknown keys {unknown}; expected some of {sorted(known)}")
         try:
-            return cls(**data)
-        except TypeError as exc:
-            raise TuneRequestError(str(exc)) from exc
+            built = from_plain(cls, data, "request")
+        except PlainDataError as exc:
+            raise TuneRequestError(str(exc)) from None
+        assert isinstance(built, TuneRequest)
+        return built
+
+
+def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 request (the CLI's: `gpus`, `n_trials`) in today's names."""
+    renames = {"gpus": "gpu_types", "n_trials": "num_trials"}
+    return {renames.get(k, k): v for k, v in data.items()}
 
 
 @dataclass(frozen=True, slots=True)
 class TuneProgress:
+    """Reported after each finished trial (counted across every worker of the study)."""
+
     trials_done: int
     trials_total: int
-    best_per_gpu_goodput: float | None
-    eta_s: float | None
+    best_goodput_per_gpu: float | None = None  # best feasible so far, requests/s per GPU
+    eta_s: float | None = None

@@ -12,7 +12,7 @@ sit next to ours; our Alembic revision owns `alembic_version`, hence
 and `RetryFailedTrialCallback` re-queues their parameters, so a resumed or
 shared study keeps every completed trial and loses none.
 
-`run_trials` stops when the study holds `n_trials` finished trials in total,
+`run_trials` stops when the study holds `num_trials` finished trials in total,
 counted across every worker: a trial whose rank among live trials is past the
 budget is failed as surplus before it runs (never evaluated, never counted).
 """
@@ -32,7 +32,9 @@ from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import TrialState
 
 from optimizer.config import ConfigError, ServingConfig
+from optimizer.plain import from_plain, to_plain
 from optimizer.search.objective import EvalStatus, Evaluation, TraceEvaluator
+from optimizer.search.recommend import TrialOutcome
 from optimizer.search.space import SearchSpace, TrialChooser, build_config
 
 HEARTBEAT_S = 5
@@ -87,15 +89,6 @@ def open_study(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class TrialOutcome:
-    """A finished trial as the recommender sees it."""
-
-    number: int
-    config: ServingConfig
-    evaluation: Evaluation
-
-
 def trial_outcomes(study: optuna.Study) -> list[TrialOutcome]:
     """Completed trials that produced a valid config, in trial order."""
     out = []
@@ -106,10 +99,16 @@ def trial_outcomes(study: optuna.Study) -> list[TrialOutcome]:
             TrialOutcome(
                 t.number,
                 ServingConfig.from_dict(json.loads(t.user_attrs[_ATTR_CONFIG])),
-                Evaluation.from_dict(json.loads(t.user_attrs[_ATTR_EVAL])),
+                _evaluation(json.loads(t.user_attrs[_ATTR_EVAL])),
             )
         )
     return out
+
+
+def _evaluation(data: object) -> Evaluation:
+    built = from_plain(Evaluation, data, "evaluation")
+    assert isinstance(built, Evaluation)
+    return built
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +128,7 @@ class Objective:
             return 0.0, 0.0
         ev = self.evaluator.evaluate(config)
         trial.set_user_attr(_ATTR_CONFIG, json.dumps(config.to_dict(), sort_keys=True))
-        trial.set_user_attr(_ATTR_EVAL, json.dumps(ev.to_dict(), sort_keys=True))
+        trial.set_user_attr(_ATTR_EVAL, json.dumps(to_plain(ev), sort_keys=True))
         trial.set_user_attr("status", ev.status.value)
         trial.set_user_attr("num_gpus", ev.num_gpus)
         target = self.evaluator.settings.attainment
@@ -155,15 +154,15 @@ def count_finished(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=_FINISHED))
 
 
-def _is_surplus(study: optuna.Study, trial: optuna.Trial, n_trials: int) -> bool:
-    """True when `n_trials` live trials numbered before this one already exist."""
+def _is_surplus(study: optuna.Study, trial: optuna.Trial, num_trials: int) -> bool:
+    """True when `num_trials` live trials numbered before this one already exist."""
     live = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
     ahead = [
         t
         for t in study.get_trials(deepcopy=False, states=live)
         if t.number < trial.number and not t.user_attrs.get(_ATTR_SURPLUS)
     ]
-    return len(ahead) >= n_trials
+    return len(ahead) >= num_trials
 
 
 class _Surplus(RuntimeError):
@@ -173,13 +172,13 @@ class _Surplus(RuntimeError):
 def run_trials(
     study: optuna.Study,
     objective: Callable[[optuna.Trial], tuple[float, float]],
-    n_trials: int,
+    num_trials: int,
     *,
     should_stop: Callable[[], bool] = lambda: False,
     on_trial: Callable[[int], None] = lambda _done: None,
     poll_s: float = 1.0,
 ) -> int:
-    """Run trials until the study holds `n_trials` finished ones; returns that count.
+    """Run trials until the study holds `num_trials` finished ones; returns that count.
 
     Safe with any number of workers on one RDB study (Optuna's `optimize` keeps
     the heartbeat and re-queues trials of dead workers). Stops after the
@@ -187,19 +186,19 @@ def run_trials(
     """
 
     def guarded(trial: optuna.Trial) -> tuple[float, float]:
-        if _is_surplus(study, trial, n_trials):
+        if _is_surplus(study, trial, num_trials):
             trial.set_user_attr(_ATTR_SURPLUS, True)
-            raise _Surplus(f"trial {trial.number}: the study's {n_trials} trials are taken")
+            raise _Surplus(f"trial {trial.number}: the study's {num_trials} trials are taken")
         return objective(trial)
 
     heartbeat = is_heartbeat_enabled(study._storage)
     while not should_stop():
         done = count_finished(study)
-        if done >= n_trials:
+        if done >= num_trials:
             return done
         running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
         waiting = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-        if done + running >= n_trials and not waiting:
+        if done + running >= num_trials and not waiting:
             if not running:
                 return done
             # Other workers hold the rest of the budget; wait for them or for their

@@ -33,8 +33,8 @@ if TYPE_CHECKING:
         ReplayRequests,
         ReplayResult,
     )
-    from profiler.reference_engine.serve import replay  # noqa: F401
     from profiler.reference_engine.scheduler import EngineError  # noqa: F401
+    from profiler.reference_engine.serve import replay  # noqa: F401
 
 
 __getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -1,82 +1,91 @@
-"""A fake tuning executor for service tests: N "trials" that resume after a takeover."""
+"""A fake tuning executor for service tests: N "trials" that resume after a takeover,
+returning a real `TuneOutcome` (the search's own type) built without simulating."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
 from api.worker import JobContext
-from storage.tuning_records import (
-    Baseline,
-    Engine,
-    JobProgress,
-    LaunchCommand,
-    ParetoPoint,
-    Recommendation,
-    TuningOutcome,
-)
+from optimizer.config import InstanceConfig, ServingConfig
+from optimizer.search import EvalStatus, Evaluation, TuneOutcome, TuneProgress, TuneRequest
+from optimizer.search.diagnose import Diagnosis, PhaseDiagnosis
+from optimizer.search.flags import launch_commands
+from optimizer.search.outcome import LatencyInfo, Recommendation, SLOCheck
+from optimizer.search.recommend import BaselineComparison, ParetoRow
 
 
-def fake_outcome(num_trials: int) -> TuningOutcome:
+def _config(tokens: int) -> ServingConfig:
+    inst = InstanceConfig(accelerator="h100", max_num_batched_tokens=tokens, max_num_seqs=256)
+    return ServingConfig.colocated("llama-3.1-8b", inst, num_replicas=8)
+
+
+def _evaluation(goodput: float, interactivity: float, feasible: bool = True) -> Evaluation:
+    status = EvalStatus.FEASIBLE if feasible else EvalStatus.INFEASIBLE
+    return Evaluation(
+        status, 8, max_rate=8 * goodput, goodput_per_gpu=goodput,
+        interactivity_tok_s=interactivity, attainment=0.95 if feasible else 0.5,
+        ttft_p90_ms=850.0, tpot_p90_ms=31.0,
+    )  # fmt: skip
+
+
+def _phase(label: str) -> PhaseDiagnosis:
+    return PhaseDiagnosis(
+        label, 10.0, 0.2, 0.7, 0.1, 12.0, 30.0, 900.0, 295.0, 0.4, 0, 0.1, 0.02,
+        float("nan"), 850.0, 31.0, 0.95,
+    )  # fmt: skip
+
+
+def fake_outcome(request: TuneRequest, num_trials: int) -> TuneOutcome:
     pareto = tuple(
-        ParetoPoint(
-            trial=t,
-            goodput_per_gpu=2.0 - 0.1 * t,
-            interactivity_tok_s=40.0 + 10 * t,
-            num_gpus=8,
-            meets_slo=t % 2 == 0,
-            config={"mode": "colocated", "max_num_batched_tokens": 2048 * (t + 1)},
-        )
+        ParetoRow(t, _config(2048 * (t + 1)), _evaluation(2.0 - 0.1 * t, 40.0 + 10 * t, t % 2 == 0))
         for t in range(min(num_trials, 6))
     )
+    best = pareto[0] if pareto else ParetoRow(0, _config(2048), _evaluation(2.0, 40.0))
     rec = Recommendation(
-        trial=0,
-        goodput_per_gpu=2.0,
-        interactivity_tok_s=40.0,
-        num_gpus=8,
-        predicted={"ttft_p90_ms": 850.0, "tpot_p90_ms": 31.0, "attainment": 0.95},
-        launch_commands=(
-            LaunchCommand(Engine.VLLM, "replica", "vllm serve m --max-num-batched-tokens 2048"),
-            LaunchCommand(Engine.SGLANG, "replica", "python -m sglang.launch_server --tp-size 1"),
-        ),
-        config={"mode": "colocated", "max_num_batched_tokens": 2048},
+        trial=best.trial,
+        config=best.config,
+        predicted=best.predicted,
+        slo_checks=(SLOCheck("ttft_p90_ms", 850.0, request.slo_ttft_ms),
+                    SLOCheck("tpot_p90_ms", 31.0, request.slo_tpot_ms)),
+        launch=launch_commands(best.config),
+    )  # fmt: skip
+    base_cfg = _config(8192)
+    baseline = BaselineComparison(
+        "vLLM defaults (8192 tokens, 1024 seqs)", base_cfg, _evaluation(1.25, 35.0), 1.6
     )
-    baseline = Baseline(
-        description="vLLM defaults (8192 tokens, 1024 seqs)",
-        goodput_per_gpu=1.25,
-        interactivity_tok_s=35.0,
-        predicted={"ttft_p90_ms": 2400.0},
-        gain=1.6,
-    )
-    return TuningOutcome(
-        pareto=pareto,
+    account = ("Decode-bound: smaller chunks cut ITL spikes from co-scheduled prefills.",)
+    return TuneOutcome(
+        request=request,
+        study_name="fake",
+        num_trials=num_trials,
+        latency=LatencyInfo("fake latency", True),
         recommendation=rec,
         baseline=baseline,
-        diagnosis=("Decode-bound: smaller chunks cut ITL spikes from co-scheduled prefills.",),
-        num_trials=num_trials,
+        pareto=pareto,
+        diagnosis=Diagnosis(_phase("baseline"), _phase("recommendation"), account),
     )
 
 
-def make_fake_executor(delay_s: float = 0.0) -> Callable[[JobContext], TuningOutcome]:
-    """Runs `params.num_trials` trials of `delay_s` each, reporting after every one."""
+def make_fake_executor(delay_s: float = 0.0) -> Callable[[JobContext], TuneOutcome]:
+    """Runs `params.num_trials` trials of `delay_s` each, reporting after every one and
+    resuming from the last reported count after a takeover."""
 
-    def execute(ctx: JobContext) -> TuningOutcome:
-        total = ctx.job.params.num_trials
-        done = ctx.job.progress.completed_trials if ctx.job.progress else ()
-        for trial in range(len(done), total):
+    def execute(ctx: JobContext) -> TuneOutcome:
+        request = ctx.job.params
+        total = request.num_trials
+        done = ctx.job.progress.trials_done if ctx.job.progress else 0
+        log = os.environ.get("SERVETUNE_FAKE_START_LOG")
+        if log:  # where each attempt resumed, for the takeover test
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(f"{done}\n")
+        for _ in range(done, total):
             if ctx.should_stop():
-                return fake_outcome(len(done))
+                return fake_outcome(request, done)
             time.sleep(delay_s)
-            done = (*done, trial)
-            ctx.report(
-                JobProgress(
-                    trials_done=len(done),
-                    trials_total=total,
-                    best_goodput_per_gpu=2.0,
-                    eta_s=delay_s * (total - len(done)),
-                    completed_trials=done,
-                )
-            )
-        return fake_outcome(total)
+            done += 1
+            ctx.report(TuneProgress(done, total, 2.0, delay_s * (total - done)))
+        return fake_outcome(request, total)
 
     return execute

@@ -85,21 +85,22 @@ def test_revoking_through_the_api_takes_effect_at_once(service: Service) -> None
 
 
 def _store_recommendation(url: str, project: str) -> int:
+    from optimizer.search import TuneRequest
     from storage.db import make_engine, session_scope
     from storage.jobs import claim_job, enqueue_job, finish_job
     from storage.service_records import JobStatus
-    from storage.tuning_records import TuningParams
     from tests.api_tests.fakes import fake_outcome
 
-    params = TuningParams(
-        model="llama-3.1-8b", gpu="h100", slo_ttft_ms=2000, slo_tpot_ms=50, stream="prod"
-    )
+    params = TuneRequest(
+        model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=8, slo_ttft_ms=2000,
+        slo_tpot_ms=50, stream="prod",
+    )  # fmt: skip
     engine = make_engine(url)
     with session_scope(engine) as s:
         job = enqueue_job(s, project=project, params=params)
     with session_scope(engine) as s:
         claim = claim_job(s, worker="test", lease_s=60)
-        finish_job(s, claim, status=JobStatus.SUCCEEDED, outcome=fake_outcome(3))
+        finish_job(s, claim, status=JobStatus.SUCCEEDED, outcome=fake_outcome(params, 3))
     engine.dispose()
     return job.id
 

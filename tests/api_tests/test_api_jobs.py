@@ -10,7 +10,13 @@ from api.worker import Worker, WorkerOptions, default_executors
 from storage.db import make_engine
 from tests.api_tests.conftest import Service, write_trace_csv
 
-PARAMS = {"model": "llama-3.1-8b", "gpu": "h100", "slo_ttft_ms": 2000, "slo_tpot_ms": 50}
+PARAMS = {
+    "model": "llama-3.1-8b",
+    "gpu_types": ["h100"],
+    "gpu_budget": 8,
+    "slo_ttft_ms": 2000,
+    "slo_tpot_ms": 50,
+}
 
 
 def _trace(svc: Service, tmp_path: Path, key: str | None = None, **fields) -> int:
@@ -59,7 +65,9 @@ def test_job_flow_progress_result_recommendation(service: Service, tmp_path: Pat
         f"/v1/tuning-jobs/{jid}/result", headers=service.auth(service.key_a)
     )
     outcome = result.json()["outcome"]
-    assert outcome["recommendation"]["launch_commands"][0]["command"].startswith("vllm serve")
+    assert outcome["schema_version"] == 2 and outcome["request"]["trace_id"] == tid
+    assert outcome["recommendation"]["launch"][0]["command"].startswith("vllm serve")
+    assert outcome["recommendation"]["predicted"]["ttft_p90_ms"] == 850.0
     assert outcome["baseline"]["gain"] == 1.6 and len(outcome["pareto"]) == 4
 
     rec = service.client.get(
@@ -135,12 +143,33 @@ def test_real_tuner_runs_a_small_job(service: Service, tmp_path: Path) -> None:
     assert job["progress"]["trials_done"] == 3 and job["progress"]["trials_total"] == 3
     outcome = service.client.get(f"/v1/tuning-jobs/{jid}/result", headers=h).json()["outcome"]
     assert outcome["pareto"] and outcome["baseline"]["description"]
-    assert any(line.startswith("Latency model:") for line in outcome["diagnosis"])
+    assert outcome["latency"]["label"].startswith("roofline") and outcome["diagnosis"]["account"]
     if outcome["recommendation"] is not None:
-        commands = [c["command"] for c in outcome["recommendation"]["launch_commands"]]
+        commands = [c["command"] for c in outcome["recommendation"]["launch"]]
         assert any(c.startswith("vllm serve") for c in commands)
 
 
 def test_unknown_model_is_rejected_at_creation(service: Service, tmp_path: Path) -> None:
     r = _create(service, trace_id=_trace(service, tmp_path), model="no-such-model")
-    assert r.status_code == 422 and "invalid tuning request: model" in r.json()["detail"]
+    assert r.status_code == 422 and "model: config.model: unknown model shape" in r.json()["detail"]
+
+
+def test_rest_jobs_take_every_option_the_cli_has(service: Service, tmp_path: Path) -> None:
+    """The body is the search's own TuneRequest: window, overrides, speculation, seed."""
+    tid = _trace(service, tmp_path)
+    options = {
+        "trace_id": tid, "max_requests": 50, "attainment": 0.99, "seed": 4, "slo_e2e_ms": 30000,
+        "search_space": {"tp": [1, 2], "spec_method": "eagle", "spec_k": [0, 2],
+                         "acceptance_rate": 0.8},
+    }  # fmt: skip
+    r = _create(service, **options)
+    assert r.status_code == 202, r.text
+    job = service.client.get(
+        f"/v1/tuning-jobs/{r.json()['id']}", headers=service.auth(service.key_a)
+    )
+    params = job.json()["params"]
+    assert {k: params[k] for k in options} == options
+    bad = _create(service, trace_id=tid, search_space={"bogus": 1})
+    assert bad.status_code == 422 and "unknown keys ['bogus']" in bad.json()["detail"]
+    bad = _create(service, trace_id=tid, max_requests=5)
+    assert bad.status_code == 422 and "max_requests: expected an integer from 20" in bad.text

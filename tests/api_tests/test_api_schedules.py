@@ -7,18 +7,19 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from api.worker.scheduling import fire_due_schedules
+from optimizer.search import TuneRequest
 from storage.db import make_engine, session_scope
 from storage.jobs import list_jobs
 from storage.schedules import create_schedule, get_schedule
 from storage.service_records import ScheduleTrigger
-from storage.tuning_records import TuningParams
 from tests.api_tests.conftest import Service, write_trace_csv
 
 PARAMS = {
     "stream": "prod",
     "window_s": 86400,
     "model": "llama-3.1-8b",
-    "gpu": "h100",
+    "gpu_types": ["h100"],
+    "gpu_budget": 8,
     "slo_ttft_ms": 2000,
     "slo_tpot_ms": 50,
     "num_trials": 3,
@@ -71,7 +72,7 @@ def _schedule(engine, trigger: ScheduleTrigger) -> int:
             s,
             project="a",
             name="s",
-            params=TuningParams(**PARAMS),
+            params=TuneRequest(**PARAMS),
             interval_s=3600,
             trigger=trigger,
             start_at=datetime.now(UTC) - timedelta(seconds=1),

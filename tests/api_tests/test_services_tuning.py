@@ -36,18 +36,18 @@ SPACE = {"tp": [1, 2], "max_num_batched_tokens": [512, 2048], "max_num_seqs": [6
 
 def _request(trace_id: int, n: int) -> TuneRequest:
     return TuneRequest(
-        trace_id=trace_id, model="llama-3.1-8b", gpus=("h100",), gpu_budget=2,
-        slo_ttft_ms=2000, slo_tpot_ms=50, n_trials=n, seed=0, search_space=SPACE,
+        trace_id=trace_id, model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=2,
+        slo_ttft_ms=2000, slo_tpot_ms=50, num_trials=n, seed=0, search_space=SPACE,
         max_requests=120,
     )  # fmt: skip
 
 
 def test_request_rejects_bad_fields():
     with pytest.raises(TuneRequestError, match="slo_ttft_ms"):
-        TuneRequest(trace_id=1, model="llama-3.1-8b", gpus=("h100",), gpu_budget=2,
+        TuneRequest(trace_id=1, model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=2,
                     slo_ttft_ms=-1, slo_tpot_ms=50)  # fmt: skip
     with pytest.raises(TuneRequestError, match="unknown keys"):
-        TuneRequest(trace_id=1, model="llama-3.1-8b", gpus=("h100",), gpu_budget=2,
+        TuneRequest(trace_id=1, model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=2,
                     slo_ttft_ms=1, slo_tpot_ms=50, search_space={"bogus": 1})  # fmt: skip
     r = _request(1, 5)
     assert TuneRequest.from_dict(json.loads(json.dumps(r.to_dict()))) == r
@@ -63,7 +63,7 @@ def test_job_runs_resumes_and_is_stored(db_url):
                          should_stop=lambda: False, on_progress=seen.append)  # fmt: skip
     assert out.num_trials == 4 and seen[-1].trials_done == 4
     assert out.baseline.config.replica.max_num_batched_tokens == 8192
-    assert out.to_dict()["schema_version"] == 1
+    assert out.to_dict()["schema_version"] == 2
     # Resuming the same job keeps the 4 completed trials and runs none again.
     out2 = run_tuning_job(_request(trace_id, 4), database_url=db_url, study_name="job1",
                           should_stop=lambda: False, on_progress=lambda _p: None)  # fmt: skip

@@ -91,7 +91,8 @@ def test_result_page_in_headless_chromium(live_server, tmp_path: Path) -> None:
             json={
                 "trace_id": tid,
                 "model": "llama-3.1-8b",
-                "gpu": "h100",
+                "gpu_types": ["h100"],
+                "gpu_budget": 8,
                 "slo_ttft_ms": 2000,
                 "slo_tpot_ms": 50,
                 "num_trials": 20,
@@ -109,7 +110,7 @@ def test_result_page_in_headless_chromium(live_server, tmp_path: Path) -> None:
             assert page.inner_text("#status") == "SUCCEEDED"
             assert page.inner_text("#progress-text") == "trials 20 / 20"
             assert page.locator("#pareto circle").count() == 6
-            assert "vllm serve m" in page.inner_text("#commands")
+            assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in page.inner_text("#commands")
             assert page.inner_text("#gain") == "1.6×"
             assert "Decode-bound" in page.inner_text("#diagnosis")
             page.locator("#pareto circle").nth(2).click()  # interactive: a point's config

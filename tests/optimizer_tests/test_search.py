@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -98,7 +100,7 @@ def test_invalid_config_never_recommended_even_with_high_goodput():
         pytest.skip("no feasible trial in 5")
     from dataclasses import replace
 
-    from optimizer.search.study import TrialOutcome
+    from optimizer.search.recommend import TrialOutcome
 
     fake = TrialOutcome(99, good, replace(ev.evaluate(good), status=EvalStatus.INFEASIBLE,
                                           goodput_per_gpu=1e9))  # fmt: skip
@@ -109,7 +111,7 @@ def test_ties_go_to_fewer_gpus():
     from dataclasses import replace
 
     from optimizer.search.objective import Evaluation
-    from optimizer.search.study import TrialOutcome
+    from optimizer.search.recommend import TrialOutcome
 
     cfg = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(), num_replicas=2)
     a = TrialOutcome(0, cfg, Evaluation(EvalStatus.FEASIBLE, 8, goodput_per_gpu=1.0))
@@ -134,13 +136,13 @@ def _outcome_with_best_at(ratio: float):
     """build_outcome on the stand-in with one trial at `ratio` x the defaults' goodput."""
     from dataclasses import replace
 
-    from optimizer.search.outcome import build_outcome
+    from optimizer.search.outcome import LatencyInfo, build_outcome
+    from optimizer.search.recommend import TrialOutcome
     from optimizer.search.request import TuneRequest
-    from optimizer.search.study import TrialOutcome
 
     ev = _evaluator()
     request = TuneRequest(
-        trace_id=1, model="llama-3.1-8b", gpus=("h100",), gpu_budget=4,
+        trace_id=1, model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=4,
         slo_ttft_ms=2000.0, slo_tpot_ms=50.0,
     )  # fmt: skip
     base = ev.evaluate(baseline_config(request.space()))
@@ -149,8 +151,8 @@ def _outcome_with_best_at(ratio: float):
     trial = TrialOutcome(7, cfg, replace(ev.evaluate(cfg), status=EvalStatus.FEASIBLE,
                                          goodput_per_gpu=ratio * base.goodput_per_gpu))  # fmt: skip
     out = build_outcome(
-        request, [trial], ev, study_name="t", num_trials=1, latency_label="stand-in",
-        latency_is_estimate=True,
+        request, [trial], ev, study_name="t", num_trials=1,
+        latency=LatencyInfo("stand-in", True),
     )  # fmt: skip
     return out, base, cfg
 
@@ -159,11 +161,17 @@ def test_a_best_config_within_the_search_resolution_keeps_the_defaults():
     out, base, _ = _outcome_with_best_at(1.02)
     rec = out.recommendation
     assert rec.trial is None and rec.config == baseline_config(out.request.space())
-    assert rec.evaluation == base and out.baseline.gain == pytest.approx(1.0)
+    assert rec.predicted == base and out.baseline.gain == pytest.approx(1.0)
     assert "--max-num-batched-tokens 8192" in rec.launch[0].command
     assert out.diagnosis.account[1].startswith("The best config found changes max_num_seqs")
     assert "so the recommendation keeps the defaults" in out.diagnosis.account[2]
     assert out.to_dict()["recommendation"]["trial"] is None
+    # The outcome is its JSON: written and read back, it is the same outcome.
+    from optimizer.search.outcome import TuneOutcome
+
+    doc = json.loads(json.dumps(out.to_dict()))
+    assert doc["recommendation"]["predicted"]["num_gpus"] == rec.predicted.num_gpus
+    assert TuneOutcome.from_dict(doc).to_dict() == out.to_dict()
 
 
 def test_a_best_config_clearly_above_the_defaults_is_recommended():

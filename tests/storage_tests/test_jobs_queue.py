@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
+from optimizer.search import TuneProgress, TuneRequest
 from storage.db import session_scope
 from storage.jobs import (
     claim_job,
@@ -16,9 +17,11 @@ from storage.jobs import (
     request_cancel,
 )
 from storage.service_records import JobStatus
-from storage.tuning_records import JobProgress, TuningParams
 
-PARAMS = TuningParams(model="m", gpu="h100", slo_ttft_ms=1000, slo_tpot_ms=50, trace_id=1)
+PARAMS = TuneRequest(
+    model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=8, slo_ttft_ms=1000, slo_tpot_ms=50,
+    trace_id=1,
+)  # fmt: skip
 
 
 def _enqueue(engine, n: int = 1) -> list[int]:
@@ -57,10 +60,10 @@ def test_expired_lease_is_taken_over_and_the_old_worker_is_fenced(engine) -> Non
     new = _claim(engine, "new")
     assert new is not None and new.job.id == jid and new.attempt == 2
     with session_scope(engine) as s:
-        assert report_progress(s, old, JobProgress(1, 5)) is False
+        assert report_progress(s, old, TuneProgress(1, 5)) is False
         assert renew_lease(s, old, lease_s=10).held is False
         assert finish_job(s, old, status=JobStatus.SUCCEEDED) is False
-        assert report_progress(s, new, JobProgress(2, 5)) is True
+        assert report_progress(s, new, TuneProgress(2, 5)) is True
         assert renew_lease(s, new, lease_s=10).held is True
         assert finish_job(s, new, status=JobStatus.SUCCEEDED) is True
     with session_scope(engine) as s:
