@@ -32,9 +32,9 @@ from optimizer.latency import StepLoad, build_catalog, fit_latency_model
 from optimizer.latency.evaluate import AccuracyTargets, evaluate_holdout, evaluate_mixed
 from optimizer.latency.features import FEATURE_VERSION
 from optimizer.latency.model import FitOptions
-from optimizer.latency.roofline import decode_floor_s
 from optimizer.records import HoldoutMetric, KernelSample, OpKind
 from optimizer.shapes import get_shape
+from optimizer.sim.floor import decode_floor_s
 from profiler.importers import ImportFormat, import_profile
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -18,7 +18,6 @@ import numpy as np
 from optimizer.hardware import Accelerator
 from optimizer.latency.features import MODELLED_OPS, OpBatch, work
 from optimizer.records import OpKind
-from optimizer.shapes import ModelShape
 
 ROOFLINE_LABEL = "roofline estimate"
 
@@ -61,8 +60,3 @@ class RooflinePricer:
         compute_s = flops / (acc.flops_per_s * o.compute_efficiency)
         memory_s = moved / (acc.hbm_bytes_per_s * o.memory_efficiency)
         return o.launch_ms + 1e3 * np.maximum(compute_s, memory_s)
-
-
-def decode_floor_s(shape: ModelShape, accelerator: Accelerator, tp: int = 1) -> float:
-    """DOMAIN.md §1: no decode step can beat weight_bytes / HBM bandwidth."""
-    return shape.weight_bytes(tp) / accelerator.hbm_bytes_per_s

@@ -1,9 +1,8 @@
-"""KV-cache helpers: the per-instance prefix cache.
+"""The per-instance prefix cache (block accounting is `optimizer.sim.kv_blocks`).
 
-Block accounting itself is a plain integer counter on each `Instance` (the hot
-loop cannot afford a method call per allocation). Prefix caching saves prefill
-compute only: a hit's blocks are still counted as allocated to the request
-(vLLM shares them by reference count; modelling that sharing is future work).
+Prefix caching saves prefill compute only: a hit's blocks are still counted as
+allocated to the request (vLLM shares them by reference count; modelling that
+sharing is future work).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ On a prefill instance of a disaggregated deployment `stop_at` is 1 (the
 request hands off after its first token); elsewhere it is `num_output`.
 
 While a non-speculative request decodes on the fast path, its progress is
-implicit (see `Instance`): after joining the decode set at step `join_step`
+implicit (see `optimizer.sim.schedule_fast`): after joining the decode set at step `join_step`
 with `join_computed` tokens cached and `join_generated` emitted, at step S it
 has `join_computed + S - join_step` tokens cached.
 """

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from optimizer.sim.kv_blocks import blocks_for
+
 
 class EngineError(RuntimeError):
     """The reference engine cannot run what it was given."""
@@ -116,7 +118,7 @@ class Scheduler:
         self.waiting.append(request)
 
     def _blocks_needed(self, r: EngineRequest, num_tokens: int) -> int:
-        return -(-num_tokens // self.limits.block_size) - len(r.blocks)
+        return blocks_for(num_tokens, self.limits.block_size) - len(r.blocks)
 
     def _grow(self, r: EngineRequest, need: int) -> None:
         if need > 0:

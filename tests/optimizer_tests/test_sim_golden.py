@@ -186,3 +186,48 @@ def test_steps_below_the_floor_that_the_probe_misses_are_clamped_and_counted():
     assert res.num_floor_clamped_steps == 1
     assert res.ttft_s[0] == pytest.approx(floor)
     assert res.e2e_s[0] == pytest.approx(floor + 2 * C)
+
+
+def test_kv_block_pool_by_hand() -> None:
+    from optimizer.sim.kv_blocks import KVBlockPool, blocks_for
+    from optimizer.sim.request import SimRequest
+
+    assert [blocks_for(n, 16) for n in (0, 1, 16, 17, 32, 33)] == [0, 1, 1, 2, 2, 3]
+    pool = KVBlockPool(num_blocks=5, block_size=16)
+    r = SimRequest(0, 0.0, num_prompt=20, num_output=4, stop_at=4)
+    assert pool.extra_blocks(r, 20) == 2
+    pool.grow(r, 2)
+    assert (r.num_blocks, pool.num_free, pool.num_used) == (2, 3, 2)
+    assert pool.extra_blocks(r, 32) == 0 and pool.extra_blocks(r, 33) == 1
+    pool.release(r)
+    assert (r.num_blocks, pool.num_free) == (0, 5)
+
+
+@pytest.mark.parametrize("force_general", [False, True])
+def test_debug_invariants_hold_on_every_mode(force_general) -> None:
+    """Colocated with preemption, speculation, PD and prefix caching, all checked step by step."""
+    from optimizer.config import SpecMethod, SpeculationConfig
+
+    lat = SingleLatencySource(LinearLatency(base_s=7e-3, per_token_s=27e-6))
+    rng = np.random.default_rng(0)
+    n = 300
+    prompts = rng.integers(10, 3000, n)
+    wl = Workload(
+        np.sort(rng.uniform(0, 20, n)),
+        prompts,
+        rng.integers(1, 300, n),
+        prefix_hashes=tuple(np.arange(-(-int(p) // 16)) % 7 for p in prompts),
+        prefix_block_tokens=16,
+    )
+    tight = InstanceConfig(max_num_batched_tokens=1024, max_num_seqs=64,
+                           gpu_memory_utilization=0.24)  # fmt: skip
+    eagle = SpeculationConfig(method=SpecMethod.EAGLE, num_speculative_tokens=3)
+    configs = [
+        ServingConfig.colocated("llama-3.1-8b", tight, num_replicas=2),
+        ServingConfig.colocated("llama-3.1-8b", tight, speculation=eagle),
+        ServingConfig.disaggregated("llama-3.1-8b", tight, tight, num_prefill=1, num_decode=2),
+        ServingConfig.colocated("llama-3.1-8b", tight, enable_prefix_caching=True),
+    ]
+    for cfg in configs:
+        res = simulate(wl, cfg, lat, check_invariants=True, force_general=force_general)
+        assert res.num_completed > 0

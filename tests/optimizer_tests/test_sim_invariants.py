@@ -111,8 +111,9 @@ def test_fast_decode_path_matches_the_general_path(case):
     wl, cfg, budget, seqs, k = case
     if k:
         return  # speculation always runs the general path
-    fast = simulate(wl, cfg, CheckingSource(budget, seqs))
-    slow = simulate(wl, cfg, CheckingSource(budget, seqs), force_general=True)
+    fast = simulate(wl, cfg, CheckingSource(budget, seqs), check_invariants=True)
+    slow = simulate(wl, cfg, CheckingSource(budget, seqs), force_general=True,
+                    check_invariants=True)  # fmt: skip
     np.testing.assert_allclose(fast.ttft_s, slow.ttft_s, rtol=1e-12)
     np.testing.assert_allclose(fast.e2e_s, slow.e2e_s, rtol=1e-12)
     np.testing.assert_array_equal(fast.num_preemptions, slow.num_preemptions)
@@ -159,3 +160,24 @@ def test_littles_law_on_steady_poisson_load():
     inst = res.instances[0]
     occupancy = float((inst.series_batch_size * np.diff(np.append(inst.series_t_s, horizon))).sum())
     assert occupancy / horizon == pytest.approx(lam * res.e2e.mean, rel=0.1)
+
+
+@pytest.mark.parametrize("force_general", [False, True])
+def test_invariant_checks_catch_a_block_leak(monkeypatch, force_general):
+    """The debug checks can fail: a pool that forgets to charge a request is caught at the
+    next planned step, naming the instance and the step."""
+    from optimizer.sim.kv_blocks import KVBlockPool
+    from optimizer.sim.scheduler import InvariantError
+
+    inst = small_blocks(40, max_num_batched_tokens=64, max_num_seqs=4)
+    cfg = ServingConfig.colocated(MODEL, inst)
+    wl = Workload(np.arange(6) * 0.01, np.full(6, 40), np.full(6, 20))
+    simulate(wl, cfg, CheckingSource(64, 4), check_invariants=True, force_general=force_general)
+
+    def leaky_grow(self, r, need):
+        self.num_free -= need  # the request is not charged: the accounting drifts
+
+    monkeypatch.setattr(KVBlockPool, "grow", leaky_grow)
+    with pytest.raises(InvariantError, match=r"replica instance 0, step \d+: requests hold"):
+        simulate(wl, cfg, CheckingSource(64, 4), check_invariants=True,
+                 force_general=force_general)  # fmt: skip

@@ -17,7 +17,7 @@ from optimizer.config import (
 )
 from optimizer.latency.analytic import LinearLatency, SingleLatencySource
 from optimizer.sim import SLO, max_sustainable_rate, simulate
-from optimizer.sim.engine import alpha_from_acceptance
+from optimizer.sim.fleet import alpha_from_acceptance
 from optimizer.workload import (
     ClosedLoopWorkload,
     FixedLength,

@@ -130,15 +130,15 @@ def test_agrees_with_the_simulator_scheduler_step_by_step() -> None:
     """Same arrivals, same limits: the engine and the simulator plan identical steps."""
     from random import Random
 
+    from optimizer.sim.fleet import make_scheduler as make_sim_scheduler
     from optimizer.sim.metrics import RunLog
     from optimizer.sim.request import SimRequest
-    from optimizer.sim.scheduler import Instance
 
     rng = Random(3)
     lens = [(rng.randint(5, 60), rng.randint(1, 12)) for _ in range(12)]
     kw = {"max_num_batched_tokens": 48, "max_num_seqs": 5, "block_size": 4, "num_blocks": 40}
     eng = make_scheduler(**kw)
-    sim = Instance(
+    sim = make_sim_scheduler(
         role="replica", index=0, max_num_batched_tokens=48, max_num_seqs=5,
         enable_chunked_prefill=True, block_size=4, num_blocks=40, num_spec=0,
         log=RunLog(len(lens)), rng=Random(0), force_general=True,

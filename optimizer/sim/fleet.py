@@ -1,0 +1,227 @@
+"""The fleet a `ServingConfig` describes, as the event loop sees it: one scheduler per
+instance with its step pricing, the routers, and the limits on one request.
+
+`build_fleet` makes the front instances (replicas, or prefill instances) and the
+decode instances, each pricing its steps with the latency model of its role's
+accelerator and TP degree (checked against the weight-bandwidth floor, DOMAIN.md
+§1) plus, when speculating, K draft steps. `request_limit` is the most prompt +
+output tokens one request may have on a role (longer ones are rejected, as vLLM
+rejects them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from random import Random
+
+import numpy as np
+
+from optimizer.config import Role, RolePlan, RoutingPolicy, ServingConfig
+from optimizer.latency.base import LatencySource, StepLatency, StepLoad
+from optimizer.sim.floor import check_decode_floor
+from optimizer.sim.kv_cache import PrefixCache
+from optimizer.sim.metrics import RunLog
+from optimizer.sim.schedule_fast import AggregateDecodeScheduler
+from optimizer.sim.schedule_general import PerRequestScheduler
+from optimizer.sim.scheduler import BaseScheduler
+from optimizer.workload import ClosedLoopWorkload, Workload
+
+
+class SimulationError(ValueError):
+    """The simulation cannot run as asked (a latency model is missing, bad inputs)."""
+
+
+def alpha_from_acceptance(length: np.ndarray, k: int) -> np.ndarray:
+    """Per-token acceptance α with (1 - α^(K+1)) / (1 - α) = length, clipped to [1, K+1]."""
+    target = np.clip(np.asarray(length, dtype=np.float64), 1.0, k + 1.0)
+    lo, hi = np.zeros_like(target), np.ones_like(target)
+    for _ in range(60):  # bisection: the expected length is increasing in α
+        mid = (lo + hi) / 2
+        expected = (1 - mid ** (k + 1)) / (1 - mid)
+        below = expected < target
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    alpha = (lo + hi) / 2
+    alpha[target >= k + 1.0] = 1.0
+    alpha[target <= 1.0] = 0.0
+    return alpha
+
+
+def log_alphas(workload: Workload | ClosedLoopWorkload, config: ServingConfig) -> list[float]:
+    """Per request, log(α): the config's rate, or the trace's acceptance lengths."""
+    spec = config.speculation
+    alpha = np.full(len(workload), spec.acceptance_rate)
+    trace = getattr(workload, "acceptance_length", None)
+    if spec.use_trace_acceptance and trace is not None:
+        known = ~np.isnan(trace)
+        alpha[known] = alpha_from_acceptance(trace[known], spec.num_speculative_tokens)
+    with np.errstate(divide="ignore"):
+        return np.log(alpha).tolist()
+
+
+def _make_price(
+    target: StepLatency,
+    draft: StepLatency | None,
+    relative_cost: float,
+    num_spec: int,
+    floor_s: float,
+    clamped: list[int],
+) -> Callable[[StepLoad], float]:
+    """StepLoad -> seconds: the target step (clamped at the floor) plus K draft steps."""
+    step = target.step_time_s
+    if not num_spec:
+
+        def price_target(load: StepLoad) -> float:
+            t = step(load)
+            if t < floor_s:
+                clamped[0] += 1
+                return floor_s
+            return t
+
+        return price_target
+
+    def price(load: StepLoad) -> float:
+        t = step(load)
+        if t < floor_s:
+            clamped[0] += 1
+            t = floor_s
+        n = load.num_decode_seqs
+        if n and load.decode_q > 1:
+            dl = StepLoad(n, n, (), (), n, load.decode_kv_tokens - n * num_spec, 1)
+            per = draft.step_time_s(dl) if draft is not None else relative_cost * step(dl)
+            t += num_spec * per
+        return t
+
+    return price
+
+
+def make_scheduler(*, num_spec: int, force_general: bool = False, **kw) -> BaseScheduler:
+    """The aggregate-decode fast path when it applies (no speculation), else per request."""
+    cls = PerRequestScheduler if num_spec or force_general else AggregateDecodeScheduler
+    return cls(num_spec=num_spec, **kw)
+
+
+def request_limit(config: ServingConfig, plan: RolePlan) -> int:
+    """The most prompt + output tokens one request may have on `plan`'s instances."""
+    inst = plan.instance
+    limit = plan.kv_blocks * inst.block_size - config.speculation.num_speculative_tokens
+    if not inst.enable_chunked_prefill:
+        limit = min(limit, inst.max_num_batched_tokens)
+    if config.max_model_len is not None:
+        limit = min(limit, config.max_model_len)
+    return limit
+
+
+def max_request_tokens(config: ServingConfig) -> int:
+    """The most prompt + output tokens one request may have on `config` (longer ones
+    are rejected, as vLLM rejects them)."""
+    return min(request_limit(config, plan) for plan in config.roles())
+
+
+@dataclass(slots=True)
+class Fleet:
+    """Front instances (replicas or prefill) and decode instances, indexed front first;
+    `targets[i]` is instance i's target-model latency (for the per-instance records)."""
+
+    front: list[BaseScheduler]
+    back: list[BaseScheduler]
+    targets: list[StepLatency]
+    front_limit: int  # prompt + output tokens a request may have (prompt + 1 when PD)
+    back_limit: int
+
+    @property
+    def instances(self) -> list[BaseScheduler]:
+        return self.front + self.back
+
+
+def build_fleet(
+    config: ServingConfig,
+    latency: LatencySource,
+    draft_latency: LatencySource | None,
+    log: RunLog,
+    *,
+    seed: int,
+    hashes: list[list[int]] | None,
+    block_tokens: int,
+    force_general: bool,
+    clamped: list[int],
+) -> Fleet:
+    shape = config.shape
+    spec = config.speculation
+    front: list[BaseScheduler] = []
+    back: list[BaseScheduler] = []
+    targets: list[StepLatency] = []
+    limits = []
+    for plan in config.roles():
+        icfg = plan.instance
+        acc = icfg.resolve_accelerator()
+        speculate = spec.enabled and plan.role is not Role.PREFILL
+        try:
+            target = latency.for_instance(icfg.accelerator, icfg.tp)
+            draft = None
+            if speculate and draft_latency is not None:
+                draft = draft_latency.for_instance(icfg.accelerator, icfg.tp)
+        except LookupError as exc:
+            raise SimulationError(f"{plan.role} instances: {exc}") from exc
+        floor_s = check_decode_floor(target, shape, acc, icfg.tp)
+        num_spec = spec.num_speculative_tokens if speculate else 0
+        price = _make_price(target, draft, spec.draft_relative_cost, num_spec, floor_s, clamped)
+        limits.append(request_limit(config, plan))
+        for _ in range(plan.count):
+            index = len(front) + len(back)
+            prefix = None
+            if config.enable_prefix_caching and hashes is not None and plan.role is not Role.DECODE:
+                capacity = max(1, plan.kv_blocks * icfg.block_size // block_tokens)
+                prefix = PrefixCache(capacity, block_tokens, icfg.block_size)
+            inst = make_scheduler(
+                num_spec=num_spec,
+                force_general=force_general,
+                role=plan.role.value,
+                index=index,
+                max_num_batched_tokens=icfg.max_num_batched_tokens,
+                max_num_seqs=icfg.max_num_seqs,
+                enable_chunked_prefill=icfg.enable_chunked_prefill,
+                block_size=icfg.block_size,
+                num_blocks=plan.kv_blocks,
+                log=log,
+                rng=Random(seed * 1_000_003 + index),
+                prefix=prefix,
+                hashes=hashes,
+                tp=icfg.tp,
+                floor_s=floor_s,
+                price=price,
+            )
+            (back if plan.role is Role.DECODE else front).append(inst)
+            targets.append(target)
+    return Fleet(front, back, targets, limits[0], limits[-1])
+
+
+class Router:
+    """Round-robin, or least outstanding tokens (ties to the lowest index)."""
+
+    __slots__ = ("instances", "least", "next")
+
+    def __init__(self, instances: list[BaseScheduler], policy: RoutingPolicy) -> None:
+        self.instances = instances
+        self.least = policy is RoutingPolicy.LEAST_OUTSTANDING_TOKENS and len(instances) > 1
+        self.next = 0
+
+    def pick(self) -> BaseScheduler:
+        if self.least:
+            return min(self.instances, key=_outstanding)
+        inst = self.instances[self.next]
+        self.next = (self.next + 1) % len(self.instances)
+        return inst
+
+
+def _outstanding(inst: BaseScheduler) -> int:
+    return inst.outstanding
+
+
+def decode_only(target: StepLatency) -> Callable[[int, int], float]:
+    """(sequences, KV tokens) -> seconds of a decode-only step (for the records)."""
+
+    def price(n: int, kv: int) -> float:
+        return target.step_time_s(StepLoad(n, n, (), (), n, kv, 1))
+
+    return price

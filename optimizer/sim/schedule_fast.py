@@ -1,0 +1,209 @@
+"""The fast path: decodes tracked in aggregate (no speculation).
+
+Without speculation each decoding request gains exactly one token per step, so
+its progress is implicit (`SimRequest`): after joining the decode set at step
+`join_step` with `join_computed` tokens cached it has `join_computed + S -
+join_step` cached at step S. The set's KV-token sum grows by its size each
+step; a decode needs a new block on the steps where its cached length is a
+multiple of the block size, so new-block demand is a per-phase counter
+(`phase_count`); finishes are bucketed by step number. A step costs O(1) plus
+O(requests that join, finish or are preempted). A request leaving the set
+(preempted or finished) gets its explicit state back.
+"""
+
+from __future__ import annotations
+
+from optimizer.latency.base import StepLoad
+from optimizer.sim.kv_blocks import blocks_for
+from optimizer.sim.request import SimRequest
+from optimizer.sim.scheduler import BaseScheduler
+
+
+class AggregateDecodeScheduler(BaseScheduler):
+    __slots__ = ("behind", "decodes", "finish_at", "fresh", "kv_sum", "partial", "phase_count")
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        bs = self.pool.block_size
+        self.decodes: dict[int, SimRequest] = {}  # admission order
+        self.partial: SimRequest | None = None  # a chunked prompt, always last in order
+        self.phase_count = [0] * bs  # decodes needing a new block at step S, by S % bs
+        self.kv_sum = 0  # KV tokens the decode set attends to this step
+        self.finish_at: dict[int, list[SimRequest]] = {}
+        self.fresh: list[SimRequest] = []  # joined from elsewhere: next gap is not one step
+        # (index of the next prefill chunk, decode) for decodes that joined this step
+        # after a prefill chunk had been scheduled
+        self.behind: list[tuple[int, SimRequest]] = []
+
+    @property
+    def num_running(self) -> int:
+        return len(self.decodes) + (self.partial is not None)
+
+    def _num_admitted(self) -> int:
+        return self.num_running + len(self.chunks)
+
+    def _decode_tokens(self, budget: int) -> int:
+        return 1
+
+    # ------------------------------------------------------------------ preemption
+
+    def _preempt_decode(self, r: SimRequest, step: int, now: float) -> None:
+        """Materialise a decode's implicit state, then requeue it."""
+        bs = self.pool.block_size
+        progressed = step - r.join_step
+        computed = r.join_computed + progressed
+        r.num_generated = r.join_generated + progressed
+        r.num_blocks = blocks_for(computed, bs)
+        r.last_token_s = now  # its last token came at the end of the previous step
+        self.kv_sum -= computed + 1
+        self.phase_count[(r.join_step - r.join_computed) % bs] -= 1
+        r.join_step = -1
+        self._requeue(r)
+
+    # ------------------------------------------------------------------ scheduling
+
+    def _schedule_running(self, now: float) -> tuple[int, bool]:
+        decodes = self.decodes
+        pool = self.pool
+        preempted = False
+        if decodes:
+            step = self.step_no
+            bs = pool.block_size
+            phase = step % bs
+            need = self.phase_count[phase]
+            if need > pool.num_free:
+                preempted = True
+                if self.partial is not None:
+                    self._requeue(self.partial)
+                    self.partial = None
+                while need > pool.num_free and decodes:
+                    _, r = decodes.popitem()
+                    if (r.join_step - r.join_computed) % bs == phase:
+                        need -= 1
+                    self._preempt_decode(r, step, now)
+            pool.num_free -= need  # blocks for the decode set, counted in aggregate
+        budget = self.budget - len(decodes)
+        r = self.partial
+        if r is not None and budget > 0:
+            chunk = min(r.num_prompt + r.num_generated - r.num_computed, budget)
+            need = pool.extra_blocks(r, r.num_computed + chunk)
+            self.partial = None
+            if need > pool.num_free:
+                self._requeue(r)
+                preempted = True
+            else:
+                pool.grow(r, need)
+                self.chunks.append((r, chunk, False))
+                budget -= chunk
+        return budget, preempted
+
+    def _admit_decode(self, r: SimRequest, num_new: int) -> None:
+        self._join_decodes(r, self.step_no)
+        self.fresh.append(r)
+        if self.chunks:  # admitted after a prefill chunk that joins at completion
+            self.behind.append((len(self.chunks), r))
+
+    def _admit_prefill(self, r: SimRequest) -> None:
+        pass  # tracked in `chunks` until it completes
+
+    def _join_decodes(self, r: SimRequest, step: int) -> None:
+        """Enter the aggregate decode set, decoding from `step` on."""
+        computed = r.num_computed
+        r.join_step = step
+        r.join_computed = computed
+        r.join_generated = r.num_generated
+        self.phase_count[(step - computed) % self.pool.block_size] += 1
+        self.kv_sum += computed + 1
+        finish = step + r.stop_at - r.num_generated - 1
+        r.finish_step = finish
+        bucket = self.finish_at.get(finish)
+        if bucket is None:
+            self.finish_at[finish] = [r]
+        else:
+            bucket.append(r)
+        self.decodes[r.rid] = r
+
+    def _build_load(self) -> StepLoad | None:
+        chunks = self.chunks
+        n_dec = len(self.decodes)
+        kv = self.kv_sum
+        if not chunks:
+            if not n_dec:
+                return None
+            self.step_nseqs = n_dec
+            self.step_kv_q1 = kv
+            return StepLoad(n_dec, n_dec, (), (), n_dec, kv, 1)
+        pq = tuple(c for _, c, _ in chunks)
+        pkv = tuple(r.num_computed + c for r, c, _ in chunks)
+        self.step_nseqs = n_dec + len(chunks)
+        self.step_kv_q1 = kv
+        return StepLoad(n_dec + sum(pq), self.step_nseqs, pq, pkv, n_dec, kv, 1)
+
+    # ------------------------------------------------------------------ completion
+
+    def _complete(self, t: float) -> tuple[int, int]:
+        step = self.step_no
+        decodes = self.decodes
+        n_dec = len(decodes)
+        n_itl = n_dec
+        if self.fresh:
+            gaps = self.log.itl_gaps
+            for r in self.fresh:
+                gaps.append(t - r.last_token_s)
+                r.fresh_join = False
+            n_itl -= len(self.fresh)
+            self.fresh.clear()
+        finished = self.finish_at.pop(step, None)
+        if finished:
+            bs = self.pool.block_size
+            for r in finished:
+                if r.join_step < 0 or r.finish_step != step:
+                    continue  # preempted since; a stale entry
+                del decodes[r.rid]
+                computed = r.join_computed + step - r.join_step + 1
+                self.kv_sum -= computed
+                self.phase_count[(r.join_step - r.join_computed) % bs] -= 1
+                r.num_computed = computed
+                r.num_generated = r.stop_at
+                r.num_blocks = blocks_for(computed, bs)
+                r.join_step = -1
+                r.last_token_s = t
+                self._finish(r, t)
+        self.kv_sum += len(decodes)
+        self.log.tokens_emitted += n_dec
+        # Admission order decides who is preempted first (the most recently admitted,
+        # as vLLM's running list), so a decode admitted after a prefill chunk moves
+        # behind the decode that chunk turns into, here, in admission order.
+        behind = self.behind
+        j = 0
+        for i, (r, chunk, _) in enumerate(self.chunks):
+            while j < len(behind) and behind[j][0] == i:
+                self._move_back(behind[j][1])
+                j += 1
+            r.num_computed += chunk
+            if r.num_computed == r.num_prompt + r.num_generated:
+                self._sample_caught_up(r, t)
+                if r.num_generated < r.stop_at:
+                    self._join_decodes(r, step + 1)
+                else:
+                    self._finish(r, t)
+            else:
+                self.partial = r
+        if behind:
+            for _, r in behind[j:]:
+                self._move_back(r)
+            behind.clear()
+        return n_dec, n_itl
+
+    def _move_back(self, r: SimRequest) -> None:
+        """Move a decode to the end of the admission order (if still decoding)."""
+        if r.join_step >= 0:
+            self.decodes[r.rid] = self.decodes.pop(r.rid)
+
+    def _held_blocks(self) -> int:
+        bs, step = self.pool.block_size, self.step_no
+        # A decode holds its cached tokens plus the slot of the token this step writes.
+        held = sum(blocks_for(r.join_computed + step - r.join_step + 1, bs)
+                   for r in self.decodes.values())  # fmt: skip
+        held += sum(r.num_blocks for r, _, _ in self.chunks)
+        return held + (self.partial.num_blocks if self.partial is not None else 0)
