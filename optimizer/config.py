@@ -21,13 +21,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from optimizer.hardware import Accelerator, HardwareError, get_accelerator
+from optimizer.memory import activation_reserve_bytes, kv_capacity_blocks
 from optimizer.plain import PlainDataError, from_plain, to_plain
 from optimizer.shapes import ModelShape, ShapeError, get_shape
 
 CONFIG_SCHEMA_VERSION = 1
-GIB = 1024**3
-# Fixed per-GPU reserve (CUDA context, CUDA graphs, allocator slack) on top of activations.
-FIXED_RESERVE_BYTES = int(0.5 * GIB)
 
 
 class ConfigError(ValueError):
@@ -133,6 +131,11 @@ class SpeculationConfig:
     @property
     def enabled(self) -> bool:
         return self.method is not SpecMethod.NONE
+
+    @property
+    def draft_shape(self) -> ModelShape | None:
+        """The draft model's shape when it is a separate model (method=draft)."""
+        return get_shape(self.draft_model) if self.draft_model is not None else None
 
     def check(self, where: str) -> None:
         if not isinstance(self.method, SpecMethod):
@@ -257,7 +260,7 @@ class ServingConfig:
                 (Role.DECODE, self.decode, self.num_decode),
             )
         return tuple(
-            RolePlan(role, inst, n, kv_capacity_blocks(shape, inst, self.speculation))
+            RolePlan(role, inst, n, kv_capacity_blocks(shape, inst, self.speculation.draft_shape))
             for role, inst, n in parts
         )
 
@@ -301,35 +304,6 @@ class ServingConfig:
             raise ConfigError(str(exc)) from None
         assert isinstance(built, ServingConfig)
         return built
-
-
-# ----------------------------------------------------------------------------- capacity
-
-
-def activation_reserve_bytes(shape: ModelShape, inst: InstanceConfig) -> int:
-    """Estimated per-GPU memory kept for activations, logits and the runtime (not for KV).
-
-    A step of `max_num_batched_tokens` tokens holds roughly a residual stream,
-    QKV and the gated-MLP intermediate (`4h + 2f/tp` values per token), plus fp32
-    logits for `max_num_seqs` rows, plus a fixed 0.5 GiB (CUDA context, graphs).
-    """
-    t = inst.max_num_batched_tokens
-    per_token = 4 * shape.hidden_size + 2 * shape.intermediate_size // inst.tp
-    logits = inst.max_num_seqs * (shape.vocab_size // inst.tp) * 4
-    return FIXED_RESERVE_BYTES + t * per_token * shape.dtype_bytes + logits
-
-
-def kv_capacity_blocks(
-    shape: ModelShape, inst: InstanceConfig, spec: SpeculationConfig | None = None
-) -> int:
-    """KV blocks per instance (DOMAIN.md §3); <= 0 when the model does not fit."""
-    acc = inst.resolve_accelerator()
-    free = acc.hbm_bytes * inst.gpu_memory_utilization - shape.weight_bytes(inst.tp)
-    free -= activation_reserve_bytes(shape, inst)
-    if spec is not None and spec.draft_model is not None:
-        free -= get_shape(spec.draft_model).weight_bytes(inst.tp)
-    per_block = shape.kv_bytes_per_token(inst.tp) * inst.block_size
-    return max(0, int(free // per_block))
 
 
 # ----------------------------------------------------------------------------- validation
@@ -385,7 +359,7 @@ def _validate(cfg: ServingConfig) -> None:
                 f"{where}.tp: {inst.tp} does not divide {shape.name}'s {shape.num_heads} "
                 f"attention heads / {shape.num_kv_heads} KV heads"
             )
-        blocks = kv_capacity_blocks(shape, inst, cfg.speculation)
+        blocks = kv_capacity_blocks(shape, inst, cfg.speculation.draft_shape)
         if blocks <= 0:
             acc = inst.resolve_accelerator()
             raise ConfigError(

@@ -17,8 +17,8 @@ from optimizer.config import (
     ServingMode,
     SpecMethod,
     SpeculationConfig,
-    kv_capacity_blocks,
 )
+from optimizer.memory import kv_capacity_blocks
 from optimizer.shapes import get_shape
 
 

@@ -14,10 +14,11 @@ from optimizer.latency import StepLoad, build_catalog, compile_roofline
 from optimizer.latency.compose import Pricing, fit_composition, iteration_ms
 from optimizer.latency.fit import fit_latency_model
 from optimizer.latency.model import FitOptions
-from optimizer.latency.roofline import ROOFLINE_LABEL, RooflinePricer, decode_floor_s
+from optimizer.latency.roofline import ROOFLINE_LABEL, RooflinePricer
 from optimizer.latency.table import compile_step_latency
 from optimizer.records import KernelSample, OpKind
 from optimizer.shapes import get_shape
+from optimizer.sim.floor import decode_floor_s
 
 SHAPE = get_shape("llama-3.1-8b")
 

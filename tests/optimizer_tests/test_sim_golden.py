@@ -39,7 +39,7 @@ def colocated(**kw) -> ServingConfig:
 
 def with_blocks(num_blocks: int, **kw) -> InstanceConfig:
     """An H100 instance whose gpu_memory_utilization leaves exactly `num_blocks` KV blocks."""
-    from optimizer.config import activation_reserve_bytes, kv_capacity_blocks
+    from optimizer.memory import activation_reserve_bytes, kv_capacity_blocks
 
     shape = get_shape(MODEL)
     probe = InstanceConfig(**kw)

@@ -47,7 +47,7 @@ class CheckingSource:
 
 
 def small_blocks(num_blocks: int, **kw) -> InstanceConfig:
-    from optimizer.config import activation_reserve_bytes
+    from optimizer.memory import activation_reserve_bytes
 
     shape = get_shape(MODEL)
     probe = InstanceConfig(**kw)
