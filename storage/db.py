@@ -86,10 +86,33 @@ def _alembic_config(url: str):
 
 
 def upgrade_database(url: str, revision: str = "head") -> None:
-    """Apply migrations up to `revision` (idempotent)."""
+    """Apply migrations up to `revision` (idempotent). A database already at the newest
+    revision is recognised with one query, without loading Alembic (~0.25 s a command)."""
+    if revision == "head" and _at_head(url):
+        return
     from alembic import command
 
     command.upgrade(_alembic_config(url), revision)
+
+
+def newest_migration() -> str:
+    """The revision id of the newest migration file (files are numbered in order)."""
+    names = sorted(p.stem for p in (MIGRATIONS_DIR / "versions").glob("[0-9]*.py"))
+    if not names:
+        raise StorageError("no migrations found")
+    return names[-1]
+
+
+def _at_head(url: str) -> bool:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            version = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    except sa.exc.DBAPIError:
+        return False  # no alembic_version table yet: a new database
+    finally:
+        engine.dispose()
+    return version == newest_migration()
 
 
 def current_revision(url: str) -> str | None:

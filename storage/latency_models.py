@@ -68,7 +68,10 @@ def _metrics_from_json(data: dict) -> tuple[HoldoutMetric, ...]:
     )
 
 
-def _info(row: LatencyModelRow) -> LatencyModelInfo:
+_SIZE = sa.func.length(LatencyModelRow.payload)
+
+
+def _info(row: LatencyModelRow, payload_bytes: int) -> LatencyModelInfo:
     return LatencyModelInfo(
         id=row.id,
         name=row.name,
@@ -81,7 +84,7 @@ def _info(row: LatencyModelRow) -> LatencyModelInfo:
         metrics=_metrics_from_json(row.metrics),
         created_at=row.created_at,
         schema_version=row.schema_version,
-        payload_bytes=len(row.payload),
+        payload_bytes=int(payload_bytes),
     )
 
 
@@ -123,45 +126,51 @@ def save_latency_model(
     )
     session.add(row)
     session.flush()
-    return _info(row)
+    return _info(row, len(payload))
 
 
 def get_latency_model(session: Session, model_id: int) -> LatencyModelInfo:
-    row = session.get(LatencyModelRow, model_id)
-    if row is None:
+    found = session.execute(
+        sa.select(LatencyModelRow, _SIZE).where(LatencyModelRow.id == model_id)
+    ).first()
+    if found is None:
         raise LatencyModelNotFound(f"id {model_id}")
-    return _info(row)
+    return _info(*found)
 
 
 def load_latency_payload(session: Session, model_id: int) -> tuple[bytes, int]:
     """(payload, schema_version) of a stored model."""
-    row = session.get(LatencyModelRow, model_id)
-    if row is None:
+    found = session.execute(
+        sa.select(LatencyModelRow.payload, LatencyModelRow.schema_version).where(
+            LatencyModelRow.id == model_id
+        )
+    ).first()
+    if found is None:
         raise LatencyModelNotFound(f"id {model_id}")
-    return bytes(row.payload), row.schema_version
+    return bytes(found[0]), int(found[1])
 
 
 def list_latency_models(
     session: Session, *, accelerator: str | None = None, name: str | None = None
 ) -> list[LatencyModelInfo]:
-    query = sa.select(LatencyModelRow).order_by(LatencyModelRow.id)
+    query = sa.select(LatencyModelRow, _SIZE).order_by(LatencyModelRow.id)
     if accelerator is not None:
         query = query.where(LatencyModelRow.accelerator == accelerator)
     if name is not None:
         query = query.where(LatencyModelRow.name == name)
-    return [_info(r) for r in session.scalars(query)]
+    return [_info(r, size) for r, size in session.execute(query)]
 
 
 def latest_latency_model(
     session: Session, *, accelerator: str | None = None, name: str | None = None
 ) -> LatencyModelInfo:
     """The newest model (highest id) matching the filters; LatencyModelNotFound if none."""
-    query = sa.select(LatencyModelRow).order_by(LatencyModelRow.id.desc()).limit(1)
+    query = sa.select(LatencyModelRow, _SIZE).order_by(LatencyModelRow.id.desc()).limit(1)
     if accelerator is not None:
         query = query.where(LatencyModelRow.accelerator == accelerator)
     if name is not None:
         query = query.where(LatencyModelRow.name == name)
-    row = session.scalars(query).first()
-    if row is None:
+    found = session.execute(query).first()
+    if found is None:
         raise LatencyModelNotFound(f"for accelerator={accelerator!r} name={name!r}")
-    return _info(row)
+    return _info(*found)

@@ -41,15 +41,13 @@ def trace_source(trace: str) -> Path | int:
 @lru_cache
 def engine() -> Engine:
     """The configured database, migrated to the newest schema."""
-    from pydantic import ValidationError
-
-    from api.settings import get_settings
+    from api.settings import SettingsError, get_settings
     from storage.db import make_engine, upgrade_database
 
     try:
         settings = get_settings()
-    except ValidationError as exc:
-        fail(str(exc.errors()[0]["msg"]))
+    except SettingsError as exc:
+        fail(str(exc))
     upgrade_database(settings.database_url)
     return make_engine(settings.database_url)
 

@@ -61,22 +61,25 @@ def fit(
     ] = None,
 ) -> None:
     """Fit per-operator models and the per-iteration overhead, evaluate, store."""
+    from api.cli.common import engine
     from api.services.latency import fit_and_store
+    from api.settings import get_settings
     from optimizer.latency.model import FitOptions, LatencyModelError
     from optimizer.shapes import ShapeError
     from storage.profiles import ProfileRunNotFound
 
+    threads = get_settings().native_threads
+    options = FitOptions(num_threads=threads)
+    if max_iter is not None:
+        options = FitOptions(max_iter=max_iter, num_threads=threads)
     try:
-        with (
-            console.status(f"fitting profile run {profile}") as status,
-            session() as s,
-        ):
+        with console.status(f"fitting profile run {profile}") as status:
             info = fit_and_store(
-                s,
+                engine(),
                 profile,
                 name=name,
                 shape=model,
-                options=None if max_iter is None else FitOptions(max_iter=max_iter),
+                options=options,
                 progress=lambda stage: status.update(f"profile run {profile}: {stage}"),
             )
     except (ProfileRunNotFound, ShapeError, LatencyModelError, ValueError) as exc:

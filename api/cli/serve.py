@@ -14,14 +14,12 @@ from api.cli.common import console, fail
 
 
 def _settings():
-    from pydantic import ValidationError
-
-    from api.settings import get_settings
+    from api.settings import SettingsError, get_settings
 
     try:
         return get_settings()
-    except ValidationError as exc:
-        fail(str(exc.errors()[0]["msg"]))
+    except SettingsError as exc:
+        fail(str(exc))
 
 
 def serve(

@@ -194,6 +194,7 @@ def resolve_latency(model: str, latency_model_id: int | None, *, calibrated: boo
     """The latency source for `model`: stored fitted models, else the roofline estimate
     (with their stored calibrations when `calibrated`)."""
     from api.services.latency import resolve_latency as resolve
+    from api.settings import get_settings
     from optimizer.shapes import ShapeError
 
     try:
@@ -203,6 +204,7 @@ def resolve_latency(model: str, latency_model_id: int | None, *, calibrated: boo
                 model,
                 latency_model_ids=(latency_model_id,) if latency_model_id else (),
                 calibrated=calibrated,
+                num_threads=get_settings().native_threads,
             )
     except (LookupError, ShapeError) as exc:
         fail(str(exc))

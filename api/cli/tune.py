@@ -152,6 +152,7 @@ def run_study(request: TuneRequest, name: str) -> TuneOutcome:
             outcome = run_tuning_job(
                 request, database_url=get_settings().database_url, study_name=name,
                 should_stop=lambda: False, on_progress=on_progress,
+                num_threads=get_settings().native_threads,
             )  # fmt: skip
         except (TraceNotFound, ValueError) as exc:
             fail(str(exc))
@@ -171,7 +172,7 @@ def worker(
     engine()  # migrates the database
     url = get_settings().database_url
     try:
-        done = run_worker(url, study)
+        done = run_worker(url, study, num_threads=get_settings().native_threads)
     except (LookupError, KeyError, ValueError) as exc:
         fail(str(exc))
     console.print(f"study {study}: {done} finished trials")

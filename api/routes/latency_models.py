@@ -25,7 +25,6 @@ from api.deps import AdminDep, EngineDep, IdPath, PagingDep, PrincipalDep, Sessi
 from api.problems import ApiError
 from api.schemas import Page, Problem, page
 from optimizer.shapes import PRESETS
-from storage.db import session_scope
 from storage.latency_models import LatencyModelInfo, get_latency_model, list_latency_models
 
 router = APIRouter(prefix="/v1/latency-models", tags=["latency-models"])
@@ -114,10 +113,14 @@ async def fit(
 
 def _fit(engine: Engine, spec: FitRequest) -> LatencyModelInfo:
     from api.services.latency import fit_and_store  # scikit-learn: loaded on first fit only
+    from api.settings import get_settings
+    from optimizer.latency.model import FitOptions
 
+    options = FitOptions(num_threads=get_settings().native_threads)
     try:
-        with session_scope(engine) as session:
-            return fit_and_store(session, spec.profile_run_id, name=spec.name, shape=spec.shape)
+        return fit_and_store(
+            engine, spec.profile_run_id, name=spec.name, shape=spec.shape, options=options
+        )
     except LookupError:
         raise
     except ValueError as exc:

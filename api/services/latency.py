@@ -2,10 +2,18 @@
 
 `resolve_latency(session, model)` builds the `LatencySource` every command and
 job uses: for each accelerator with a stored fitted latency model, the newest
-one (or the ids the caller names) compiled for the model shape; any other
-accelerator falls back to the roofline estimate, labelled as such. Stored
-calibrations (fitted on observed runs by `servetune calibrate`) of whatever
-prices an accelerator are applied on top.
+one (or the ids the caller names) for the model shape; any other accelerator
+falls back to the roofline estimate, labelled as such. Stored calibrations
+(fitted on observed runs by `servetune calibrate`) of whatever prices an
+accelerator are applied on top.
+
+It only reads which models exist: the catalog compiles a table when a run first
+needs one (accelerator, TP), over what the run can reach, in no transaction of
+the caller's. Compiled tables are kept in the database (`storage.latency_tables`,
+`DatabaseTableStore`), so a later process, or another machine on the same
+PostgreSQL, neither compiles them again nor loads the fitted model (unpickling
+one imports scikit-learn); calibrations apply on top of the tables at run time,
+so changing one needs no recompilation.
 
 `fit_and_store(session, profile_run_id)` turns a stored profile run into a
 stored latency model: fit, hold-out metrics, save.
@@ -16,14 +24,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from optimizer.latency.base import LatencySource
-from optimizer.latency.catalog import LatencyCatalog, build_catalog
+from optimizer.latency.catalog import LatencyCatalog
 from optimizer.latency.evaluate import evaluate_holdout
 from optimizer.latency.fit import fit_latency_model
-from optimizer.latency.model import FitOptions, LatencyModelError
+from optimizer.latency.model import FitOptions, LatencyModel, LatencyModelError
 from optimizer.latency.persist import PAYLOAD_SCHEMA_VERSION, dump_model, feature_names, load_model
+from optimizer.latency.table import CompiledStepLatency, table_from_bytes, table_to_bytes
 from optimizer.records import OpKind
 from optimizer.shapes import ModelShape, get_shape
 from optimizer.validation.api import calibrated_source
@@ -41,6 +51,92 @@ from storage.validation import CalibrationRecord, latest_calibrations
 FitProgress = Callable[[str], None]
 
 ROOFLINE_ONLY = "roofline estimate (accelerator specs)"
+
+
+def _url_of(session: Session) -> str:
+    return session.get_bind().url.render_as_string(hide_password=False)
+
+
+class _EngineHolder:
+    """A database engine made on first use and left out of pickles (made again there)."""
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+        self._engine = None
+
+    @property
+    def engine(self):
+        if self._engine is None:
+            from storage.db import make_engine
+
+            self._engine = make_engine(self.database_url)
+        return self._engine
+
+    def __getstate__(self) -> dict:
+        return {"database_url": self.database_url}
+
+    def __setstate__(self, state: dict) -> None:
+        self.database_url = state["database_url"]
+        self._engine = None
+
+
+class StoredModel(_EngineHolder):
+    """A `ModelRef` to a stored fitted model: its payload is read and unpickled only when a
+    table of it must be compiled."""
+
+    def __init__(self, database_url: str, info: LatencyModelInfo) -> None:
+        super().__init__(database_url)
+        self.model_id = info.id
+        self.accelerator = info.accelerator
+        # Rows are immutable; the creation time guards against a reused id.
+        self.cache_key = f"latency-model-{info.id}@{info.created_at.isoformat()}"
+
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "id": self.model_id, "acc": self.accelerator,
+                "key": self.cache_key}  # fmt: skip
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self.model_id, self.accelerator, self.cache_key = state["id"], state["acc"], state["key"]
+
+    def load(self) -> LatencyModel:
+        from storage.db import session_scope
+
+        with session_scope(self.engine) as s:
+            payload = load_latency_payload(s, self.model_id)
+        return load_model(*payload)
+
+
+class DatabaseTableStore(_EngineHolder):
+    """A `TableStore` in the database (short transactions of its own; concurrent-safe)."""
+
+    def __init__(self, database_url: str, model_ids: dict[str, int]) -> None:
+        super().__init__(database_url)
+        self.model_ids = model_ids  # ModelRef.cache_key -> stored model id (for deletion)
+
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "ids": self.model_ids}
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self.model_ids = state["ids"]
+
+    def get(self, key: str) -> CompiledStepLatency | None:
+        from storage.latency_tables import get_table
+
+        data = get_table(self.engine, key)
+        if data is None:
+            return None
+        try:
+            return table_from_bytes(data)
+        except ValueError:
+            return None  # written by another build: compiled again
+
+    def put(self, key: str, table: CompiledStepLatency, model_key: str) -> None:
+        from storage.latency_tables import put_table
+
+        model_id = self.model_ids.get(model_key)
+        put_table(self.engine, key, table_to_bytes(table), latency_model_id=model_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +162,7 @@ def resolve_latency(
     latency_model_ids: Sequence[int] = (),
     use_stored: bool = True,
     calibrated: bool = True,
-    tps: Sequence[int] = (1, 2, 4, 8),
+    num_threads: int = 1,
 ) -> ResolvedLatency:
     """The latency source for `model` (a shape preset or HF config path).
 
@@ -74,6 +170,7 @@ def resolve_latency(
     raises LookupError); otherwise, when `use_stored`, the newest stored model per
     accelerator. Accelerators without one are priced by the roofline estimate.
     When `calibrated`, the stored calibrations that belong to those sources apply.
+    Tables compile later, when a run asks, with `num_threads` native threads.
     """
     shape = get_shape(model)
     if latency_model_ids:
@@ -82,13 +179,15 @@ def resolve_latency(
         infos = _newest_per_accelerator(list_latency_models(session))
     else:
         infos = []
+    url = _url_of(session)
+    refs = {i.accelerator.lower(): StoredModel(url, i) for i in infos}
+    store = DatabaseTableStore(url, {r.cache_key: r.model_id for r in refs.values()})
+    source: LatencySource = LatencyCatalog(shape, refs, store=store, num_threads=num_threads)
     if infos:
-        fitted = [load_model(*load_latency_payload(session, i.id)) for i in infos]
-        source: LatencySource = build_catalog(shape, fitted, tps)
         used = ", ".join(f"{i.accelerator} #{i.id} ({i.name} v{i.version})" for i in infos)
         label = f"fitted latency models: {used}; roofline estimate for other accelerators"
     else:
-        source, label = LatencyCatalog(shape), ROOFLINE_ONLY
+        label = ROOFLINE_ONLY
     cals = []
     if calibrated:
         cals = _calibrations(session, shape.name, {i.accelerator.lower(): i.id for i in infos})
@@ -116,7 +215,7 @@ def _calibrations(
 
 
 def fit_and_store(
-    session: Session,
+    engine: Engine,
     profile_run_id: int,
     *,
     name: str | None = None,
@@ -130,13 +229,18 @@ def fit_and_store(
     the shape preset its samples name). Raises ProfileRunNotFound for a missing
     run and LatencyModelError (a ValueError) when it cannot be fitted; nothing is
     stored then. The new model is the next version of `name` (default: the run's).
+    Reading the samples and saving the model are two short transactions; no
+    transaction is open while fitting (which takes seconds to minutes).
     """
+    from storage.db import session_scope
+
     say = progress or (lambda _stage: None)
-    run = get_profile_run(session, profile_run_id)
-    say(f"loading samples of profile run {run.id} ({run.num_samples:,})")
-    samples = load_samples(session, run.id)
     if isinstance(shape, str):
         shape = get_shape(shape)
+    with session_scope(engine) as session:
+        run = get_profile_run(session, profile_run_id)
+        say(f"loading samples of profile run {run.id} ({run.num_samples:,})")
+        samples = load_samples(session, run.id)
     say("fitting operator models")
     model = fit_latency_model(
         samples, accelerator=run.accelerator, source=run.source, options=options, shape=shape
@@ -148,18 +252,19 @@ def fit_and_store(
     shape_name = shape.name if shape is not None else (shapes[0] if len(shapes) == 1 else "")
     tps = sorted({s.tp for s in samples if s.op is not OpKind.MIXED_ITERATION and s.tp >= 1})
     say("saving")
-    return save_latency_model(
-        session,
-        name=name or run.name,
-        accelerator=run.accelerator,
-        payload=dump_model(model),
-        schema_version=PAYLOAD_SCHEMA_VERSION,
-        profile_run_id=run.id,
-        shape_name=shape_name,
-        tp_degrees=tuple(tps) or (1,),
-        features=feature_names(model),
-        metrics=metrics,
-    )
+    with session_scope(engine) as session:
+        return save_latency_model(
+            session,
+            name=name or run.name,
+            accelerator=run.accelerator,
+            payload=dump_model(model),
+            schema_version=PAYLOAD_SCHEMA_VERSION,
+            profile_run_id=run.id,
+            shape_name=shape_name,
+            tp_degrees=tuple(tps) or (1,),
+            features=feature_names(model),
+            metrics=metrics,
+        )
 
 
 __all__ = [

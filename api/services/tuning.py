@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 
-def stored_latency(database_url: str, model: str) -> ResolvedLatency:
+def stored_latency(database_url: str, model: str, num_threads: int = 1) -> ResolvedLatency:
     """The latency source for `model`: the newest fitted model stored per accelerator,
     the roofline estimate (labelled as such) for any other accelerator."""
     from storage.db import make_engine, session_scope
@@ -51,7 +51,7 @@ def stored_latency(database_url: str, model: str) -> ResolvedLatency:
     engine = make_engine(database_url)
     try:
         with session_scope(engine) as s:
-            return resolve_latency(s, model)
+            return resolve_latency(s, model, num_threads=num_threads)
     finally:
         engine.dispose()
 
@@ -111,6 +111,7 @@ def run_worker(
     should_stop: Callable[[], bool] = lambda: False,
     on_progress: Callable[[TuneProgress], None] = lambda _p: None,
     latency: LatencySource | None = None,
+    num_threads: int = 1,
 ) -> int:
     """Join an existing study (its request is stored on it) and run trials until its budget
     is reached; returns the number of finished trials."""
@@ -122,7 +123,7 @@ def run_worker(
     if raw is None:
         raise LookupError(f"study {study_name!r} was not created by servetune (no request)")
     request = TuneRequest.from_dict(json.loads(raw))
-    resolved = _resolved(database_url, request.model, latency)
+    resolved = _resolved(database_url, request.model, latency, num_threads)
     setup = prepare(request, _load_trace(database_url, request.trace_id), resolved)
     study = open_study(study_name, storage, seed=request.seed + _worker_salt())
     warm_cache(study, setup.evaluator)
@@ -137,9 +138,11 @@ def run_worker(
     )
 
 
-def _resolved(database_url: str, model: str, latency: LatencySource | None) -> ResolvedLatency:
+def _resolved(
+    database_url: str, model: str, latency: LatencySource | None, num_threads: int
+) -> ResolvedLatency:
     if latency is None:
-        return stored_latency(database_url, model)
+        return stored_latency(database_url, model, num_threads)
     return ResolvedLatency(latency, "custom latency source", False)
 
 
@@ -157,6 +160,7 @@ def run_tuning_job(
     should_stop: Callable[[], bool],
     on_progress: Callable[[TuneProgress], None],
     latency: LatencySource | None = None,
+    num_threads: int = 1,
 ) -> TuneOutcome:
     from storage.db import make_engine, session_scope, upgrade_database
     from storage.tuning import TuningStatus, finish_tuning_run, start_tuning_run
@@ -168,7 +172,7 @@ def run_tuning_job(
         )
     upgrade_database(database_url)  # ours first: Optuna then leaves alembic_version alone
     trace = _load_trace(database_url, request.trace_id)
-    setup = prepare(request, trace, _resolved(database_url, request.model, latency))
+    setup = prepare(request, trace, _resolved(database_url, request.model, latency, num_threads))
     engine = make_engine(database_url)
     try:
         with session_scope(engine) as s:

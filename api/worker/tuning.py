@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from api.services.tuning import run_tuning_job
+from api.settings import get_settings
 from api.worker.context import JobContext, JobFailed
 from optimizer.search import TuneOutcome, TuneRequest, TuneRequestError
 
@@ -38,6 +39,7 @@ def run_tuning(ctx: JobContext) -> TuneOutcome:
             study_name=ctx.study_name,
             should_stop=ctx.should_stop,
             on_progress=ctx.report,
+            num_threads=get_settings().native_threads,
         )
     except LookupError as exc:  # the trace was deleted since the job was queued
         raise JobFailed(str(exc)) from exc

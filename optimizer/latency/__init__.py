@@ -5,7 +5,7 @@ Public entry points: `fit_latency_model` (scikit-learn, offline) ->
 (an estimate from an accelerator's spec alone).
 """
 
-from optimizer.latency.base import LatencySource, StepLatency, StepLoad
+from optimizer.latency.base import LatencySource, StepLatency, StepLoad, TableReach
 from optimizer.latency.catalog import (
     LatencyCatalog,
     build_catalog,
@@ -27,6 +27,7 @@ __all__ = [
     "RooflineOptions",
     "StepLatency",
     "StepLoad",
+    "TableReach",
     "build_catalog",
     "compile_learned",
     "compile_roofline",

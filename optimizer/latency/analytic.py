@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from optimizer.latency.base import StepLatency, StepLoad
+from optimizer.latency.base import StepLatency, StepLoad, TableReach
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,9 @@ class SingleLatencySource:
 
     latency: StepLatency
 
-    def for_instance(self, accelerator: str, tp: int) -> StepLatency:
+    def for_instance(
+        self, accelerator: str, tp: int, reach: TableReach | None = None
+    ) -> StepLatency:
         return self.latency
 
 
@@ -74,7 +76,9 @@ class MappingLatencySource:
 
     latencies: tuple[tuple[str, int, StepLatency], ...]
 
-    def for_instance(self, accelerator: str, tp: int) -> StepLatency:
+    def for_instance(
+        self, accelerator: str, tp: int, reach: TableReach | None = None
+    ) -> StepLatency:
         for acc, t, latency in self.latencies:
             if acc == accelerator.lower() and t == tp:
                 return latency

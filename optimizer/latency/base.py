@@ -12,7 +12,7 @@ a process pool (implementations must be picklable).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Protocol
 
 
@@ -53,9 +53,27 @@ class StepLatency(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class TableReach:
+    """The largest loads a run can put on a table (each >= 1)."""
+
+    max_tokens: int  # query tokens in one step (the token budget bounds it)
+    max_batch: int  # sequences decoding in one step (max_num_seqs bounds it)
+    max_q: int  # tokens of one prefill chunk
+    max_kv: int  # KV length of one sequence (its prompt + output, + speculative slots)
+
+    def union(self, other: TableReach) -> TableReach:
+        return TableReach(*(max(getattr(self, f.name), getattr(other, f.name))
+                            for f in fields(self)))  # fmt: skip
+
+
 class LatencySource(Protocol):
     """Hands out the latency model for one role's accelerator and TP degree."""
 
-    def for_instance(self, accelerator: str, tp: int) -> StepLatency:
-        """Raise `LookupError` with a clear message when none is available."""
+    def for_instance(
+        self, accelerator: str, tp: int, reach: TableReach | None = None
+    ) -> StepLatency:
+        """Raise `LookupError` with a clear message when none is available. `reach`
+        bounds the loads the caller will price (a compiled source may tabulate only
+        that much; loads beyond it are still priced, by extrapolation)."""
         ...

@@ -113,16 +113,19 @@ def evaluate_holdout(
     progress: EvalProgress | None = None,
 ) -> tuple[HoldoutMetric, ...]:
     """Per operator and split, the hold-out error of models fitted like the real one."""
+    from threadpoolctl import threadpool_limits
+
     options = options or FitOptions()
     holdout = holdout or HoldoutOptions()
     metrics: list[HoldoutMetric] = []
-    for op, (batch, t) in group_samples(samples).items():
-        for split, mask in holdout_masks(batch, holdout).items():
-            errors = _split_error(batch, t, mask, options)
-            if errors is not None:
-                metrics.append(_metric(op, split, errors))
-            if progress is not None:
-                progress(op, split)
+    with threadpool_limits(limits=options.num_threads):  # predictions too, not only fits
+        for op, (batch, t) in group_samples(samples).items():
+            for split, mask in holdout_masks(batch, holdout).items():
+                errors = _split_error(batch, t, mask, options)
+                if errors is not None:
+                    metrics.append(_metric(op, split, errors))
+                if progress is not None:
+                    progress(op, split)
     return tuple(metrics)
 
 

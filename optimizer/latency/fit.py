@@ -32,18 +32,23 @@ def fit_latency_model(
     """Fit one model per operator present in `samples` (operators with too few samples
     or without latency features are skipped), then the per-iteration overhead when
     there are MIXED_ITERATION samples (of `shape`, else of the preset they name)."""
+    from threadpoolctl import threadpool_limits
+
     options = options or FitOptions()
-    ops = {
-        op: fit_op_model(batch, t, options, models_of(samples, op))
-        for op, (batch, t) in group_samples(samples).items()
-        if len(batch) >= MIN_SAMPLES
-    }
-    if not ops:
-        raise LatencyModelError(
-            f"{accelerator}: no operator has {MIN_SAMPLES}+ samples of a modelled kind"
-        )
-    model = LatencyModel(accelerator, source, ops)
-    mixed = [s for s in samples if s.op is OpKind.MIXED_ITERATION]
-    if not mixed:
-        return model
-    return fit_mixed_overhead(model, mixed, shape)
+    # Fits and the predictions of the composition fit run under `options.num_threads`
+    # native threads (results are identical for any number).
+    with threadpool_limits(limits=options.num_threads):
+        ops = {
+            op: fit_op_model(batch, t, options, models_of(samples, op))
+            for op, (batch, t) in group_samples(samples).items()
+            if len(batch) >= MIN_SAMPLES
+        }
+        if not ops:
+            raise LatencyModelError(
+                f"{accelerator}: no operator has {MIN_SAMPLES}+ samples of a modelled kind"
+            )
+        model = LatencyModel(accelerator, source, ops)
+        mixed = [s for s in samples if s.op is OpKind.MIXED_ITERATION]
+        if not mixed:
+            return model
+        return fit_mixed_overhead(model, mixed, shape)

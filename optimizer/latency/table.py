@@ -14,16 +14,26 @@ costs less). Beyond a grid's end a table continues linearly in the size (the phy
 every operator there: compute- or bandwidth-bound). Pricing one step is a few
 list lookups and multiplications (microseconds, no numpy, no scikit-learn);
 `step_times_s` prices arrays of steps with numpy (millions per second).
+
+A run compiles only what it can reach (`TableReach`: the most tokens in a step,
+sequences decoding, tokens in a chunk, KV length of a request): `TableGrid.covering`
+picks a grid up to the next power of two of each bound (so a few tiers serve every
+run), a prefix of the full grid. Every table point inside it, the running maxima
+included, equals the full grid's, so a run's steps cost exactly what they cost on
+the full grid. `table_to_bytes` / `table_from_bytes` store a compiled table
+(NumPy's format, no pickle).
 """
 
 from __future__ import annotations
 
+import io
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from optimizer.latency.base import StepLoad
+from optimizer.latency.base import StepLoad, TableReach
 from optimizer.latency.compose import Pricing
 
 TOKEN_STEP = 8
@@ -37,6 +47,42 @@ class TableGrid:
     max_log2_q: int = 15  # prefill chunk up to 32768
     max_log2_kv: int = 20  # KV length up to 1M tokens
     max_verify_q: int = 8  # decode_q (K+1) tabulated up to this; beyond, scaled linearly
+
+    @classmethod
+    def covering(cls, reach: TableReach) -> TableGrid:
+        """The smallest tier of the full grid that holds `reach` (capped at the full grid;
+        beyond it tables extrapolate, as on the full grid)."""
+        full = cls()
+        tokens = 1 << max(11, math.ceil(math.log2(max(reach.max_tokens, 1))))
+        return cls(
+            max_tokens=min(full.max_tokens, tokens),
+            points_per_octave=full.points_per_octave,
+            max_log2_batch=_log2_levels(reach.max_batch, 6, full.max_log2_batch),
+            max_log2_q=_log2_levels(reach.max_q, 11, full.max_log2_q),
+            max_log2_kv=_log2_levels(reach.max_kv, 12, full.max_log2_kv),
+            max_verify_q=full.max_verify_q,
+        )
+
+    def covers(self, reach: TableReach) -> bool:
+        return self == TableGrid.covering(reach).union(self)
+
+    def union(self, other: TableGrid) -> TableGrid:
+        return TableGrid(*(max(getattr(self, f.name), getattr(other, f.name))
+                           for f in fields(self)))  # fmt: skip
+
+    @property
+    def tier(self) -> str:
+        """A short name of the grid, for cache keys."""
+        return (
+            f"t{self.max_tokens}-b{self.max_log2_batch}-q{self.max_log2_q}"
+            f"-kv{self.max_log2_kv}-p{self.points_per_octave}-v{self.max_verify_q}"
+        )
+
+
+def _log2_levels(value: int, floor: int, cap: int) -> int:
+    """Octaves of a log grid whose last point lies strictly beyond `value`: every value up
+    to it interpolates between the same two points as on the full grid."""
+    return min(cap, max(floor, math.ceil(math.log2(max(value, 1))) + 1))
 
 
 def _log_grid(max_log2: int, ppo: int) -> np.ndarray:
@@ -62,6 +108,7 @@ class CompiledStepLatency:
     n_kv: int
     n_q: int
     n_b: int
+    grid: TableGrid = TableGrid()
 
     # -- scalar path ---------------------------------------------------------------
     def _tokens(self, table: list[float], n: int) -> float:
@@ -74,35 +121,33 @@ class CompiledStepLatency:
         return table[last] + slope * (n - last * TOKEN_STEP)
 
     def _bilinear(self, table: list[float], x: float, n_x: int, y: float) -> float:
-        ppo, n_y = self.ppo, self.n_kv
-        scale = 1.0
-        u = math.log2(x) * ppo if x > 1.0 else 0.0
-        if u >= n_x - 1:
-            scale *= x / 2.0 ** ((n_x - 1) / ppo)
-            u = n_x - 1.000001
-        v = math.log2(y) * ppo if y > 1.0 else 0.0
-        if v >= n_y - 1:
-            scale *= y / 2.0 ** ((n_y - 1) / ppo)
-            v = n_y - 1.000001
-        i, j = int(u), int(v)
-        fu, fv = u - i, v - j
-        r0, r1 = i * n_y + j, (i + 1) * n_y + j
-        lo = table[r0] + fv * (table[r0 + 1] - table[r0])
-        hi = table[r1] + fv * (table[r1 + 1] - table[r1])
-        return scale * (lo + fu * (hi - lo))
+        return _interpolate(table, x, n_x, y, self.ppo, self.n_kv)
 
     def step_time_s(self, load: StepLoad) -> float:
-        ms = self._tokens(self.dense_ms, load.num_tokens)
-        if load.num_logits > 0:
-            ms += self._tokens(self.lm_head_ms, load.num_logits)
-        for q, kv in zip(load.prefill_q, load.prefill_kv, strict=True):
-            ms += self._bilinear(self.prefill_ms, q, self.n_q, kv if kv > q else q)
-        if load.num_decode_seqs > 0:
-            b = load.num_decode_seqs
-            qd = min(load.decode_q, len(self.decode_ms))
-            extra = load.decode_q / qd
-            ms += extra * self._bilinear(
-                self.decode_ms[qd - 1], b, self.n_b, load.decode_kv_tokens / b
+        # The simulator's hottest call: tables and sizes are read into locals once, the
+        # common in-range token lookups are inlined (`_tokens` handles the tail).
+        dense = self.dense_ms
+        n = load.num_tokens
+        j = (n + TOKEN_STEP - 1) // TOKEN_STEP
+        ms = dense[j] if j < len(dense) else self._tokens(dense, n)
+        m = load.num_logits
+        if m > 0:
+            head = self.lm_head_ms
+            j = (m + TOKEN_STEP - 1) // TOKEN_STEP
+            ms += head[j] if j < len(head) else self._tokens(head, m)
+        prefill_q = load.prefill_q
+        if prefill_q:
+            ppo, n_kv, n_q, table = self.ppo, self.n_kv, self.n_q, self.prefill_ms
+            for q, kv in zip(prefill_q, load.prefill_kv, strict=True):
+                ms += _interpolate(table, q, n_q, kv if kv > q else q, ppo, n_kv)
+        b = load.num_decode_seqs
+        if b > 0:
+            decode = self.decode_ms
+            dq = load.decode_q
+            qd = dq if dq < len(decode) else len(decode)
+            extra = dq / qd
+            ms += extra * _interpolate(
+                decode[qd - 1], b, self.n_b, load.decode_kv_tokens / b, self.ppo, self.n_kv
             )
         return self.overhead_s + ms * 1e-3
 
@@ -156,6 +201,29 @@ class CompiledStepLatency:
         dec = self._bilinear_np(np.asarray(self.decode_ms[qd - 1]), b, self.n_b, kv_mean)
         ms += np.where(b > 0, dec * (decode_q / qd), 0.0)
         return self.overhead_s + ms * 1e-3
+
+
+_log2 = math.log2
+
+
+def _interpolate(table: list[float], x: float, n_x: int, y: float, ppo: int, n_y: int) -> float:
+    """Bilinear interpolation of a flat `n_x` x `n_y` log2 grid with `ppo` points per
+    octave at (x, y); beyond the grid's last point, linear in the size."""
+    scale = 1.0
+    u = _log2(x) * ppo if x > 1.0 else 0.0
+    if u >= n_x - 1:
+        scale *= x / 2.0 ** ((n_x - 1) / ppo)
+        u = n_x - 1.000001
+    v = _log2(y) * ppo if y > 1.0 else 0.0
+    if v >= n_y - 1:
+        scale *= y / 2.0 ** ((n_y - 1) / ppo)
+        v = n_y - 1.000001
+    i, j = int(u), int(v)
+    fu, fv = u - i, v - j
+    r0, r1 = i * n_y + j, (i + 1) * n_y + j
+    lo = table[r0] + fv * (table[r0 + 1] - table[r0])
+    hi = table[r1] + fv * (table[r1 + 1] - table[r1])
+    return scale * (lo + fu * (hi - lo))
 
 
 def _monotone(values: np.ndarray, rows: int | None = None) -> list[float]:
@@ -214,4 +282,60 @@ def compile_step_latency(
         n_kv=kv_axis.shape[0],
         n_q=q_axis.shape[0],
         n_b=n_b,
+        grid=grid,
+    )
+
+
+_TABLES = ("dense_ms", "lm_head_ms", "prefill_ms")
+TABLE_FORMAT = 1  # of table_to_bytes; also part of cache keys (bump when compilation changes)
+
+
+def table_to_bytes(table: CompiledStepLatency) -> bytes:
+    """A compiled table as one .npz document (float64 arrays + JSON metadata)."""
+    meta = {
+        "format": TABLE_FORMAT,
+        "shape_name": table.shape_name,
+        "accelerator": table.accelerator,
+        "tp": table.tp,
+        "is_estimate": table.is_estimate,
+        "label": table.label,
+        "estimated_ops": list(table.estimated_ops),
+        "overhead_s": table.overhead_s,
+        "ppo": table.ppo,
+        "n_kv": table.n_kv,
+        "n_q": table.n_q,
+        "n_b": table.n_b,
+        "grid": asdict(table.grid),
+    }
+    arrays = {name: np.asarray(getattr(table, name), dtype=np.float64) for name in _TABLES}
+    arrays["decode_ms"] = np.asarray(table.decode_ms, dtype=np.float64)
+    buf = io.BytesIO()
+    np.savez(buf, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+    return buf.getvalue()
+
+
+def table_from_bytes(data: bytes) -> CompiledStepLatency:
+    """Inverse of `table_to_bytes`; ValueError when the document is not one."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            meta = json.loads(npz["meta"].tobytes().decode())
+            arrays = {name: npz[name].tolist() for name in (*_TABLES, "decode_ms")}
+    except (OSError, KeyError, ValueError) as exc:
+        raise ValueError(f"not a compiled latency table: {exc}") from exc
+    if meta.get("format") != TABLE_FORMAT:
+        raise ValueError(f"compiled table format {meta.get('format')!r}, expected {TABLE_FORMAT}")
+    return CompiledStepLatency(
+        shape_name=meta["shape_name"],
+        accelerator=meta["accelerator"],
+        tp=meta["tp"],
+        is_estimate=meta["is_estimate"],
+        label=meta["label"],
+        estimated_ops=tuple(meta["estimated_ops"]),
+        overhead_s=meta["overhead_s"],
+        ppo=meta["ppo"],
+        n_kv=meta["n_kv"],
+        n_q=meta["n_q"],
+        n_b=meta["n_b"],
+        grid=TableGrid(**meta["grid"]),
+        **arrays,
     )

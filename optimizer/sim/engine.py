@@ -267,8 +267,9 @@ def simulate(
         hashes = hashes_as_lists(workload.prefix_hashes)
         block_tokens = workload.prefix_block_tokens
     clamped = [0]
+    longest = int((workload.input_tokens + workload.output_tokens).max())
     fleet = build_fleet(
-        config, latency, draft_latency, log, seed=seed, hashes=hashes,
+        config, latency, draft_latency, log, seed=seed, longest_request=longest, hashes=hashes,
         block_tokens=block_tokens, force_general=force_general, clamped=clamped,
     )  # fmt: skip
     loop = _EventLoop(workload, config, fleet, log, check_invariants)

@@ -18,8 +18,8 @@ from random import Random
 import numpy as np
 
 from optimizer.config import Role, RolePlan, RoutingPolicy, ServingConfig
-from optimizer.latency.base import LatencySource, StepLatency, StepLoad
-from optimizer.sim.floor import check_decode_floor
+from optimizer.latency.base import LatencySource, StepLatency, StepLoad, TableReach
+from optimizer.sim.floor import PROBE_KV_LENGTHS, check_decode_floor
 from optimizer.sim.kv_cache import PrefixCache
 from optimizer.sim.metrics import RunLog
 from optimizer.sim.schedule_fast import AggregateDecodeScheduler
@@ -112,6 +112,17 @@ def request_limit(config: ServingConfig, plan: RolePlan) -> int:
     return limit
 
 
+def role_reach(config: ServingConfig, plan: RolePlan, longest_request: int) -> TableReach:
+    """The largest loads `plan`'s instances can price: steps within the token budget and
+    the batch limit; sequences no longer than the longest request they admit (plus the
+    speculative slots, and at least the decode-floor probes' KV lengths)."""
+    inst = plan.instance
+    kv = min(longest_request, request_limit(config, plan))
+    kv += config.speculation.num_speculative_tokens
+    budget = inst.max_num_batched_tokens
+    return TableReach(budget, inst.max_num_seqs, budget, max(kv, *PROBE_KV_LENGTHS))
+
+
 def max_request_tokens(config: ServingConfig) -> int:
     """The most prompt + output tokens one request may have on `config` (longer ones
     are rejected, as vLLM rejects them)."""
@@ -141,6 +152,7 @@ def build_fleet(
     log: RunLog,
     *,
     seed: int,
+    longest_request: int,
     hashes: list[list[int]] | None,
     block_tokens: int,
     force_general: bool,
@@ -156,11 +168,12 @@ def build_fleet(
         icfg = plan.instance
         acc = icfg.resolve_accelerator()
         speculate = spec.enabled and plan.role is not Role.PREFILL
+        reach = role_reach(config, plan, longest_request)
         try:
-            target = latency.for_instance(icfg.accelerator, icfg.tp)
+            target = latency.for_instance(icfg.accelerator, icfg.tp, reach)
             draft = None
             if speculate and draft_latency is not None:
-                draft = draft_latency.for_instance(icfg.accelerator, icfg.tp)
+                draft = draft_latency.for_instance(icfg.accelerator, icfg.tp, reach)
         except LookupError as exc:
             raise SimulationError(f"{plan.role} instances: {exc}") from exc
         floor_s = check_decode_floor(target, shape, acc, icfg.tp)

@@ -133,11 +133,16 @@ class AggregateDecodeScheduler(BaseScheduler):
             self.step_nseqs = n_dec
             self.step_kv_q1 = kv
             return StepLoad(n_dec, n_dec, (), (), n_dec, kv, 1)
-        pq = tuple(c for _, c, _ in chunks)
-        pkv = tuple(r.num_computed + c for r, c, _ in chunks)
+        if len(chunks) == 1:  # the common case: one prompt chunk
+            r, c, _ = chunks[0]
+            pq, pkv, tokens = (c,), (r.num_computed + c,), c
+        else:
+            pq = tuple([c for _, c, _ in chunks])
+            pkv = tuple([r.num_computed + c for r, c, _ in chunks])
+            tokens = sum(pq)
         self.step_nseqs = n_dec + len(chunks)
         self.step_kv_q1 = kv
-        return StepLoad(n_dec + sum(pq), self.step_nseqs, pq, pkv, n_dec, kv, 1)
+        return StepLoad(n_dec + tokens, self.step_nseqs, pq, pkv, n_dec, kv, 1)
 
     # ------------------------------------------------------------------ completion
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from optimizer.config import ServingConfig
-from optimizer.latency.base import LatencySource, StepLatency, StepLoad
+from optimizer.latency.base import LatencySource, StepLatency, StepLoad, TableReach
 from optimizer.sim import SLO, DecodeFloorError, simulate
 from optimizer.validation.compare import Comparison, RequestOutcomes, ValidationError, compare
 from optimizer.workload import Workload
@@ -113,8 +113,10 @@ class CalibratedSource:
     calibrations: dict[tuple[str, int], Calibration] = field(default_factory=dict)
     default: Calibration | None = None
 
-    def for_instance(self, accelerator: str, tp: int) -> StepLatency:
-        step = self.base.for_instance(accelerator, tp)
+    def for_instance(
+        self, accelerator: str, tp: int, reach: TableReach | None = None
+    ) -> StepLatency:
+        step = self.base.for_instance(accelerator, tp, reach)
         cal = self.calibrations.get((accelerator.lower(), tp), self.default)
         if cal is None or cal.is_identity:
             return step

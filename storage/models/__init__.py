@@ -1,7 +1,7 @@
 """ORM tables, one module per concept. Rows never leave `storage/`."""
 
 from storage.models.base import Base
-from storage.models.latency_models import LatencyModelRow
+from storage.models.latency_models import LatencyModelRow, LatencyTableRow
 from storage.models.profiles import KernelSampleRow, ProfileRunRow
 from storage.models.service import ApiKeyRow, JobRow, RecommendationRow, ScheduleRow
 from storage.models.traces import TraceRequestRow, TraceRow
@@ -15,6 +15,7 @@ __all__ = [
     "JobRow",
     "KernelSampleRow",
     "LatencyModelRow",
+    "LatencyTableRow",
     "ObservationRow",
     "ProfileRunRow",
     "RecommendationRow",

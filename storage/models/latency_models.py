@@ -34,4 +34,21 @@ class LatencyModelRow(Base):
     metrics: Mapped[dict] = mapped_column(JSON)  # hold-out metrics with schema_version
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     schema_version: Mapped[int] = mapped_column(Integer)  # of the payload
+    # Megabytes: loaded only when asked for (load_latency_payload), never by listings.
+    payload: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
+
+
+class LatencyTableRow(Base):
+    """A compiled step-latency table (opaque bytes), cached by key."""
+
+    __tablename__ = "latency_tables"
+    __table_args__ = (UniqueConstraint("key", name="uq_latency_tables_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(400))
+    latency_model_id: Mapped[int | None] = mapped_column(
+        ForeignKey("latency_models.id", ondelete="CASCADE"), nullable=True, index=True
+    )
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    num_bytes: Mapped[int] = mapped_column(Integer)
     payload: Mapped[bytes] = mapped_column(LargeBinary)

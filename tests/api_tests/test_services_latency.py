@@ -30,8 +30,9 @@ def test_empty_database_gives_the_labelled_roofline(engine) -> None:
 
 def test_stored_calibration_is_applied_to_later_runs(engine) -> None:
     with session_scope(engine) as s:
-        plain = resolve_latency(s, "llama-3.1-8b").source.for_instance("h100", 1)
-        base_s = plain.step_time_s(DECODE)
+        plain = resolve_latency(s, "llama-3.1-8b").source
+    base_s = plain.for_instance("h100", 1).step_time_s(DECODE)  # compiled after the session
+    with session_scope(engine) as s:
         # A roofline calibration (no latency model id) for h100 at TP 1 only.
         save_calibration(
             s, shape_name="llama-3.1-8b", accelerator="h100", tp=1, overhead_s=0.002,
@@ -57,3 +58,32 @@ def test_stored_calibration_is_applied_to_later_runs(engine) -> None:
 def test_unknown_latency_model_id_is_a_lookup_error(engine) -> None:
     with session_scope(engine) as s, pytest.raises(LookupError, match="latency model id 99"):
         resolve_latency(s, "llama-3.1-8b", latency_model_ids=(99,))
+
+
+def test_tables_compile_outside_the_callers_transaction_and_are_kept(engine, monkeypatch) -> None:
+    """Resolving reads only which models exist; the first run compiles a table (no session
+    held), the next process reads it back from the database instead of compiling."""
+    from api.services.latency import DatabaseTableStore
+    from optimizer.latency import TableReach
+    from storage.latency_tables import count_tables
+
+    reach = TableReach(2048, 64, 2048, 8192)
+    with session_scope(engine) as s:
+        first = resolve_latency(s, "llama-3.1-8b").source
+    assert count_tables(engine) == (0, 0)
+    a = first.for_instance("h100", 1, reach)
+    n, size = count_tables(engine)
+    assert n == 1 and size > 10_000
+    with session_scope(engine) as s:
+        second = resolve_latency(s, "llama-3.1-8b").source
+
+    # The second catalog finds the stored table: the same prices, nothing compiled.
+    from optimizer.latency import catalog
+
+    def refuse(*_a, **_k):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(catalog, "compile_roofline", refuse)
+    b = second.for_instance("h100", 1, reach)
+    assert b == a and count_tables(engine)[0] == 1
+    assert isinstance(second.store, DatabaseTableStore)

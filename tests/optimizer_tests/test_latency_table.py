@@ -190,3 +190,72 @@ def test_fit_composition_recovers_overhead_and_operator_scale() -> None:
         fit_composition(pricing, loads, list(composed[:2]))
     with pytest.raises(ValueError, match="overhead_s"):
         compile_step_latency(pricing, -1.0, label="x", is_estimate=True)
+
+
+def test_a_run_prices_its_reach_exactly_as_the_full_grid(learned) -> None:
+    """Compiling only what a run can reach changes no price inside the reach: the tier is a
+    prefix of the full grid (running maxima included), and the reach lies strictly inside."""
+    from optimizer.latency import TableReach
+    from optimizer.latency.catalog import LatencyCatalog
+    from optimizer.latency.table import TableGrid
+
+    reach = TableReach(max_tokens=2048, max_batch=200, max_q=2048, max_kv=14_000)
+    narrow = LatencyCatalog(SHAPE, learned.models).for_instance("h100", 2, reach)
+    full = learned.for_instance("h100", 2)
+    assert narrow.grid == TableGrid.covering(reach) and narrow.grid != full.grid
+    assert len(narrow.dense_ms) < len(full.dense_ms) / 10
+    rng = np.random.default_rng(5)
+    loads = [ld for ld in _random_loads(rng, 600) if ld.num_tokens <= reach.max_tokens]
+    assert len(loads) > 300
+    loads += [StepLoad(2048, 200, (1848,), (14_000,), 200, 200 * 14_000)]  # the corners
+    for load in loads:
+        assert narrow.step_time_s(load) == full.step_time_s(load)
+
+
+def test_the_catalog_grows_a_table_for_a_larger_reach_and_stores_tables() -> None:
+    from optimizer.latency import TableReach
+    from optimizer.latency.catalog import LatencyCatalog, LoadedModel
+    from optimizer.latency.table import table_from_bytes, table_to_bytes
+
+    class Store:
+        def __init__(self) -> None:
+            self.tables: dict[str, bytes] = {}
+
+        def get(self, key):
+            data = self.tables.get(key)
+            return None if data is None else table_from_bytes(data)
+
+        def put(self, key, table, model_key):
+            assert model_key in ("latency-model-7", "")
+            self.tables[key] = table_to_bytes(table)
+
+    loads = []
+
+    class CountingRef:
+        accelerator = "h100"
+        cache_key = "latency-model-7"
+
+        def load(self):
+            loads.append(1)
+            return _MODEL
+
+    store = Store()
+    small, large = TableReach(512, 16, 512, 4000), TableReach(8192, 256, 8192, 30_000)
+    cat = LatencyCatalog(SHAPE, {"h100": CountingRef()}, store=store)
+    a = cat.for_instance("h100", 1, small)
+    assert cat.for_instance("h100", 1, small) is a and len(loads) == 1
+    b = cat.for_instance("h100", 1, large)
+    assert b.grid.max_tokens == 8192 and cat.for_instance("h100", 1, small) is b
+    assert len(store.tables) == 2 and all("latency-model-7" in k for k in store.tables)
+    # Another process: the stored tables, no model load, the same prices.
+    again = LatencyCatalog(SHAPE, {"h100": CountingRef()}, store=store)
+    c = again.for_instance("h100", 1, large)
+    assert len(loads) == 1 and c == b
+    # An in-memory model has no identity to key by: compiled, not stored; the roofline is.
+    LatencyCatalog(SHAPE, {"h100": LoadedModel(_MODEL)}, store=store).for_instance("h100", 4)
+    assert len(store.tables) == 2
+    LatencyCatalog(SHAPE, store=store).for_instance("a100", 1, small)
+    assert len(store.tables) == 3 and any("roofline" in k for k in store.tables)
+
+
+_MODEL = _gemm_model()

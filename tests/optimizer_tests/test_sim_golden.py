@@ -176,7 +176,7 @@ class _CheapPrefill:
     def step_time_s(self, load) -> float:
         return C if load.num_decode_seqs else 0.001
 
-    def for_instance(self, accelerator: str, tp: int):
+    def for_instance(self, accelerator: str, tp: int, reach=None):
         return self
 
 

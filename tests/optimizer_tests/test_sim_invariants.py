@@ -30,7 +30,7 @@ class CheckingSource:
     spec_k: int = 0
     loads: list[StepLoad] = field(default_factory=list)
 
-    def for_instance(self, accelerator: str, tp: int) -> CheckingSource:
+    def for_instance(self, accelerator: str, tp: int, reach=None) -> CheckingSource:
         return self
 
     @property
