@@ -139,7 +139,10 @@ def import_(
     path: Annotated[Path, typer.Argument(help="AIConfigurator GPU folder or Vidur CSV/folder")],
     format: Annotated[ImportFormat, typer.Option("--format", help="source format")],
     gpu: Annotated[
-        str | None, typer.Option(help="accelerator name when the path does not say it")
+        str | None,
+        typer.Option(
+            help="accelerator of the files whose path names none (h100_sxm/, a100_dgx/ ...)"
+        ),
     ] = None,
     name: Annotated[str | None, typer.Option(help="name to store (default: source:path)")] = None,
 ) -> None:

@@ -24,8 +24,9 @@ from profiler.importers._common import ImportedProfile, ImportFormat, ProfileImp
 def import_profile(path: Path, fmt: ImportFormat, gpu: str | None = None) -> ImportedProfile:
     """Read public measurements at `path` in format `fmt`.
 
-    `gpu` names the accelerator when it cannot be inferred from the path (or to
-    override the inferred name). Raises `ProfileImportError` on bad input.
+    `gpu` names the accelerator of files whose path names none (a path part such as
+    `h100_sxm` or `a100_dgx` always wins); files of several accelerators in one import
+    are refused. Raises `ProfileImportError` on bad input.
     """
     path = Path(path)
     if not path.exists():

@@ -53,19 +53,28 @@ def read_csv(path: Path) -> pl.DataFrame:
         raise ProfileImportError(f"{path}: cannot read CSV file: {exc}") from exc
 
 
-def accelerator_name(candidates: Iterable[str], gpu: str | None, where: Path) -> str:
-    """The preset name for `gpu` if given, else for the first path part naming a preset."""
-    if gpu is not None:
-        try:
-            return get_accelerator(gpu).name
-        except HardwareError as exc:
-            raise ProfileImportError(f"{where}: --gpu {gpu!r}: {exc}") from exc
-    for part in candidates:
+def path_accelerator(parts: Iterable[str]) -> str | None:
+    """The accelerator preset the first path part naming one names (`h100`, `a100_dgx`)."""
+    for part in parts:
         for key in (part, part.split("_")[0]):
             try:
                 return get_accelerator(key).name
             except HardwareError:
                 continue
+    return None
+
+
+def accelerator_name(candidates: Iterable[str], gpu: str | None, where: Path) -> str:
+    """The preset a file's path names; else `gpu` (which applies only to paths naming
+    none); else ProfileImportError."""
+    named = path_accelerator(candidates)
+    if named is not None:
+        return named
+    if gpu is not None:
+        try:
+            return get_accelerator(gpu).name
+        except HardwareError as exc:
+            raise ProfileImportError(f"{where}: --gpu {gpu!r}: {exc}") from exc
     raise ProfileImportError(
         f"{where}: cannot infer the accelerator from the path; pass gpu= (e.g. 'h100')"
     )

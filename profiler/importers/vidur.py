@@ -177,11 +177,16 @@ def _files(path: Path) -> list[Path]:
 def import_vidur(path: Path, gpu: str | None = None) -> ImportedProfile:
     """Import one Vidur CSV or every Vidur CSV under a folder (all for one accelerator)."""
     files = _files(path)
-    accelerators = {accelerator_name(f.parts[::-1], gpu, f) for f in files}
+    of_file = {f: accelerator_name(f.parts[::-1], gpu, f) for f in files}
+    accelerators = set(of_file.values())
     if len(accelerators) > 1:
+        groups = "; ".join(
+            f"{acc}: " + ", ".join(str(f) for f in files if of_file[f] == acc)
+            for acc in sorted(accelerators)
+        )
         raise ProfileImportError(
-            f"{path}: files for several accelerators {sorted(accelerators)}; "
-            "import one accelerator's folder at a time"
+            f"{path}: files of several accelerators ({groups}); import one accelerator's "
+            "files at a time (--gpu names the accelerator only of files whose path names none)"
         )
     samples: list[KernelSample] = []
     for f in files:

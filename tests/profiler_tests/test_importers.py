@@ -119,3 +119,27 @@ def test_importers_do_not_import_torch() -> None:
         "optimizer.latency\nassert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_gpu_names_only_files_whose_path_names_none(shared_data: Path, tmp_path: Path) -> None:
+    """`--gpu a100` on a folder holding h100 and a100 files used to store the H100 files as
+    a100; the path's own GPU wins, and mixing accelerators is refused, naming the files."""
+    import shutil
+
+    compute = shared_data / "profiles" / "vidur" / "compute"
+    with pytest.raises(ProfileImportError) as info:
+        import_profile(compute, ImportFormat.VIDUR, gpu="a100")
+    message = str(info.value)
+    assert "files of several accelerators" in message
+    assert "a100: " in message and "h100: " in message
+    assert str(compute / "h100" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv") in message
+    # A path naming its GPU keeps it, whatever --gpu says.
+    h100 = compute / "h100" / "meta-llama" / "Llama-2-7b-hf"
+    assert import_profile(h100, ImportFormat.VIDUR, gpu="a100").accelerator == "h100"
+    # A path naming none takes --gpu.
+    anon = tmp_path / "mine" / "meta-llama" / "Llama-2-7b-hf"
+    anon.mkdir(parents=True)
+    shutil.copy(h100 / "mlp.csv", anon / "mlp.csv")
+    assert import_profile(anon, ImportFormat.VIDUR, gpu="a100").accelerator == "a100"
+    with pytest.raises(ProfileImportError, match="cannot infer the accelerator"):
+        import_profile(anon, ImportFormat.VIDUR)
