@@ -259,3 +259,15 @@ def test_the_catalog_grows_a_table_for_a_larger_reach_and_stores_tables() -> Non
 
 
 _MODEL = _gemm_model()
+
+
+def test_native_thread_count_changes_no_table(learned) -> None:
+    """Compilation runs scikit-learn under a thread limit (SERVETUNE_NATIVE_THREADS);
+    the tables are the same for any limit."""
+    from optimizer.latency import TableReach
+    from optimizer.latency.catalog import LatencyCatalog
+
+    reach = TableReach(1024, 64, 1024, 8192)
+    one = LatencyCatalog(SHAPE, learned.models, num_threads=1).for_instance("h100", 1, reach)
+    two = LatencyCatalog(SHAPE, learned.models, num_threads=2).for_instance("h100", 1, reach)
+    assert one == two
