@@ -8,11 +8,17 @@ request ARRIVES (`arrive`: routed to a front instance), an instance's STEP ENDS
 transfer LANDS (`land_kv`: the prefill instance frees the KV, a decode instance
 takes the request over). One event per instance iteration, never per token.
 
-Disaggregated serving: a prefill instance runs prefill steps and emits the
-first token; the KV then crosses that instance's link (bytes / bandwidth +
-latency, transfers on one link serialised; bytes = the prefill GPU's KV shard,
-the TP shards moving in parallel over their own links) and the request queues
-for KV blocks on a decode instance chosen by the routing policy.
+Disaggregated serving, as vLLM's PD proxy deploys it: a prefill instance
+computes the prompt and keeps its KV; the request is routed at once to a decode
+instance (the routing policy), where it waits to be admitted like any request.
+Admission allocates its blocks there and pulls the KV across the prefill
+instance's link (bytes / bandwidth + latency, transfers on one link serialised;
+bytes = the prefill GPU's KV shard, the TP shards moving in parallel over their
+own links); when it lands, the prefill instance frees the KV, and the decode
+instance's next step recomputes the last prompt token and delivers the first
+token. So TTFT = prefill queueing + prefill + decode admission + transfer + one
+decode step, and a saturated decode side backpressures the prefill side, whose
+KV stays held.
 
 Requests a deployment cannot hold (prompt + output beyond `max_model_len`, the
 KV capacity, or the token budget when chunked prefill is off) are rejected as
@@ -175,34 +181,31 @@ class _EventLoop:
         done = inst.done
         if done:
             for r in done:
-                if r.stop_at < r.num_output:  # prefill done: ship the KV
-                    self._ship(inst, r, now)
+                if r.stop_at < r.num_output:  # prefill done: on to a decode instance
+                    self._hand_off(inst, r, now)
                 elif self.closed:
                     self._next_client(now)
             done.clear()
         self._start(inst, now)
 
-    def land_kv(self, now: float, payload: tuple[int, SimRequest]) -> None:
-        """The prefill instance frees the KV; a decode instance takes over."""
-        src, r = payload
-        prefill = self.instances[src]
+    def land_kv(self, now: float, r: SimRequest) -> None:
+        """A KV pull lands: the prefill instance frees it, the decode instance computes."""
+        prefill = self.instances[r.source]
         prefill.release_handoff(r)
-        if not prefill.busy and prefill.waiting:
+        if not prefill.busy and prefill.has_work():
             self._start(prefill, now)
-        r.stop_at = r.num_output
-        r.num_computed = r.num_prompt
-        dst = self.back_router.pick()
-        r.instance = dst.index
-        dst.outstanding += r.num_prompt + r.num_output
-        dst.waiting.append(r)
-        if not dst.busy:
-            self._start(dst, now)
+        decode = self.instances[r.instance]
+        decode.kv_landed(r)
+        if not decode.busy:
+            self._start(decode, now)
 
     # ------------------------------------------------------------------ helpers
 
     def _start(self, inst: BaseScheduler, now: float) -> None:
         """Plan and price `inst`'s next step (or mark it idle)."""
         load = inst.schedule(now)
+        if inst.pulls:
+            self._pull(inst, now)
         if load is None:
             inst.busy = False
             return
@@ -212,16 +215,30 @@ class _EventLoop:
         inst.step_start = now
         heappush(self.heap, (now + inst.price(load), next(self.seq), self.on_step_end, inst.index))
 
-    def _ship(self, inst: BaseScheduler, r: SimRequest, now: float) -> None:
-        """Queue `r`'s KV on its prefill instance's link (transfers there serialise)."""
-        src = inst.index
-        begin = self.link_free[src] if self.link_free[src] > now else now
-        cost = self.kv_bytes_per_token * r.num_prompt / self.link_bytes_per_s
-        cost += self.link_latency_s
-        self.link_free[src] = begin + cost
-        self.num_transfers += 1
-        self.transfer_s += cost
-        heappush(self.heap, (begin + cost, next(self.seq), self.on_kv, (src, r)))
+    def _hand_off(self, prefill: BaseScheduler, r: SimRequest, now: float) -> None:
+        """Route a prefilled request to a decode instance (its KV stays where it is)."""
+        dst = self.back_router.pick()
+        r.source = prefill.index
+        r.instance = dst.index
+        r.remote = True
+        dst.outstanding += r.num_prompt + r.num_output
+        dst.waiting.append(r)
+        if not dst.busy:
+            self._start(dst, now)
+
+    def _pull(self, decode: BaseScheduler, now: float) -> None:
+        """Transfers of the KV `decode` just admitted, each on its prefill instance's link
+        (transfers on one link serialise)."""
+        for r in decode.pulls:
+            src = r.source
+            begin = self.link_free[src] if self.link_free[src] > now else now
+            cost = self.kv_bytes_per_token * r.num_prompt / self.link_bytes_per_s
+            cost += self.link_latency_s
+            self.link_free[src] = begin + cost
+            self.num_transfers += 1
+            self.transfer_s += cost
+            heappush(self.heap, (begin + cost, next(self.seq), self.on_kv, r))
+        decode.pulls.clear()
 
     def _next_client(self, now: float) -> None:
         """Closed loop: a client whose request ended (or was rejected) sends its next."""

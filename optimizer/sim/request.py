@@ -7,8 +7,11 @@ KV is in the cache) catches up with them within each step's token budget. When
 it catches up, the step samples the next token. A decode step is simply a
 request one token behind.
 
-On a prefill instance of a disaggregated deployment `stop_at` is 1 (the
-request hands off after its first token); elsewhere it is `num_output`.
+On a prefill instance of a disaggregated deployment `stop_at` is 1: the request
+hands off after computing its prompt (the token it samples there goes nowhere, as
+with vLLM's PD proxy). It then waits on a decode instance (`remote`) until that
+instance admits it and pulls its KV; once the KV lands it recomputes its last
+prompt token there, and that step delivers the first token.
 
 While a non-speculative request decodes on the fast path, its progress is
 implicit (see `optimizer.sim.schedule_fast`): after joining the decode set at step `join_step`
@@ -36,7 +39,8 @@ class SimRequest:
     join_generated: int = 0
     finish_step: int = -1
     last_token_s: float = 0.0
-    fresh_join: bool = False  # joined decode from elsewhere: its next gap is not one step
+    remote: bool = False  # on a decode instance, its KV still on the prefill instance
+    source: int = -1  # the prefill instance holding its KV (PD)
     log_alpha: float = 0.0  # speculative acceptance: log(alpha) per drafted token
     instance: int = -1  # index of the instance it was routed to (current role)
 

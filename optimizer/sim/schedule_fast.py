@@ -20,7 +20,7 @@ from optimizer.sim.scheduler import BaseScheduler
 
 
 class AggregateDecodeScheduler(BaseScheduler):
-    __slots__ = ("behind", "decodes", "finish_at", "fresh", "kv_sum", "partial", "phase_count")
+    __slots__ = ("decodes", "finish_at", "kv_sum", "partial", "phase_count")
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
@@ -30,10 +30,6 @@ class AggregateDecodeScheduler(BaseScheduler):
         self.phase_count = [0] * bs  # decodes needing a new block at step S, by S % bs
         self.kv_sum = 0  # KV tokens the decode set attends to this step
         self.finish_at: dict[int, list[SimRequest]] = {}
-        self.fresh: list[SimRequest] = []  # joined from elsewhere: next gap is not one step
-        # (index of the next prefill chunk, decode) for decodes that joined this step
-        # after a prefill chunk had been scheduled
-        self.behind: list[tuple[int, SimRequest]] = []
 
     @property
     def num_running(self) -> int:
@@ -41,9 +37,6 @@ class AggregateDecodeScheduler(BaseScheduler):
 
     def _num_admitted(self) -> int:
         return self.num_running + len(self.chunks)
-
-    def _decode_tokens(self, budget: int) -> int:
-        return 1
 
     # ------------------------------------------------------------------ preemption
 
@@ -97,12 +90,6 @@ class AggregateDecodeScheduler(BaseScheduler):
                 budget -= chunk
         return budget, preempted
 
-    def _admit_decode(self, r: SimRequest, num_new: int) -> None:
-        self._join_decodes(r, self.step_no)
-        self.fresh.append(r)
-        if self.chunks:  # admitted after a prefill chunk that joins at completion
-            self.behind.append((len(self.chunks), r))
-
     def _admit_prefill(self, r: SimRequest) -> None:
         pass  # tracked in `chunks` until it completes
 
@@ -150,14 +137,6 @@ class AggregateDecodeScheduler(BaseScheduler):
         step = self.step_no
         decodes = self.decodes
         n_dec = len(decodes)
-        n_itl = n_dec
-        if self.fresh:
-            gaps = self.log.itl_gaps
-            for r in self.fresh:
-                gaps.append(t - r.last_token_s)
-                r.fresh_join = False
-            n_itl -= len(self.fresh)
-            self.fresh.clear()
         finished = self.finish_at.pop(step, None)
         if finished:
             bs = self.pool.block_size
@@ -176,15 +155,9 @@ class AggregateDecodeScheduler(BaseScheduler):
                 self._finish(r, t)
         self.kv_sum += len(decodes)
         self.log.tokens_emitted += n_dec
-        # Admission order decides who is preempted first (the most recently admitted,
-        # as vLLM's running list), so a decode admitted after a prefill chunk moves
-        # behind the decode that chunk turns into, here, in admission order.
-        behind = self.behind
-        j = 0
-        for i, (r, chunk, _) in enumerate(self.chunks):
-            while j < len(behind) and behind[j][0] == i:
-                self._move_back(behind[j][1])
-                j += 1
+        # Chunks join the decode set in admission order (preemption takes the most
+        # recently admitted first, as vLLM's running list).
+        for r, chunk, _ in self.chunks:
             r.num_computed += chunk
             if r.num_computed == r.num_prompt + r.num_generated:
                 self._sample_caught_up(r, t)
@@ -194,16 +167,7 @@ class AggregateDecodeScheduler(BaseScheduler):
                     self._finish(r, t)
             else:
                 self.partial = r
-        if behind:
-            for _, r in behind[j:]:
-                self._move_back(r)
-            behind.clear()
-        return n_dec, n_itl
-
-    def _move_back(self, r: SimRequest) -> None:
-        """Move a decode to the end of the admission order (if still decoding)."""
-        if r.join_step >= 0:
-            self.decodes[r.rid] = self.decodes.pop(r.rid)
+        return n_dec, n_dec
 
     def _held_blocks(self) -> int:
         bs, step = self.pool.block_size, self.step_no

@@ -31,9 +31,6 @@ class PerRequestScheduler(BaseScheduler):
     def _num_admitted(self) -> int:
         return len(self.running)
 
-    def _decode_tokens(self, budget: int) -> int:
-        return min(1 + self.num_spec, budget)
-
     # ------------------------------------------------------------------ scheduling
 
     def _schedule_running(self, now: float) -> tuple[int, bool]:
@@ -73,10 +70,6 @@ class PerRequestScheduler(BaseScheduler):
             i += 1
         return budget, preempted
 
-    def _admit_decode(self, r: SimRequest, num_new: int) -> None:
-        self.running.append(r)
-        self.chunks.append((r, num_new, True))
-
     def _admit_prefill(self, r: SimRequest) -> None:
         self.running.append(r)
 
@@ -110,7 +103,6 @@ class PerRequestScheduler(BaseScheduler):
         n_dec = n_itl = zeros = 0
         any_finished = False
         rand = self.rng.random
-        gaps = self.log.itl_gaps
         for r, n, is_dec in self.chunks:
             if is_dec:
                 n_dec += 1
@@ -132,11 +124,7 @@ class PerRequestScheduler(BaseScheduler):
                 r.num_generated += made
                 self.log.tokens_emitted += made
                 zeros += made - 1
-                if r.fresh_join:
-                    gaps.append(t - r.last_token_s)
-                    r.fresh_join = False
-                else:
-                    n_itl += 1
+                n_itl += 1
                 r.last_token_s = t
             else:
                 r.num_computed += n

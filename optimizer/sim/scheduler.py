@@ -54,8 +54,10 @@ class BaseScheduler(ABC):
         "chunks",
         "done",
         "floor_s",
+        "handoff",
         "handoff_blocks",
         "hashes",
+        "in_flight",
         "index",
         "log",
         "max_seqs",
@@ -65,6 +67,8 @@ class BaseScheduler(ABC):
         "pool",
         "prefix",
         "price",
+        "pulls",
+        "ready",
         "rng",
         "role",
         "step_kv_q1",
@@ -107,6 +111,9 @@ class BaseScheduler(ABC):
         self.prefix = prefix
         self.hashes = hashes if prefix is not None else None
         self.waiting: deque[SimRequest] = deque()
+        self.ready: deque[SimRequest] = deque()  # PD: KV landed here, admitted first
+        self.pulls: list[SimRequest] = []  # PD: KV pulls started by the last `schedule`
+        self.in_flight: dict[int, SimRequest] = {}  # PD: blocks held, KV on its way
         self.chunks: list[tuple[SimRequest, int, bool]] = []  # (request, tokens, is decode)
         self.done: list[SimRequest] = []
         self.step_no = 0
@@ -116,7 +123,8 @@ class BaseScheduler(ABC):
         self.busy = False
         self.num_preemptions = 0
         self.outstanding = 0
-        self.handoff_blocks = 0  # blocks of prefilled requests whose KV is still in transit
+        self.handoff: dict[int, int] = {}  # PD prefill: rid -> blocks kept until pulled
+        self.handoff_blocks = 0
         self.steps = StepLog()
         self.tp = tp
         self.floor_s = floor_s
@@ -129,7 +137,7 @@ class BaseScheduler(ABC):
     def num_running(self) -> int: ...
 
     def has_work(self) -> bool:
-        return bool(self.waiting) or self.num_running > 0
+        return bool(self.waiting) or bool(self.ready) or self.num_running > 0
 
     # ------------------------------------------------------------------ scheduling
 
@@ -137,7 +145,7 @@ class BaseScheduler(ABC):
         """Plan the next step; None when there is nothing to run."""
         self.chunks.clear()
         budget, preempted = self._schedule_running(now)
-        if not preempted and budget > 0 and self.waiting:
+        if not preempted and budget > 0 and (self.waiting or self.ready):
             self._admit(now, budget)
         return self._build_load()
 
@@ -154,14 +162,6 @@ class BaseScheduler(ABC):
         prompt chunk this step."""
 
     @abstractmethod
-    def _decode_tokens(self, budget: int) -> int:
-        """Tokens a request whose KV is complete runs in its first step here."""
-
-    @abstractmethod
-    def _admit_decode(self, r: SimRequest, num_new: int) -> None:
-        """Start decoding `r` (its KV arrived from a prefill instance, or was all cached)."""
-
-    @abstractmethod
     def _admit_prefill(self, r: SimRequest) -> None:
         """`r` takes a prompt chunk this step (already in `chunks`)."""
 
@@ -169,44 +169,43 @@ class BaseScheduler(ABC):
         """Preemption: free the KV, recompute it later, first in line."""
         self.pool.release(r)
         r.num_computed = 0
-        r.fresh_join = False
         self.num_preemptions += 1
         self.log.num_preemptions[r.rid] += 1
         self.waiting.appendleft(r)
 
     def _admit(self, now: float, budget: int) -> None:
         waiting = self.waiting
+        ready = self.ready
         chunks = self.chunks
         pool = self.pool
         n_running = self._num_admitted()
         prefix = self.prefix
         log = self.log
-        while waiting and budget > 0 and n_running < self.max_seqs:
-            r = waiting[0]
+        while budget > 0 and n_running < self.max_seqs:
+            queue = ready if ready else waiting  # landed KV first: admitted here before
+            if not queue:
+                break
+            r = queue[0]
+            if r.remote:  # PD: hold blocks for its prompt and pull the KV; compute later
+                need = pool.extra_blocks(r, r.num_prompt)
+                if need > pool.num_free:
+                    break
+                queue.popleft()
+                pool.grow(r, need)
+                self.in_flight[r.rid] = r
+                self.pulls.append(r)
+                continue
             computed = r.num_computed
             if computed == 0 and prefix is not None and self.hashes is not None:
                 computed = prefix.cached_tokens(self.hashes[r.rid], r.num_prompt, r.num_tokens)
             remaining = r.num_tokens - computed
-            if remaining == 1 and r.num_generated > 0:  # KV arrived (PD) or fully cached
-                num_new = self._decode_tokens(budget)
-                need = pool.extra_blocks(r, computed + num_new)
-                if need > pool.num_free:
-                    break
-                waiting.popleft()
-                pool.grow(r, need)
-                r.num_computed = computed
-                r.fresh_join = True
-                self._admit_decode(r, num_new)
-                budget -= num_new
-                n_running += 1
-                continue
             if not self.chunked and remaining > budget:
                 break
             chunk = remaining if remaining < budget else budget
             need = pool.extra_blocks(r, computed + chunk)
             if need > pool.num_free:
                 break
-            waiting.popleft()
+            queue.popleft()
             pool.grow(r, need)
             if prefix is not None and self.hashes is not None and r.num_computed == 0:
                 prefix.num_lookup_tokens += r.num_prompt
@@ -243,6 +242,9 @@ class BaseScheduler(ABC):
     def _sample_caught_up(self, r: SimRequest, t: float) -> None:
         """A request's KV caught up with its tokens: the step samples the next one."""
         if r.num_generated == 0:
+            if r.stop_at < r.num_output:  # PD prefill: its token goes nowhere
+                r.num_generated = 1
+                return
             self.log.first_token_s[r.rid] = t
         else:  # resumed after preemption
             self.log.itl_gaps.append(t - r.last_token_s)
@@ -251,19 +253,32 @@ class BaseScheduler(ABC):
         self.log.tokens_emitted += 1
 
     def _finish(self, r: SimRequest, t: float) -> None:
-        """Done on this instance: free KV (a PD handoff keeps it until transferred)."""
+        """Done on this instance: free KV (a PD handoff keeps it until it is pulled)."""
         if r.stop_at == r.num_output:
             self.log.finish_s[r.rid] = t
             self.pool.release(r)
         else:
+            self.handoff[r.rid] = r.num_blocks
             self.handoff_blocks += r.num_blocks
+            r.num_blocks = 0  # the decode instance counts its own from here
         self.outstanding -= r.num_prompt + r.num_output
         self.done.append(r)
 
     def release_handoff(self, r: SimRequest) -> None:
-        """The decode instance has pulled `r`'s KV: free it here."""
-        self.handoff_blocks -= r.num_blocks
-        self.pool.release(r)
+        """PD prefill: the decode instance has pulled `r`'s KV; free it here."""
+        blocks = self.handoff.pop(r.rid)
+        self.handoff_blocks -= blocks
+        self.pool.num_free += blocks
+
+    def kv_landed(self, r: SimRequest) -> None:
+        """PD decode: `r`'s KV is here; it recomputes its last prompt token (its logits)
+        in its first step, which delivers the first token."""
+        del self.in_flight[r.rid]
+        r.remote = False
+        r.num_computed = r.num_prompt - 1
+        r.num_generated = 0
+        r.stop_at = r.num_output
+        self.ready.append(r)
 
     # ------------------------------------------------------------------ debug checks
 
@@ -280,6 +295,9 @@ class BaseScheduler(ABC):
         if self._num_admitted() > self.max_seqs:
             raise InvariantError(f"{where}: {self._num_admitted()} running > {self.max_seqs}")
         held = self._held_blocks() + self.handoff_blocks
+        held += sum(r.num_blocks for r in self.ready) + sum(
+            r.num_blocks for r in self.in_flight.values()
+        )
         if held != pool.num_used:
             raise InvariantError(f"{where}: requests hold {held} KV blocks, the pool counts "
                                  f"{pool.num_used} used")  # fmt: skip

@@ -1,7 +1,9 @@
 """Disaggregated replay: a prefill process and a decode process joined by a real KV channel.
 
-This process runs the prefill instance (requests stop after their first
-token); a `torch.multiprocessing` child runs the decode instance. When a
+This process runs the prefill instance (requests stop after their prompt; the
+token sampled there is not delivered); a `torch.multiprocessing` child runs the
+decode instance, which recomputes each prompt's last token and delivers the
+first token, as vLLM's PD proxy does. When a
 prompt is done, its KV (every layer's keys and values, (layers, 2, prompt,
 g, d)) is copied out of the prefill pool, sent through a
 `torch.multiprocessing` queue (the tensor travels through shared memory) and
@@ -57,7 +59,6 @@ class _Handoff:
     num_prompt: int
     num_output: int
     token_ids: list[int]
-    first_token_s: float
     sent_s: float
     kv: object  # torch.Tensor (layers, 2, prompt, g, d)
     ready_s: float = 0.0  # virtual arrival at the decode instance (CPU clock only)
@@ -77,10 +78,13 @@ def _accept(
     received: dict[int, tuple[EngineRequest, float]],
     at: float,
 ) -> None:
-    """Queue a handed-off request on the decode engine with its prompt's KV, received at `at`."""
+    """Queue a handed-off request on the decode engine with its prompt's KV, received at `at`.
+
+    As with vLLM's PD proxy, the decode instance recomputes the last prompt token (its KV
+    is written again, the same values) and samples the first token the client sees."""
     r = EngineRequest(
-        h.rid, h.arrival_s, h.num_prompt, h.num_output, h.num_output, list(h.token_ids),
-        num_computed=h.num_prompt, num_generated=1, token_times_s=[h.first_token_s],
+        h.rid, h.arrival_s, h.num_prompt, h.num_output, h.num_output,
+        list(h.token_ids[: h.num_prompt]), num_computed=h.num_prompt - 1, num_generated=0,
     )  # fmt: skip
     engine.pending_kv[h.rid] = h.kv  # type: ignore[assignment]
     received[h.rid] = (r, at)
@@ -263,7 +267,7 @@ def replay_disaggregated(
                 transfers["bytes"] += kv.numel() * kv.element_size()
                 inbox.put(
                     _Handoff(r.rid, r.arrival_s, r.num_prompt, r.num_output, r.token_ids,
-                             r.token_times_s[0], now, kv, now + cost)
+                             now, kv, now + cost)
                 )  # fmt: skip
 
             def publish(done: bool = False) -> None:

@@ -123,12 +123,14 @@ def test_speculation_draft_cost_is_k_times_relative_cost_of_a_decode_step():
 
 
 def test_disaggregated_single_request_pays_prefill_then_transfer_then_decode():
+    """As vLLM's PD proxy: the first token comes from the decode instance, after the
+    prefill step, the KV pull and one decode step (recomputing the last prompt token)."""
     link = KVLinkConfig(bandwidth_gb_s=50.0, latency_ms=0.5)
     cfg = ServingConfig.disaggregated(MODEL, kv_link=link)
     res = simulate(make_workload([0.0], [1000], [5]), cfg, const())
     transfer = 1000 * 131072 / 50e9 + 0.5e-3  # Llama-3.1-8B bf16: 128 KiB per token
-    assert res.ttft_s[0] == pytest.approx(C)
-    assert res.e2e_s[0] == pytest.approx(C + transfer + 4 * C)
+    assert res.ttft_s[0] == pytest.approx(C + transfer + C)
+    assert res.e2e_s[0] == pytest.approx(C + transfer + C + 4 * C)
     assert res.num_kv_transfers == 1 and res.kv_transfer_s == pytest.approx(transfer)
     assert res.num_gpus == 2
 
@@ -138,8 +140,10 @@ def test_disaggregated_transfers_on_one_link_are_serialised():
     cfg = ServingConfig.disaggregated(MODEL, kv_link=link, num_decode=2)
     res = simulate(make_workload([0.0, 0.0], [1000, 1000], [2, 2]), cfg, const())
     xfer = 1000 * 131072 / 1e9
-    # both prefilled in one step; the second transfer waits for the first
-    np.testing.assert_allclose(res.e2e_s, [C + xfer + C, C + 2 * xfer + C])
+    # both prefilled in one step; the second transfer waits for the first; each decode
+    # instance then delivers token 1 (a step) and token 2 (a step)
+    np.testing.assert_allclose(res.e2e_s, [C + xfer + 2 * C, C + 2 * xfer + 2 * C])
+    np.testing.assert_allclose(res.ttft_s, [C + xfer + C, C + 2 * xfer + C])
 
 
 def test_prefix_hit_skips_prefill_of_shared_blocks():
@@ -231,3 +235,23 @@ def test_debug_invariants_hold_on_every_mode(force_general) -> None:
     for cfg in configs:
         res = simulate(wl, cfg, lat, check_invariants=True, force_general=force_general)
         assert res.num_completed > 0
+
+
+def test_a_full_decode_instance_backpressures_prefill():
+    """Decode admission pulls the KV: while the decode instance has no room, the request
+    waits there and its KV stays on the prefill instance, whose own pool then fills."""
+    from tests.optimizer_tests.test_sim_invariants import small_blocks
+
+    # Decode holds one 1000-token request at a time (70 blocks of 16); prefill holds two.
+    prefill = small_blocks(130, max_num_batched_tokens=4096, max_num_seqs=8)
+    decode = small_blocks(70, max_num_batched_tokens=4096, max_num_seqs=8)
+    cfg = ServingConfig.disaggregated(MODEL, prefill, decode, kv_link=KVLinkConfig(1e6, 0.0))
+    res = simulate(make_workload([0.0, 0.0, 0.0], [1000, 1000, 1000], [3, 3, 3]), cfg, const(),
+                   check_invariants=True)  # fmt: skip
+    # Requests 0 and 1 prefill together (C); request 2's prompt finds no prefill blocks.
+    # Request 0 is pulled at once and delivers its tokens at 2C, 3C, 4C; request 1 waits
+    # for its decode blocks, its KV held on the prefill instance, and is pulled at 4C
+    # (tokens 5C..7C). Request 2 prefills once request 0's KV leaves (C..2C), then waits
+    # for the decode instance until 7C (first token 8C).
+    np.testing.assert_allclose(res.ttft_s, [2 * C, 5 * C, 8 * C], rtol=1e-3)
+    np.testing.assert_allclose(res.e2e_s, [4 * C, 7 * C, 10 * C], rtol=1e-3)
