@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from optimizer.hardware import Accelerator, HardwareError, get_accelerator
-from optimizer.memory import activation_reserve_bytes, kv_capacity_blocks
+from optimizer.memory import (
+    DraftFootprint,
+    activation_reserve_bytes,
+    draft_model_footprint,
+    eagle_head_footprint,
+    kv_capacity_blocks,
+)
 from optimizer.plain import PlainDataError, from_plain, to_plain
 from optimizer.shapes import ModelShape, ShapeError, get_shape
 
@@ -136,6 +142,15 @@ class SpeculationConfig:
     def draft_shape(self) -> ModelShape | None:
         """The draft model's shape when it is a separate model (method=draft)."""
         return get_shape(self.draft_model) if self.draft_model is not None else None
+
+    def footprint(self, shape: ModelShape, tp: int) -> DraftFootprint | None:
+        """What the drafter adds per GPU of an instance that speculates (None: n-gram
+        lookup, or no speculation)."""
+        if self.method is SpecMethod.EAGLE:
+            return eagle_head_footprint(shape, tp)
+        if self.method is SpecMethod.DRAFT and self.draft_model is not None:
+            return draft_model_footprint(get_shape(self.draft_model), tp)
+        return None
 
     def check(self, where: str) -> None:
         if not isinstance(self.method, SpecMethod):
@@ -260,9 +275,15 @@ class ServingConfig:
                 (Role.DECODE, self.decode, self.num_decode),
             )
         return tuple(
-            RolePlan(role, inst, n, kv_capacity_blocks(shape, inst, self.speculation.draft_shape))
+            RolePlan(role, inst, n, kv_capacity_blocks(shape, inst, self.drafter(role, inst)))
             for role, inst, n in parts
         )
+
+    def drafter(self, role: Role, inst: InstanceConfig) -> DraftFootprint | None:
+        """The drafter on one instance of `role` (a prefill instance does not speculate)."""
+        if role is Role.PREFILL:
+            return None
+        return self.speculation.footprint(self.shape, inst.tp)
 
     @property
     def num_gpus(self) -> int:
@@ -359,7 +380,8 @@ def _validate(cfg: ServingConfig) -> None:
                 f"{where}.tp: {inst.tp} does not divide {shape.name}'s {shape.num_heads} "
                 f"attention heads / {shape.num_kv_heads} KV heads"
             )
-        blocks = kv_capacity_blocks(shape, inst, cfg.speculation.draft_shape)
+        role = Role.PREFILL if where == "config.prefill" else Role.DECODE
+        blocks = kv_capacity_blocks(shape, inst, cfg.drafter(role, inst))
         if blocks <= 0:
             acc = inst.resolve_accelerator()
             raise ConfigError(

@@ -118,6 +118,7 @@ PRESETS: dict[str, ModelShape] = {
     for s in (
         _llama("llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256),
         _llama("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256),
+        _llama("llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256),  # a draft for Llama-3.1
         _llama("llama-2-7b", 32, 4096, 32, 32, 11008, 32000),
         _llama("llama-2-70b", 80, 8192, 64, 8, 28672, 32000),
         _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32768),

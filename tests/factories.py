@@ -36,3 +36,26 @@ def make_stats(n: int = 5) -> TraceStats:
         input_tokens=t,
         output_tokens=t,
     )
+
+
+def instance_with_blocks(num_blocks: int, *, model: str = "llama-3.1-8b", speculation=None, **kw):
+    """An H100 `InstanceConfig` whose gpu_memory_utilization leaves exactly `num_blocks` KV
+    blocks for `model` (with `speculation`'s drafter on the GPU too, when given)."""
+    from optimizer.config import InstanceConfig
+    from optimizer.hardware import get_accelerator
+    from optimizer.memory import activation_reserve_bytes, kv_capacity_blocks
+    from optimizer.shapes import get_shape
+
+    shape = get_shape(model)
+    probe = InstanceConfig(**kw)
+    drafter = speculation.footprint(shape, probe.tp) if speculation is not None else None
+    per_token = shape.kv_bytes_per_token(probe.tp)
+    used = shape.weight_bytes(probe.tp) + activation_reserve_bytes(shape, probe)
+    if drafter is not None:
+        per_token += drafter.kv_bytes_per_token
+        used += drafter.weight_bytes
+    per_block = per_token * probe.block_size
+    util = (used + (num_blocks + 0.5) * per_block) / get_accelerator("h100").hbm_bytes
+    inst = InstanceConfig(gpu_memory_utilization=util, **kw)
+    assert kv_capacity_blocks(shape, inst, drafter) == num_blocks
+    return inst

@@ -67,7 +67,8 @@ def _make_price(
     floor_s: float,
     clamped: list[int],
 ) -> Callable[[StepLoad], float]:
-    """StepLoad -> seconds: the target step (clamped at the floor) plus K draft steps."""
+    """StepLoad -> seconds: the target step (clamped at the floor), plus K draft steps over
+    the decoding sequences and the drafter's prefill of the step's prompt chunks."""
     step = target.step_time_s
     if not num_spec:
 
@@ -90,6 +91,10 @@ def _make_price(
             dl = StepLoad(n, n, (), (), n, load.decode_kv_tokens - n * num_spec, 1)
             per = draft.step_time_s(dl) if draft is not None else relative_cost * step(dl)
             t += num_spec * per
+        if load.prefill_q:  # the drafter prefills the same prompt chunks (its own KV)
+            q = sum(load.prefill_q)
+            pl = StepLoad(q, len(load.prefill_q), load.prefill_q, load.prefill_kv, 0, 0, 1)
+            t += draft.step_time_s(pl) if draft is not None else relative_cost * step(pl)
         return t
 
     return price
@@ -184,8 +189,10 @@ def build_fleet(
             index = len(front) + len(back)
             prefix = None
             if config.enable_prefix_caching and hashes is not None and plan.role is not Role.DECODE:
-                capacity = max(1, plan.kv_blocks * icfg.block_size // block_tokens)
-                prefix = PrefixCache(capacity, block_tokens, icfg.block_size)
+                try:
+                    prefix = PrefixCache(block_tokens, icfg.block_size)
+                except ValueError as exc:
+                    raise SimulationError(f"{plan.role} instances: {exc}") from exc
             inst = make_scheduler(
                 num_spec=num_spec,
                 force_general=force_general,

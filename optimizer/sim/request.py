@@ -33,7 +33,7 @@ class SimRequest:
     stop_at: int
     num_computed: int = 0
     num_generated: int = 0
-    num_blocks: int = 0  # KV blocks held (explicit state; implicit on the fast decode path)
+    num_blocks: int = 0  # its own KV blocks (explicit state; implicit on the fast decode path)
     join_step: int = -1  # fast decode path: step of joining, -1 when not in the decode set
     join_computed: int = 0
     join_generated: int = 0
@@ -43,6 +43,8 @@ class SimRequest:
     source: int = -1  # the prefill instance holding its KV (PD)
     log_alpha: float = 0.0  # speculative acceptance: log(alpha) per drafted token
     instance: int = -1  # index of the instance it was routed to (current role)
+    refs: list[int] | None = None  # prefix cache: the leading hash blocks it references
+    num_ref_blocks: int = 0  # KV blocks those references cover (shared, not its own)
 
     @property
     def num_tokens(self) -> int:

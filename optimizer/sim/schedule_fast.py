@@ -46,7 +46,7 @@ class AggregateDecodeScheduler(BaseScheduler):
         progressed = step - r.join_step
         computed = r.join_computed + progressed
         r.num_generated = r.join_generated + progressed
-        r.num_blocks = blocks_for(computed, bs)
+        r.num_blocks = blocks_for(computed, bs) - r.num_ref_blocks
         r.last_token_s = now  # its last token came at the end of the previous step
         self.kv_sum -= computed + 1
         self.phase_count[(r.join_step - r.join_computed) % bs] -= 1
@@ -75,6 +75,8 @@ class AggregateDecodeScheduler(BaseScheduler):
                         need -= 1
                     self._preempt_decode(r, step, now)
             pool.num_free -= need  # blocks for the decode set, counted in aggregate
+            if pool.cache is not None:
+                pool.cache.evict(pool.num_free)
         budget = self.budget - len(decodes)
         r = self.partial
         if r is not None and budget > 0:
@@ -149,7 +151,7 @@ class AggregateDecodeScheduler(BaseScheduler):
                 self.phase_count[(r.join_step - r.join_computed) % bs] -= 1
                 r.num_computed = computed
                 r.num_generated = r.stop_at
-                r.num_blocks = blocks_for(computed, bs)
+                r.num_blocks = blocks_for(computed, bs) - r.num_ref_blocks
                 r.join_step = -1
                 r.last_token_s = t
                 self._finish(r, t)
@@ -157,8 +159,11 @@ class AggregateDecodeScheduler(BaseScheduler):
         self.log.tokens_emitted += n_dec
         # Chunks join the decode set in admission order (preemption takes the most
         # recently admitted first, as vLLM's running list).
+        cache = self.prefix is not None
         for r, chunk, _ in self.chunks:
             r.num_computed += chunk
+            if cache:
+                self._cache_computed(r)
             if r.num_computed == r.num_prompt + r.num_generated:
                 self._sample_caught_up(r, t)
                 if r.num_generated < r.stop_at:
@@ -172,7 +177,7 @@ class AggregateDecodeScheduler(BaseScheduler):
     def _held_blocks(self) -> int:
         bs, step = self.pool.block_size, self.step_no
         # A decode holds its cached tokens plus the slot of the token this step writes.
-        held = sum(blocks_for(r.join_computed + step - r.join_step + 1, bs)
+        held = sum(blocks_for(r.join_computed + step - r.join_step + 1, bs) - r.num_ref_blocks
                    for r in self.decodes.values())  # fmt: skip
         held += sum(r.num_blocks for r, _, _ in self.chunks)
         return held + (self.partial.num_blocks if self.partial is not None else 0)

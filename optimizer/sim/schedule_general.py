@@ -53,7 +53,7 @@ class PerRequestScheduler(BaseScheduler):
                 continue
             # pool.extra_blocks, inlined: this line runs for every running request of every
             # step, where a method call costs ~5% of a speculative simulation.
-            need = -(-(r.num_computed + num_new) // bs) - r.num_blocks
+            need = -(-(r.num_computed + num_new) // bs) - r.num_blocks - r.num_ref_blocks
             victim = None
             while need > pool.num_free:
                 victim = running.pop()
@@ -102,6 +102,7 @@ class PerRequestScheduler(BaseScheduler):
     def _complete(self, t: float) -> tuple[int, int]:
         n_dec = n_itl = zeros = 0
         any_finished = False
+        cache = self.prefix is not None
         rand = self.rng.random
         for r, n, is_dec in self.chunks:
             if is_dec:
@@ -128,6 +129,8 @@ class PerRequestScheduler(BaseScheduler):
                 r.last_token_s = t
             else:
                 r.num_computed += n
+                if cache:
+                    self._cache_computed(r)
                 if r.num_computed == r.num_prompt + r.num_generated:
                     self._sample_caught_up(r, t)
             if r.num_generated >= r.stop_at:

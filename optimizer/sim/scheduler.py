@@ -56,6 +56,7 @@ class BaseScheduler(ABC):
         "floor_s",
         "handoff",
         "handoff_blocks",
+        "handoff_refs",
         "hashes",
         "in_flight",
         "index",
@@ -104,7 +105,7 @@ class BaseScheduler(ABC):
         self.budget = max_num_batched_tokens
         self.max_seqs = max_num_seqs
         self.chunked = enable_chunked_prefill
-        self.pool = KVBlockPool(num_blocks, block_size)
+        self.pool = KVBlockPool(num_blocks, block_size, prefix)
         self.num_spec = num_spec
         self.log = log
         self.rng = rng
@@ -125,6 +126,7 @@ class BaseScheduler(ABC):
         self.outstanding = 0
         self.handoff: dict[int, int] = {}  # PD prefill: rid -> blocks kept until pulled
         self.handoff_blocks = 0
+        self.handoff_refs: dict[int, list[int]] = {}  # PD prefill: prefix blocks referenced
         self.steps = StepLog()
         self.tp = tp
         self.floor_s = floor_s
@@ -166,8 +168,10 @@ class BaseScheduler(ABC):
         """`r` takes a prompt chunk this step (already in `chunks`)."""
 
     def _requeue(self, r: SimRequest) -> None:
-        """Preemption: free the KV, recompute it later, first in line."""
+        """Preemption: free the KV, recompute it later, first in line (what is still cached
+        when it is admitted again is reused)."""
         self.pool.release(r)
+        self._drop_refs(r)
         r.num_computed = 0
         self.num_preemptions += 1
         self.log.num_preemptions[r.rid] += 1
@@ -179,7 +183,7 @@ class BaseScheduler(ABC):
         chunks = self.chunks
         pool = self.pool
         n_running = self._num_admitted()
-        prefix = self.prefix
+        prefix = self.prefix if self.hashes is not None else None
         log = self.log
         while budget > 0 and n_running < self.max_seqs:
             queue = ready if ready else waiting  # landed KV first: admitted here before
@@ -196,21 +200,27 @@ class BaseScheduler(ABC):
                 self.pulls.append(r)
                 continue
             computed = r.num_computed
-            if computed == 0 and prefix is not None and self.hashes is not None:
-                computed = prefix.cached_tokens(self.hashes[r.rid], r.num_prompt, r.num_tokens)
+            hits = revive = 0
+            if computed == 0 and prefix is not None:
+                hits, revive = prefix.lookup(self.hashes[r.rid], r.num_prompt, r.num_tokens)
+                computed = hits * prefix.block_tokens
             remaining = r.num_tokens - computed
             if not self.chunked and remaining > budget:
                 break
             chunk = remaining if remaining < budget else budget
             need = pool.extra_blocks(r, computed + chunk)
-            if need > pool.num_free:
+            if hits:
+                need -= hits * prefix.blocks_per_hash
+            if need + revive > pool.num_free:
                 break
             queue.popleft()
+            if prefix is not None and r.num_computed == 0:
+                if log.first_sched_s[r.rid] != log.first_sched_s[r.rid]:  # first admission
+                    prefix.num_lookup_tokens += r.num_prompt
+                    prefix.num_hit_tokens += computed
+                if hits:
+                    pool.num_free -= prefix.acquire(r, self.hashes[r.rid][:hits])
             pool.grow(r, need)
-            if prefix is not None and self.hashes is not None and r.num_computed == 0:
-                prefix.num_lookup_tokens += r.num_prompt
-                prefix.num_hit_tokens += computed
-                prefix.insert(self.hashes[r.rid])
             r.num_computed = computed
             if log.first_sched_s[r.rid] != log.first_sched_s[r.rid]:  # nan: first time
                 log.first_sched_s[r.rid] = now
@@ -257,9 +267,14 @@ class BaseScheduler(ABC):
         if r.stop_at == r.num_output:
             self.log.finish_s[r.rid] = t
             self.pool.release(r)
+            self._drop_refs(r)
         else:
             self.handoff[r.rid] = r.num_blocks
             self.handoff_blocks += r.num_blocks
+            if r.refs:
+                self.handoff_refs[r.rid] = r.refs
+            r.refs = None
+            r.num_ref_blocks = 0
             r.num_blocks = 0  # the decode instance counts its own from here
         self.outstanding -= r.num_prompt + r.num_output
         self.done.append(r)
@@ -269,6 +284,25 @@ class BaseScheduler(ABC):
         blocks = self.handoff.pop(r.rid)
         self.handoff_blocks -= blocks
         self.pool.num_free += blocks
+        refs = self.handoff_refs.pop(r.rid, None)
+        if refs and self.prefix is not None:
+            self.pool.num_free += self.prefix.release(refs)
+
+    def _drop_refs(self, r: SimRequest) -> None:
+        """`r` no longer references its prefix-cache blocks (they stay cached, evictable
+        when nobody else holds them)."""
+        if r.refs:
+            self.pool.num_free += self.prefix.release(r.refs)
+        r.refs = None
+        r.num_ref_blocks = 0
+
+    def _cache_computed(self, r: SimRequest) -> None:
+        """A prompt chunk of `r` completed: cache the hash blocks it now holds in full."""
+        prefix = self.prefix
+        if prefix is not None and self.hashes is not None:
+            pool = self.pool
+            pool.num_free += prefix.register(r, self.hashes[r.rid])
+            prefix.evict(pool.num_free)
 
     def kv_landed(self, r: SimRequest) -> None:
         """PD decode: `r`'s KV is here; it recomputes its last prompt token (its logits)
@@ -295,6 +329,11 @@ class BaseScheduler(ABC):
         if self._num_admitted() > self.max_seqs:
             raise InvariantError(f"{where}: {self._num_admitted()} running > {self.max_seqs}")
         held = self._held_blocks() + self.handoff_blocks
+        if self.prefix is not None:
+            held += self.prefix.in_use_blocks
+            if self.prefix.evictable_blocks > pool.num_free:
+                raise InvariantError(f"{where}: {self.prefix.evictable_blocks} evictable cached "
+                                     f"blocks > {pool.num_free} free")  # fmt: skip
         held += sum(r.num_blocks for r in self.ready) + sum(
             r.num_blocks for r in self.in_flight.values()
         )

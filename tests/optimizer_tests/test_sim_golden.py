@@ -19,6 +19,7 @@ from optimizer.latency.analytic import LinearLatency, SingleLatencySource
 from optimizer.shapes import get_shape
 from optimizer.sim import DecodeFloorError, simulate
 from optimizer.workload import Workload
+from tests.factories import instance_with_blocks
 
 C = 0.010  # constant step time (s); the Llama-3.1-8B/H100 floor is ~4.8 ms
 MODEL = "llama-3.1-8b"
@@ -35,20 +36,6 @@ def make_workload(arrivals, prompts, outputs, **kw) -> Workload:
 def colocated(**kw) -> ServingConfig:
     extra = {k: kw.pop(k) for k in ("speculation", "enable_prefix_caching") if k in kw}
     return ServingConfig.colocated(MODEL, InstanceConfig(**kw), **extra)
-
-
-def with_blocks(num_blocks: int, **kw) -> InstanceConfig:
-    """An H100 instance whose gpu_memory_utilization leaves exactly `num_blocks` KV blocks."""
-    from optimizer.memory import activation_reserve_bytes, kv_capacity_blocks
-
-    shape = get_shape(MODEL)
-    probe = InstanceConfig(**kw)
-    per_block = shape.kv_bytes_per_token(1) * probe.block_size
-    used = shape.weight_bytes(1) + activation_reserve_bytes(shape, probe)
-    util = (used + (num_blocks + 0.5) * per_block) / get_accelerator("h100").hbm_bytes
-    inst = InstanceConfig(gpu_memory_utilization=util, **kw)
-    assert kv_capacity_blocks(shape, inst) == num_blocks
-    return inst
 
 
 def test_single_request_ttft_is_prefill_and_tpot_is_a_decode_step():
@@ -92,7 +79,7 @@ def test_max_num_seqs_is_respected():
 
 def test_kv_exhaustion_preempts_and_every_request_still_finishes():
     # 8 blocks of 16 tokens = 128 slots; two requests of 48 + 40 tokens each need 11 blocks.
-    inst = with_blocks(8, max_num_batched_tokens=512, max_num_seqs=8)
+    inst = instance_with_blocks(8, max_num_batched_tokens=512, max_num_seqs=8)
     cfg = ServingConfig.colocated(MODEL, inst)
     res = simulate(make_workload([0, 0], [48, 48], [40, 40]), cfg, const())
     assert res.num_preemptions.sum() >= 1
@@ -119,7 +106,9 @@ def test_speculation_draft_cost_is_k_times_relative_cost_of_a_decode_step():
         draft_relative_cost=0.1,
     )  # fmt: skip
     res = simulate(make_workload([0.0], [100], [9]), colocated(speculation=spec), const())
-    assert res.e2e_s[0] == pytest.approx(C + 2 * (C + 3 * 0.1 * C))
+    # The prefill step: the target's, plus the drafter prefilling the same prompt (0.1 C);
+    # then two verify steps of K=3 drafts each (8 tokens at 4 per step).
+    assert res.e2e_s[0] == pytest.approx(C + 0.1 * C + 2 * (C + 3 * 0.1 * C))
 
 
 def test_disaggregated_single_request_pays_prefill_then_transfer_then_decode():
@@ -158,6 +147,57 @@ def test_prefix_hit_skips_prefill_of_shared_blocks():
     assert on.ttft_s[1] == pytest.approx(0.007 + 1e-5 * 16)
     assert off.ttft_s[1] == pytest.approx(0.007 + 1e-5 * 1024)
     assert on.instances[0].prefix_hit_ratio == pytest.approx(1008 / 2048)
+
+
+def test_blocks_are_cached_as_they_are_computed_not_at_admission():
+    """A 1024-token prompt with a 768-token budget: 768 tokens in the first step (0-10 ms),
+    the other 256 in the second. Its twin arrives at 5 ms and is admitted in the second
+    step beside it: it reuses the 768 tokens computed by then, not the 1008 its twin was
+    going to compute (caching at admission would have promised those)."""
+    hashes = (np.arange(64), np.arange(64))
+    wl = make_workload([0.0, 0.005], [1024, 1024], [2, 2], prefix_hashes=hashes,
+                       prefix_block_tokens=16)  # fmt: skip
+    cfg = colocated(max_num_batched_tokens=768, max_num_seqs=8, enable_prefix_caching=True)
+    res = simulate(wl, cfg, const(), check_invariants=True)
+    assert res.instances[0].prefix_hit_ratio == pytest.approx(768 / 2048)
+    # The twin computes its other 256 tokens in step 2 (10-20 ms), which samples its first
+    # token.
+    assert res.ttft_s[1] == pytest.approx(0.020 - 0.005)
+
+
+def test_cached_blocks_only_live_in_free_blocks_and_the_lru_one_goes_first():
+    """64 KV blocks of 16 tokens. A (hashes 0-31, 512 tokens) finishes; B (hashes 100-147,
+    768 tokens) then needs 48 + 1 blocks: the 31 free blocks nobody cached are not enough,
+    so A's tail is evicted first (A's head survives). C repeats A's prompt: only the
+    blocks of A's head that survived are reused."""
+    wl = make_workload(
+        [0.0, 1.0, 2.0], [512, 768, 512], [1, 1, 1],
+        prefix_hashes=(np.arange(32), np.arange(100, 148), np.arange(32)),
+        prefix_block_tokens=16,
+    )  # fmt: skip
+    inst = instance_with_blocks(64, max_num_batched_tokens=1024, max_num_seqs=4)
+    cfg = ServingConfig.colocated(MODEL, inst, enable_prefix_caching=True)
+    res = simulate(wl, cfg, const(), check_invariants=True)
+    # B took 48 blocks (for 768 tokens; its one output token is sampled without a new
+    # block): 32 never used + 16 of A's 32 cached, tail first. A's first 16 stay cached.
+    hit_c = 16 * 16
+    assert res.instances[0].prefix_hit_ratio == pytest.approx(hit_c / (512 + 768 + 512))
+
+
+def test_a_shared_prefix_is_held_once_while_both_requests_run():
+    """Two requests with the same 512-token prompt run together: the second references the
+    first's 32 cached blocks, so the pool holds 32 + 1 + 1 blocks, not 66: with 40 blocks
+    both run at once instead of one after the other."""
+    hashes = (np.arange(32), np.arange(32))
+    wl = make_workload([0.0, 0.001], [512, 512], [20, 20], prefix_hashes=hashes,
+                       prefix_block_tokens=16)  # fmt: skip
+    inst = instance_with_blocks(40, max_num_batched_tokens=1024, max_num_seqs=4)
+    on = simulate(wl, ServingConfig.colocated(MODEL, inst, enable_prefix_caching=True),
+                  const(), check_invariants=True)  # fmt: skip
+    off = simulate(wl, ServingConfig.colocated(MODEL, inst), const(), check_invariants=True)
+    assert on.phases.num_preemptions == 0
+    # Without sharing 2 x 33+ blocks do not fit in 40: the second waits or is preempted.
+    assert off.e2e_s[1] > on.e2e_s[1] + 10 * C
 
 
 def test_latency_faster_than_weight_bandwidth_floor_is_rejected():
@@ -240,11 +280,10 @@ def test_debug_invariants_hold_on_every_mode(force_general) -> None:
 def test_a_full_decode_instance_backpressures_prefill():
     """Decode admission pulls the KV: while the decode instance has no room, the request
     waits there and its KV stays on the prefill instance, whose own pool then fills."""
-    from tests.optimizer_tests.test_sim_invariants import small_blocks
 
     # Decode holds one 1000-token request at a time (70 blocks of 16); prefill holds two.
-    prefill = small_blocks(130, max_num_batched_tokens=4096, max_num_seqs=8)
-    decode = small_blocks(70, max_num_batched_tokens=4096, max_num_seqs=8)
+    prefill = instance_with_blocks(130, max_num_batched_tokens=4096, max_num_seqs=8)
+    decode = instance_with_blocks(70, max_num_batched_tokens=4096, max_num_seqs=8)
     cfg = ServingConfig.disaggregated(MODEL, prefill, decode, kv_link=KVLinkConfig(1e6, 0.0))
     res = simulate(make_workload([0.0, 0.0, 0.0], [1000, 1000, 1000], [3, 3, 3]), cfg, const(),
                    check_invariants=True)  # fmt: skip

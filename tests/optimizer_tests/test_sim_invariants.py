@@ -10,12 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from optimizer.config import InstanceConfig, ServingConfig, SpecMethod, SpeculationConfig
-from optimizer.hardware import get_accelerator
 from optimizer.latency.analytic import LinearLatency
 from optimizer.latency.base import StepLoad
-from optimizer.shapes import get_shape
 from optimizer.sim import simulate
 from optimizer.workload import LognormalLength, Workload, synthetic_workload
+from tests.factories import instance_with_blocks
 
 MODEL = "llama-3.1-8b"
 LAT = LinearLatency(base_s=0.007, per_token_s=2e-5, per_kv_token_s=4e-8)
@@ -46,17 +45,6 @@ class CheckingSource:
         return LAT.step_time_s(load)
 
 
-def small_blocks(num_blocks: int, **kw) -> InstanceConfig:
-    from optimizer.memory import activation_reserve_bytes
-
-    shape = get_shape(MODEL)
-    probe = InstanceConfig(**kw)
-    per_block = shape.kv_bytes_per_token(1) * probe.block_size
-    used = shape.weight_bytes(1) + activation_reserve_bytes(shape, probe)
-    util = (used + (num_blocks + 0.5) * per_block) / get_accelerator("h100").hbm_bytes
-    return InstanceConfig(gpu_memory_utilization=util, **kw)
-
-
 @st.composite
 def scenario(draw):
     n = draw(st.integers(1, 25))
@@ -69,13 +57,14 @@ def scenario(draw):
     blocks = draw(st.integers(30, 200))
     k = draw(st.sampled_from([0, 0, 2, 4]))
     disagg = draw(st.booleans())
-    inst = small_blocks(
-        blocks, max_num_batched_tokens=budget, max_num_seqs=seqs, enable_chunked_prefill=chunked
-    )
     spec = SpeculationConfig()
     if k:
         spec = SpeculationConfig(method=SpecMethod.EAGLE, num_speculative_tokens=k,
                                  acceptance_rate=draw(st.floats(0, 1)))  # fmt: skip
+    inst = instance_with_blocks(
+        blocks, speculation=spec, max_num_batched_tokens=budget, max_num_seqs=seqs,
+        enable_chunked_prefill=chunked,
+    )  # fmt: skip
     if disagg:
         num_p, num_d = draw(st.integers(1, 2)), draw(st.integers(1, 2))
         cfg = ServingConfig.disaggregated(
@@ -124,7 +113,7 @@ def test_fast_path_keeps_admission_order_when_a_decode_joins_after_a_prefill():
     """Found by the property above: on a PD decode instance a KV-arrived decode was
     admitted after a recomputing prefill in the same step but entered the fast path's
     decode set first, so the two paths preempted different requests."""
-    inst = small_blocks(
+    inst = instance_with_blocks(
         30, max_num_batched_tokens=132, max_num_seqs=6, enable_chunked_prefill=False
     )
     cfg = ServingConfig.disaggregated(MODEL, inst, inst, num_prefill=1, num_decode=1)
@@ -169,7 +158,7 @@ def test_invariant_checks_catch_a_block_leak(monkeypatch, force_general):
     from optimizer.sim.kv_blocks import KVBlockPool
     from optimizer.sim.scheduler import InvariantError
 
-    inst = small_blocks(40, max_num_batched_tokens=64, max_num_seqs=4)
+    inst = instance_with_blocks(40, max_num_batched_tokens=64, max_num_seqs=4)
     cfg = ServingConfig.colocated(MODEL, inst)
     wl = Workload(np.arange(6) * 0.01, np.full(6, 40), np.full(6, 20))
     simulate(wl, cfg, CheckingSource(64, 4), check_invariants=True, force_general=force_general)
