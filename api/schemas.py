@@ -106,6 +106,6 @@ class JobResultOut(BaseModel):
 
     job_id: int
     outcome: TuneOutcome = Field(
-        description="schema_version 2; jobs finished before 2026-12 keep the version-1 layout "
+        description="schema_version 3; jobs finished before 2026-12 keep the layout "
         "they were stored with"
     )

@@ -1,140 +1,182 @@
-"""Search quality and speed (issue 5). Usage:
-    .venv/bin/python benchmarks/bench_search.py grid  [--max-requests 200] [--seeds 5]
-    .venv/bin/python benchmarks/bench_search.py conv  [--trials 100]
+"""Search quality and speed with the faithful objective. Usage:
+    .venv/bin/python benchmarks/bench_search.py grid [--seeds 5] [--screen-requests 2000]
+    .venv/bin/python benchmarks/bench_search.py conv [--trials 200] [--workers 2]
 
-grid: evaluates every config of a >= 1,000-config space once on the Azure code trace
-(roofline latency, cached per config), then runs the seeded study with 10% of the grid's
-size as its trial budget for each seed; reports best per-GPU goodput vs the grid optimum
-and the Pareto hypervolume vs the grid front's (median over seeds).
-conv: Llama-3.1-8B on 8 H100s, TTFT <= 2 s, TPOT <= 50 ms at 90%, Azure conv trace:
-recommendation vs vLLM's defaults.
+grid: every unit of the product's default space (colocated and disaggregated, within an
+8-H100 budget) is screened once on the Azure code trace, exactly as a trial screens it
+(the busiest `--screen-requests` consecutive requests, fleets sized for the busiest
+60 s; priced by the roofline catalog). Then the seeded study runs with 10% of the
+grid's size as its trial budget, per seed: the best per-GPU goodput it finds against
+the grid optimum, and the Pareto hypervolume against the grid's (median over seeds).
+Last, what users get: the grid's best units and the study's candidates verified as
+sized fleets on the whole trace; the GPUs of each recommendation.
+
+conv: the command users run, timed as a whole process: `servetune tune` on the whole
+Azure conv trace (Llama-3.1-8B, 8-H100 budget, TTFT <= 2 s / TPOT <= 50 ms at 90%),
+priced by the fitted AIConfigurator H100 model in the database, `--workers` processes.
+Then the recommended fleet size and, on that many GPUs, the per-GPU goodput (max
+sustainable rate on the whole trace / GPUs) of the recommendation and of vLLM's defaults.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
-from optimizer.config import ServingMode, SpecMethod
+from bench_common import SERVETUNE, TRACES, prepare_database, run
+
+from optimizer.config import ServingConfig
 from optimizer.latency.catalog import LatencyCatalog
-from optimizer.search.objective import EvalSettings, TraceEvaluator
-from optimizer.search.recommend import baseline_config, hypervolume_2d, pareto_front, recommend
+from optimizer.search.objective import EvalSettings, TraceEvaluator, fleet_of, unit_of
+from optimizer.search.recommend import (
+    TrialOutcome,
+    baseline_config,
+    candidates,
+    hypervolume_2d,
+    recommend,
+)
 from optimizer.search.space import SearchSpace, config_key, enumerate_grid
 from optimizer.search.study import Objective, open_study, run_trials, trial_outcomes
 from optimizer.shapes import get_shape
-from optimizer.sim import SLO
+from optimizer.sim import SLO, max_sustainable_rate
 from optimizer.traces import parse_trace
 from optimizer.workload import Workload
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "azure2023"
 MODEL = "llama-3.1-8b"
+SLO_ = SLO(2.0, 0.05)
 
 
 def _trace(name: str) -> Workload:
-    return Workload.from_columns(parse_trace(TRACES / f"AzureLLMInferenceTrace_{name}.csv").columns)
+    path = TRACES / f"AzureLLMInferenceTrace_{name}.csv"
+    return Workload.from_columns(parse_trace(path).columns, name=name)
 
 
-def _space() -> SearchSpace:
-    # 2 modes x (tp, tokens, seqs, chunked, P:D split) on 8 H100s.
-    return SearchSpace(
-        MODEL, ("h100",), 8, modes=(ServingMode.COLOCATED, ServingMode.DISAGGREGATED)
-    )
+def _front(outcomes: list[TrialOutcome]) -> float:
+    """Hypervolume of the screened (per-GPU goodput, interactivity) points that are feasible."""
+    pts = [
+        (o.evaluation.goodput_per_gpu, o.evaluation.interactivity_tok_s)
+        for o in outcomes
+        if o.evaluation.feasible
+    ]
+    return hypervolume_2d(pts)
+
+
+def _verified_gpus(ev: TraceEvaluator, outs: list[TrialOutcome]) -> TrialOutcome | None:
+    verified = []
+    for o in candidates(outs):
+        v = ev.verify(o.config, o.evaluation.num_units, screened=o.evaluation)
+        verified.append(TrialOutcome(o.number, v.fleet, v.evaluation))
+    return recommend(verified)
 
 
 def grid(args: argparse.Namespace) -> None:
-    space = _space()
-    ev = TraceEvaluator.for_trace(
-        _trace("code"), LatencyCatalog(get_shape(MODEL)),
-        EvalSettings(SLO(2.0, 0.05), max_requests=args.max_requests),
-    )  # fmt: skip
-    configs = {config_key(p.config): p.config for p in enumerate_grid(space) if p.config}
+    space = SearchSpace(MODEL, ("h100",), 8)
+    settings = EvalSettings(SLO_, gpu_budget=8, screen_requests=args.screen_requests)
+    ev = TraceEvaluator.for_trace(_trace("code"), LatencyCatalog(get_shape(MODEL)), settings)
+    print(ev.evaluated.describe())
+    points = list(enumerate_grid(space))
+    configs = {config_key(p.config): p.config for p in points if p.config}
     t = time.monotonic()
     evals = {k: ev.evaluate(c) for k, c in configs.items()}
-    print(f"grid: {len(configs)} distinct valid configs evaluated in {time.monotonic() - t:.0f} s")
+    took = time.monotonic() - t
+    invalid = sum(e.status.value == "invalid" for e in evals.values())
     feas = [e for e in evals.values() if e.feasible]
+    print(
+        f"grid: {len(points)} paths, {len(configs)} distinct valid units screened in {took:.0f} s "
+        f"({took / len(configs):.2f} s each); {len(feas)} feasible, {invalid} invalid "
+        "(reject the trace's longest request)"
+    )
     best = max(e.goodput_per_gpu for e in feas)
-    from optimizer.search.study import TrialOutcome
-
-    grid_front = pareto_front([TrialOutcome(i, configs[k], e) for i, (k, e) in
-                               enumerate(evals.items())])  # fmt: skip
-    hv_grid = hypervolume_2d([(r.evaluation.goodput_per_gpu, r.evaluation.interactivity_tok_s)
-                              for r in grid_front])  # fmt: skip
+    grid_outs = [TrialOutcome(i, configs[k], e) for i, (k, e) in enumerate(evals.items())]
+    hv_grid = _front(grid_outs)
     budget = len(configs) // 10
-    ratios, hvs = [], []
+    ratios, hvs, studies = [], [], []
     for seed in range(args.seeds):
         study = open_study(f"bench-{seed}", None, seed=seed)
-        hits0 = ev.cache.hits
         run_trials(study, Objective(space, ev), budget)
         out = trial_outcomes(study)
         found = max((o.evaluation.goodput_per_gpu for o in out if o.evaluation.feasible), default=0)
-        front = pareto_front(out)
-        hv = hypervolume_2d([(r.evaluation.goodput_per_gpu, r.evaluation.interactivity_tok_s)
-                             for r in front])  # fmt: skip
         ratios.append(found / best)
-        hvs.append(hv / hv_grid)
+        hvs.append(_front(out) / hv_grid)
+        studies.append(out)
         print(
-            f"seed {seed}: {budget} trials ({ev.cache.hits - hits0} cache hits), best "
-            f"{found:.3f} / grid {best:.3f} = {found / best:.1%}, HV {hv / hv_grid:.1%}"
+            f"seed {seed}: {budget} trials, best {found:.3f} / grid {best:.3f} req/s per GPU = "
+            f"{found / best:.1%}, hypervolume {hvs[-1]:.1%}"
         )
     print(
-        f"median: goodput {statistics.median(ratios):.1%} of grid optimum with {budget} trials "
+        f"median: {statistics.median(ratios):.1%} of the grid optimum with {budget} trials "
         f"({budget / len(configs):.1%} of the grid); hypervolume {statistics.median(hvs):.1%}"
+    )
+    t = time.monotonic()
+    grid_rec = _verified_gpus(ev, grid_outs)
+    gpus = [r.evaluation.num_gpus if (r := _verified_gpus(ev, o)) else None for o in studies]
+    print(
+        f"verified on the whole trace ({time.monotonic() - t:.0f} s): the grid's recommendation "
+        f"needs {grid_rec.evaluation.num_gpus if grid_rec else '-'} GPUs; the studies' "
+        f"recommendations need {gpus} GPUs"
     )
 
 
+def _per_gpu(trace: Workload, unit: ServingConfig, n: int, latency) -> float:
+    fleet = fleet_of(unit, n)
+    cap = max_sustainable_rate(trace, fleet, latency, SLO_, attainment=0.9)
+    return cap.request_rate / fleet.num_gpus
+
+
 def conv(args: argparse.Namespace) -> None:
-    """Two deployments of the same fleet: without a draft model (the knobs are batching,
-    TP and PD only) and with EAGLE heads (speculation depth K searched; acceptance
-    α = 0.75 per drafted token, i.e. about 2.7 tokens per step at K=3, the low end of
-    the 3.1-3.8 reported for Llama-3.1-8B with EAGLE, DOMAIN.md §4)."""
-    trace = _trace("conv")
-    for label, space in (
-        ("no draft model", _space()),
-        (
-            "EAGLE heads available",
-            replace(_space(), spec_method=SpecMethod.EAGLE, spec_k=(0, 1, 2, 3, 4, 5, 6, 8),
-                    acceptance_rate=0.75),
-        ),
-    ):  # fmt: skip
-        ev = TraceEvaluator.for_trace(
-            trace, LatencyCatalog(get_shape(MODEL)),
-            EvalSettings(SLO(2.0, 0.05), attainment=0.9, max_requests=args.max_requests),
-        )  # fmt: skip
-        t = time.monotonic()
-        study = open_study("conv", None, seed=0)
-        run_trials(study, Objective(space, ev), args.trials)
-        rec = recommend(trial_outcomes(study))
-        base = ev.evaluate(baseline_config(space))
-        print(f"\nconv, {label}: {args.trials} trials in {time.monotonic() - t:.0f} s")
-        print(f"  vLLM defaults: {base.goodput_per_gpu:.3f} req/s per GPU")
-        if rec is None:
-            print("  no config meets the SLOs at the trace's rate")
-            continue
-        gain = rec.evaluation.goodput_per_gpu / base.goodput_per_gpu
-        c, inst = rec.config, rec.config.roles()[0].instance
+    from api.services.tuning import stored_latency
+
+    with tempfile.TemporaryDirectory() as tmp:
+        url, env = prepare_database(args.database, Path(tmp))
+        out = Path(tmp) / "out"
+        trace = TRACES / "AzureLLMInferenceTrace_conv.csv"
+        cmd = [
+            SERVETUNE, "tune", "--trace", str(trace), "--model", MODEL, "--gpu", "h100",
+            "--gpus", "8", "--slo-ttft-ms", "2000", "--slo-tpot-ms", "50",
+            "--trials", str(args.trials), "--workers", str(args.workers), "--out", str(out),
+        ]  # fmt: skip
+        wall, text = run(cmd, {**env, "COLUMNS": "200"})
+        print(text[text.find("Tuned") :] if "Tuned" in text else text[-4000:])
         print(
-            f"  recommendation (trial {rec.number}): {rec.evaluation.goodput_per_gpu:.3f} req/s "
-            f"per GPU = {gain:.2f}x ({'beats' if gain > 1.03 else 'ties (within 3%)'} the "
-            f"defaults): {c.mode.value}, {c.num_gpus} GPUs, tp {inst.tp}, "
-            f"{inst.max_num_batched_tokens} tokens, {inst.max_num_seqs} seqs, chunked "
-            f"{inst.enable_chunked_prefill}, K {c.speculation.num_speculative_tokens}"
+            f"servetune tune, whole conv trace, {args.trials} trials, {args.workers} workers: "
+            f"{wall:.0f} s wall ({wall / 60:.1f} min; target <= 5 min)"
+        )
+        outcome = json.loads((out / "outcome.json").read_text())
+        rec = outcome["recommendation"]
+        if rec is None:
+            print("no recommendation:", outcome["shortfall"])
+            return
+        latency = stored_latency(url, MODEL).source
+        whole = _trace("conv")
+        config = ServingConfig.from_dict(rec["config"])
+        n = rec["predicted"]["num_units"]
+        unit = unit_of(config, n)
+        gpus = rec["predicted"]["num_gpus"]
+        base = baseline_config(SearchSpace(MODEL, ("h100",), 8))
+        base_n = max(1, gpus // base.num_gpus)
+        print(f"recommended fleet: {gpus} GPUs ({n} x {unit.num_gpus}-GPU unit)")
+        mine = _per_gpu(whole, unit, n, latency)
+        theirs = _per_gpu(whole, base, base_n, latency)
+        print(
+            f"per-GPU goodput on {gpus} GPUs (max sustainable rate on the whole trace / GPUs): "
+            f"recommendation {mine:.3f}, vLLM defaults ({base_n} x TP1) {theirs:.3f} req/s "
+            f"({mine / theirs:.2f}x)"
         )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("which", choices=("grid", "conv"))
-    parser.add_argument(
-        "--max-requests", type=int, default=None, help="evaluation window (grid 200, conv 600)"
-    )
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--screen-requests", type=int, default=2000)
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--database", default=None, help="a database with a fitted H100 model")
     args = parser.parse_args()
-    if args.max_requests is None:
-        args.max_requests = 200 if args.which == "grid" else 600
     {"grid": grid, "conv": conv}[args.which](args)
 
 

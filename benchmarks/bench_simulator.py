@@ -33,48 +33,14 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("SERVETUNE_SHARED_DATA", REPO.parent / "shared" / "data"))
-TRACES = SHARED / "traces" / "azure2023"
-AICONFIGURATOR_H100 = SHARED / "profiles" / "aiconfigurator" / "h100_sxm"
-SERVETUNE = str(Path(sys.executable).with_name("servetune"))
+from bench_common import AICONFIGURATOR_H100, SERVETUNE, SHARED, TRACES, prepare_database, run
+
 VIDUR_BLOCKS = 3328  # Vidur's own KV accounting of Llama-2-70B TP2 on an 80 GB A100
-
-
-def _run(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, str]:
-    start = time.perf_counter()
-    done = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:3])} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return wall, done.stdout + done.stderr
-
-
-def prepare_database(url: str | None, workdir: Path) -> tuple[str, dict[str, str]]:
-    """A database holding a fitted H100 model (imported and fitted when it has none)."""
-    from storage.db import make_engine, session_scope, upgrade_database
-    from storage.latency_models import list_latency_models
-
-    url = url or f"sqlite:///{workdir / 'bench.db'}"
-    env = {**os.environ, "SERVETUNE_DATABASE_URL": url}
-    upgrade_database(url)
-    engine = make_engine(url)
-    with session_scope(engine) as s:
-        has_h100 = any(m.accelerator == "h100" for m in list_latency_models(s))
-    engine.dispose()
-    if not has_h100:
-        print("importing and fitting the AIConfigurator H100 tables (once) ...", flush=True)
-        _, out = _run([SERVETUNE, "profile", "import", str(AICONFIGURATOR_H100),
-                       "--format", "aiconfigurator"], env)  # fmt: skip
-        run_id = re.search(r"stored profile run (\d+)", out).group(1)
-        _run([SERVETUNE, "latency", "fit", "--profile", run_id], env)
-    return url, env
 
 
 def _clear_tables(url: str) -> None:
@@ -140,8 +106,8 @@ def bench_process(url: str, env: dict[str, str], repeats: int, workdir: Path) ->
     firsts, seconds = [], []
     for _ in range(repeats):
         _clear_tables(url)
-        firsts.append(_run(cmd, env)[0])
-        seconds.append(_run(cmd, env)[0])
+        firsts.append(run(cmd, env)[0])
+        seconds.append(run(cmd, env)[0])
     first, second = statistics.median(firsts), statistics.median(seconds)
     print("\n2. whole `servetune simulate` process, Azure code trace (8,819 requests), one H100")
     print(f"first (tables compiled)      {first:6.2f} s  median of {repeats}  "
@@ -204,10 +170,10 @@ def bench_vidur(vidur: Path, py: str, env: dict[str, str], repeats: int, workdir
     cmd = [*_vidur_cmd(py, trace), "--metrics_config_output_dir", str(workdir / "vidur")]
     print("\n3. against Vidur: Azure code (Vidur's processed trace), Llama-2-70B TP2, A100, "
           f"chunk 512, 128 seqs, {VIDUR_BLOCKS:,} KV blocks")  # fmt: skip
-    _run(cmd, venv, cwd=vidur)  # trains and caches its predictors
+    run(cmd, venv, cwd=vidur)  # trains and caches its predictors
     v_walls, v_loops, v_iters = [], [], []
     for _ in range(repeats):
-        wall, out = _run(cmd, venv, cwd=vidur)
+        wall, out = run(cmd, venv, cwd=vidur)
         v_walls.append(wall)
         loop, iters = re.search(r"VIDUR_LOOP ([\d.]+) (\d+)", out).groups()
         v_loops.append(float(loop))
@@ -229,8 +195,8 @@ def bench_vidur(vidur: Path, py: str, env: dict[str, str], repeats: int, workdir
 
     path.write_text(yaml.safe_dump(config.to_dict()))
     ours_cmd = [SERVETUNE, "simulate", "--trace", str(trace), "--config", str(path), "--json"]
-    _run(ours_cmd, env)  # compiles and stores the A100 table
-    s_walls = [_run(ours_cmd, env)[0] for _ in range(repeats)]
+    run(ours_cmd, env)  # compiles and stores the A100 table
+    s_walls = [run(ours_cmd, env)[0] for _ in range(repeats)]
     from optimizer.latency import LatencyCatalog
     from optimizer.sim import simulate
     from optimizer.traces import parse_trace

@@ -187,6 +187,13 @@ class Workload:
             idx, self.arrival_s[idx] - self.arrival_s[lo], f"[{start_s:g},{end_s:g})"
         )
 
+    def slice(self, start: int, stop: int) -> Workload:
+        """Requests [start, stop) in arrival order, re-based so the first arrives at 0."""
+        if not 0 <= start < stop <= len(self):
+            raise WorkloadError(f"slice [{start}, {stop}) of a {len(self)}-request workload")
+        idx = np.arange(start, stop)
+        return self._select(idx, self.arrival_s[idx] - self.arrival_s[start], f"[{start}:{stop}]")
+
     def head(self, num_requests: int) -> Workload:
         """The first `num_requests` requests."""
         if num_requests <= 0:

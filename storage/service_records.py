@@ -86,7 +86,7 @@ class JobInfo:
 @dataclass(frozen=True, slots=True)
 class JobResult:
     """A finished job's `TuneOutcome` as stored: its JSON (`TuneOutcome.to_dict()`,
-    schema_version 2; jobs finished before 2026-12 keep their version-1 layout)."""
+    schema_version 3; jobs finished before 2026-12 keep the layout they were stored with)."""
 
     job_id: int
     outcome: dict[str, Any]

@@ -46,6 +46,7 @@ def quickstart(
         Path | None, typer.Option(help="where to write the sample trace (default: data dir)")
     ] = None,
     trials: Annotated[int, typer.Option(help="tuning trials (0: only store the trace)")] = 40,
+    workers: Annotated[int, typer.Option(help="processes running trials together")] = 2,
 ) -> None:
     """Generate a sample trace, store it, tune a deployment for it and print the result."""
     from platformdirs import user_data_dir
@@ -72,6 +73,5 @@ def quickstart(
     request = TuneRequest(
         trace_id=result.trace.id, model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=4,
         slo_ttft_ms=2000, slo_tpot_ms=50, attainment=0.9, num_trials=trials, seed=0,
-        max_requests=400,
     )  # fmt: skip
-    run_study(request, f"quickstart-{result.trace.id}-{trials}")
+    run_study(request, f"quickstart-{result.trace.id}-{trials}", workers=workers)

@@ -137,10 +137,17 @@ def simulate(
         str | None, typer.Option(help="accelerator for every role (overrides the config's)")
     ] = None,
     latency_model: Annotated[
-        int | None, typer.Option(help="stored latency model id (default: roofline estimate)")
+        int | None,
+        typer.Option(
+            help="stored latency model id (default: as `tune` prices: the newest fitted model "
+            "per accelerator, else the roofline estimate)"
+        ),
     ] = None,
     slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT SLO, ms")] = None,
     slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO, ms")] = None,
+    slo_e2e_ms: Annotated[
+        float | None, typer.Option(help="end-to-end latency SLO, ms (with the other two)")
+    ] = None,
     time_scale: Annotated[
         float, typer.Option(help="multiply inter-arrival times (0.5 = twice the rate)")
     ] = 1.0,
@@ -162,10 +169,13 @@ def simulate(
         cfg = _with_gpu(cfg, gpu)
     if (slo_ttft_ms is None) != (slo_tpot_ms is None):
         fail("give both --slo-ttft-ms and --slo-tpot-ms, or neither")
+    if slo_e2e_ms is not None and slo_ttft_ms is None:
+        fail("--slo-e2e-ms needs --slo-ttft-ms and --slo-tpot-ms too")
     slo = None
     if slo_ttft_ms is not None and slo_tpot_ms is not None:
         try:
-            slo = SLO(ttft_s=slo_ttft_ms / 1e3, tpot_s=slo_tpot_ms / 1e3)
+            e2e = slo_e2e_ms / 1e3 if slo_e2e_ms is not None else None
+            slo = SLO(ttft_s=slo_ttft_ms / 1e3, tpot_s=slo_tpot_ms / 1e3, e2e_s=e2e)
         except ValueError as exc:
             fail(str(exc))
     if not (math.isfinite(time_scale) and time_scale > 0):

@@ -30,53 +30,122 @@ def _trace_id(trace: str) -> int:
     return result.trace.id
 
 
-def print_outcome(outcome: TuneOutcome) -> None:
-    est = (
-        " [yellow](roofline estimate: no measured profile)[/]"
-        if outcome.latency.is_estimate
-        else ""
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'' if n == 1 else 's'}"
+
+
+def _money(value: float | None, unit: str = "/h") -> str:
+    return "-" if value is None else f"${value:,.2f}{unit}"
+
+
+def _cost_text(ev) -> str:
+    if ev.price_per_hour is None:
+        return ' (no GPU prices given: --space \'{"prices": [["h100", 2.5]]}\' adds $)'
+    per_m = ev.cost_per_million_output_tokens
+    return f", {_money(ev.price_per_hour)}, {_money(per_m, '')} per million output tokens"
+
+
+def print_header(outcome: TuneOutcome) -> None:
+    """What was tuned: model, GPUs, SLOs, attainment, the evaluated trace."""
+    r = outcome.request
+    e2e = f", E2E <= {r.slo_e2e_ms:g} ms" if r.slo_e2e_ms else ""
+    console.print(
+        f"\n[bold]Tuned[/] {r.model} on {', '.join(r.gpu_types)} (budget {r.gpu_budget} GPUs) "
+        f"for TTFT <= {r.slo_ttft_ms:g} ms, TPOT <= {r.slo_tpot_ms:g} ms{e2e} at "
+        f"{r.attainment:.0%} attainment",
+        highlight=False,
     )
-    console.print(f"\n[bold]Latency model:[/] {outcome.latency.label}{est}")
-    table = Table(title="Pareto front (meets the SLOs at the trace's rate)")
-    for col in ("trial", "mode", "GPUs", "tp", "tokens", "seqs", "chunked", "K",
-                "goodput/GPU", "tok/s/user", "TTFT p90 ms", "TPOT p90 ms"):  # fmt: skip
+    console.print(outcome.evaluated.describe(), highlight=False)
+    label = outcome.latency.label
+    if outcome.latency.is_estimate:
+        label = f"[yellow]{label} (no measured profile: an estimate)[/]"
+    console.print(f"[bold]Latency model:[/] {label}")
+
+
+def _pareto_table(outcome: TuneOutcome, priced: bool) -> Table:
+    table = Table(title="Pareto front: fleets verified on the whole trace (cost vs tokens/s/user)")
+    cols = ["trial", "mode", "GPUs"] + (["$/h"] if priced else []) + [
+        "tp", "tokens", "seqs", "chunked", "K", "attain", "tok/s/user", "TTFT p90 ms",
+        "TPOT p90 ms",
+    ]  # fmt: skip
+    for col in cols:
         table.add_column(col, justify="right")
-    rec_trial = outcome.recommendation.trial if outcome.recommendation else None
+    rec = outcome.recommendation
     for p in outcome.pareto:
         ev, cfg = p.predicted, p.config
         front, back = cfg.roles()[0].instance, cfg.roles()[-1].instance
         mode = cfg.mode.value + (
-            f" {cfg.num_prefill}P:{cfg.num_decode}D" if cfg.num_prefill else ""
+            f" {cfg.num_prefill}P:{cfg.num_decode}D" if cfg.num_prefill else f" x{cfg.num_replicas}"
         )
-        star = "*" if p.trial == rec_trial else ""
+        star = "*" if rec is not None and p.trial == rec.trial else ""
+        name = "defaults" if p.trial is None else str(p.trial)
+        row = [f"{name}{star}", mode, str(ev.num_gpus)]
+        if priced:
+            row.append(_money(ev.price_per_hour))
+        row += [
+            f"{front.tp}/{back.tp}" if front is not back else str(front.tp),
+            str(front.max_num_batched_tokens), str(back.max_num_seqs),
+            "on" if front.enable_chunked_prefill else "off",
+            str(cfg.speculation.num_speculative_tokens), f"{ev.attainment:.1%}",
+            f"{ev.interactivity_tok_s:.1f}", f"{ev.ttft_p90_ms:,.0f}", f"{ev.tpot_p90_ms:.1f}",
+        ]  # fmt: skip
+        table.add_row(*row)
+    return table
+
+
+def _capacity_table(outcome: TuneOutcome) -> Table:
+    table = Table(title="Capacity plan: GPUs the recommended unit needs as traffic grows")
+    for col in ("traffic", "mean req/s", "sized for req/s", "GPUs", "$/h", "attainment"):
+        table.add_column(col, justify="right")
+    for c in outcome.capacity:
+        gpus = str(c.num_gpus) if c.feasible else f"> {c.num_gpus}"
         table.add_row(
-            f"{p.trial}{star}", mode, str(ev.num_gpus), f"{front.tp}/{back.tp}"
-            if front is not back else str(front.tp), str(front.max_num_batched_tokens),
-            str(back.max_num_seqs), "on" if front.enable_chunked_prefill else "off",
-            str(cfg.speculation.num_speculative_tokens), f"{ev.goodput_per_gpu:.3f}",
-            f"{ev.interactivity_tok_s:.1f}", f"{ev.ttft_p90_ms:.0f}", f"{ev.tpot_p90_ms:.1f}",
+            f"{c.traffic:g}x", f"{c.mean_rate:.2f}", f"{c.sizing_rate:.2f}", gpus,
+            _money(c.price_per_hour), f"{c.attainment:.1%}",
         )  # fmt: skip
-    console.print(table)
+    return table
+
+
+def print_outcome(outcome: TuneOutcome) -> None:
+    print_header(outcome)
+    priced = bool(outcome.request.space().prices)
+    console.print(_pareto_table(outcome, priced))
     b = outcome.baseline
-    console.print(
-        f"[bold]Baseline[/] ({b.description}): {b.predicted.goodput_per_gpu:.3f} req/s per GPU"
-    )
+    bev = b.predicted
+    if bev.status.value == "invalid":
+        console.print(f"[bold]Baseline[/] ({b.description}): not valid here: {bev.error}")
+    else:
+        verdict = "meets the SLOs" if bev.feasible else "misses the SLOs"
+        console.print(
+            f"[bold]Baseline[/] ({b.description}): {verdict} with {_gpus(bev.num_gpus)} "
+            f"({bev.attainment:.1%} attainment at the trace's rate)",
+            highlight=False,
+        )
     rec = outcome.recommendation
     if rec is None:
-        console.print("[red]No config meets the SLOs at the trace's rate.[/]")
+        console.print(f"[red]{outcome.shortfall}[/]", highlight=False)
         return
-    gain = f"{b.gain:.2f}x the baseline" if b.gain else "baseline sustains nothing"
+    ev = rec.predicted
+    gain = ""
+    if b.gain and rec.trial is not None:
+        more = "cost {:.2f}x as much" if priced else "need {:.2f}x as many GPUs"
+        gain = "; the defaults " + more.format(b.gain)
+    who = "the engine defaults" if rec.trial is None else f"trial {rec.trial}"
     console.print(
-        f"[bold green]Recommendation[/] "
-        f"({'the engine defaults' if rec.trial is None else f'trial {rec.trial}'}): "
-        f"{rec.predicted.goodput_per_gpu:.3f} req/s per GPU on {rec.predicted.num_gpus} GPUs, "
-        f"{gain}; attainment at the trace's rate {rec.predicted.attainment:.1%}"
+        f"[bold green]Recommendation[/] ({who}): [bold]{_gpus(ev.num_gpus)}[/] "
+        f"({ev.num_units} x {ev.unit_gpus}-GPU unit){_cost_text(ev)}{gain}; "
+        f"attainment {ev.attainment:.1%} at the trace's rate, {ev.sizing_attainment:.1%} at "
+        f"{outcome.evaluated.sizing_rate:.2f} req/s",
+        highlight=False,
     )
     for c in rec.slo_checks:
         mark = "[green]ok[/]" if c.ok else "[red]over[/]"
         console.print(f"  {c.metric}: {c.predicted:.1f} vs SLO {c.target:g}  {mark}")
+    if outcome.capacity:
+        console.print(_capacity_table(outcome))
     for c in rec.launch:
-        console.print(f"\n[bold]{c.engine} {c.role}[/] (x{c.count}):", highlight=False)
+        note = f" [dim]({c.note})[/]" if c.note else ""
+        console.print(f"\n[bold]{c.engine} {c.role}[/] (x{c.count}):{note}", highlight=False)
         console.print(c.command, highlight=False, soft_wrap=True)
     console.print("\n[bold]Diagnosis[/]")
     for line in outcome.diagnosis.account:
@@ -110,10 +179,33 @@ def tune(
     seed: Annotated[int, typer.Option()] = 0,
     study: Annotated[str | None, typer.Option(help="study name (resumes when it exists)")] = None,
     space: Annotated[str | None, typer.Option(help="search-space overrides as JSON")] = None,
-    max_requests: Annotated[int, typer.Option(help="evaluation window (first N requests)")] = 600,
+    max_requests: Annotated[
+        int | None, typer.Option(help="evaluate only the trace's first N requests (default: all)")
+    ] = None,
+    screen_requests: Annotated[
+        int, typer.Option(help="trials screen on the busiest N consecutive requests (0: all)")
+    ] = 2000,
+    headroom: Annotated[
+        float, typer.Option(help="size fleets for the peak rate x this factor (>= 1)")
+    ] = 1.0,
+    peak_window_s: Annotated[
+        float, typer.Option(help="the peak rate is the busiest window of this many seconds")
+    ] = 60.0,
+    workers: Annotated[int, typer.Option(help="processes running trials together")] = 2,
+    draft_model: Annotated[
+        str | None,
+        typer.Option(
+            help="search speculation with this drafter: a model shape preset (e.g. "
+            "llama-3.2-1b) or an EAGLE head's Hugging Face id"
+        ),
+    ] = None,
+    acceptance_rate: Annotated[
+        float | None,
+        typer.Option(help="drafted tokens accepted, per token (default: the trace's, else 0.7)"),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="folder for JSON/YAML/PNG/HTML")] = None,
 ) -> None:
-    """Search for goodput-maximising configs and print the recommendation."""
+    """Find the fewest GPUs (or lowest $/h) that meet the SLOs, and the configs to run."""
     from optimizer.search import TuneRequest, TuneRequestError
 
     try:
@@ -122,38 +214,47 @@ def tune(
             trace_id=_trace_id(trace), model=model, gpu_types=tuple(gpu), gpu_budget=gpus,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, attainment=attainment,
             num_trials=trials, seed=seed, search_space=overrides, max_requests=max_requests,
+            screen_requests=screen_requests, headroom=headroom, peak_window_s=peak_window_s,
+            draft_model=draft_model, acceptance_rate=acceptance_rate,
         )  # fmt: skip
     except (TuneRequestError, json.JSONDecodeError) as exc:
         fail(str(exc))
-    outcome = run_study(request, study or f"tune-{uuid.uuid4().hex[:8]}")
+    if not 1 <= workers <= 64:
+        fail(f"--workers: expected 1 to 64 processes, got {workers}")
+    outcome = run_study(request, study or f"tune-{uuid.uuid4().hex[:8]}", workers=workers)
     if out is not None:
         for p in write_outputs(outcome, out):
             console.print(f"wrote {p}")
 
 
-def run_study(request: TuneRequest, name: str) -> TuneOutcome:
+def run_study(request: TuneRequest, name: str, *, workers: int = 1) -> TuneOutcome:
     """Run (or resume) study `name` with a progress bar, then print its outcome."""
     from api.services.tuning import run_tuning_job
     from api.settings import get_settings
+    from optimizer.search import TrialError
     from storage.traces import TraceNotFound
 
     with Progress(
         TextColumn("[bold]tuning[/]"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        TextColumn("best {task.fields[best]}"), TimeRemainingColumn(), console=console,
+        TextColumn("{task.fields[best]}"), TimeRemainingColumn(), console=console,
         transient=False,
     ) as bar:  # fmt: skip
-        task = bar.add_task("tune", total=request.num_trials, best="-")
+        task = bar.add_task("tune", total=request.num_trials, best="")
 
         def on_progress(p) -> None:
-            best = f"{p.best_goodput_per_gpu:.3f} req/s/GPU" if p.best_goodput_per_gpu else "-"
+            best = f"fewest so far ~{p.fewest_gpus} GPUs" if p.fewest_gpus else ""
+            if p.stage != "searching":
+                best = p.stage
             bar.update(task, completed=p.trials_done, best=best)
 
         try:
             outcome = run_tuning_job(
                 request, database_url=get_settings().database_url, study_name=name,
                 should_stop=lambda: False, on_progress=on_progress,
-                num_threads=get_settings().native_threads,
+                num_threads=get_settings().native_threads, workers=workers,
             )  # fmt: skip
+        except TrialError as exc:
+            fail(f"{exc.details()}\nThis is a servetune bug, not a bad config: please report it.")
         except (TraceNotFound, ValueError) as exc:
             fail(str(exc))
     console.print(f"study [bold]{name}[/] ({outcome.num_trials} trials)")

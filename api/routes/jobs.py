@@ -57,7 +57,7 @@ PARAMS_EXAMPLES = {
         },
     },
     "speculation": {
-        "summary": "search EAGLE speculation depths on 4 GPUs, first 2000 requests",
+        "summary": "search EAGLE speculation depths within 4 GPUs, first 2000 requests",
         "value": {
             "trace_id": 1,
             "model": "llama-3.1-8b",

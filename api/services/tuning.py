@@ -5,8 +5,10 @@ A job loads its trace from storage, creates or RESUMES the Optuna study named
 re-run; trials left RUNNING by a dead worker are failed after the heartbeat
 grace period and re-queued), runs trials until the study holds
 `request.num_trials` finished ones (counted across every worker), stops soon
-after `should_stop()` turns true, and stores the outcome with the trace,
-latency model and search settings that produced it. `servetune tune`, the
+after `should_stop()` turns true (with `workers` > 1, that many processes run
+trials on the study together), verifies the best units as sized fleets on the
+whole trace, and stores the outcome with the trace, latency model and search
+settings that produced it. `servetune tune`, the
 REST job worker and `servetune tune-worker` (`run_worker`) all run it.
 """
 
@@ -15,13 +17,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 
 from api.services.latency import ResolvedLatency, resolve_latency
 from optimizer.latency.base import LatencySource
-from optimizer.search.objective import EvalSettings, TraceEvaluator
+from optimizer.search.objective import TraceEvaluator, TrialError
 from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome
 from optimizer.search.request import TuneProgress, TuneRequest, TuneRequestError
+from optimizer.search.space import SearchSpace
 from optimizer.search.study import (
     Objective,
     count_finished,
@@ -34,6 +38,7 @@ from optimizer.search.study import (
 from optimizer.workload import Workload
 
 __all__ = [
+    "TrialError",
     "TuneOutcome",
     "TuneProgress",
     "TuneRequest",
@@ -62,16 +67,17 @@ class _Setup:
     objective: Objective
     latency: ResolvedLatency
 
+    @property
+    def space(self) -> SearchSpace:
+        return self.objective.space
+
 
 def prepare(request: TuneRequest, trace: Workload, resolved: ResolvedLatency) -> _Setup:
-    settings = EvalSettings(
-        slo=request.slo,
-        attainment=request.attainment,
-        max_requests=request.max_requests,
-        seed=request.seed,
+    evaluator = TraceEvaluator.for_trace(trace, resolved.source, request.eval_settings())
+    space = request.space(
+        trace_has_prefix_hashes=trace.prefix_hashes is not None,
+        trace_has_acceptance=trace.acceptance_length is not None,
     )
-    evaluator = TraceEvaluator.for_trace(trace, resolved.source, settings)
-    space = request.space()
     return _Setup(evaluator, Objective(space, evaluator, per_dollar=bool(space.prices)), resolved)
 
 
@@ -91,15 +97,12 @@ def _progress(
     study, num_trials: int, started: float, done_at_start: int
 ) -> Callable[[int], TuneProgress]:
     def make(done: int) -> TuneProgress:
-        best = None
-        per_gpu = [
-            o.evaluation.goodput_per_gpu for o in trial_outcomes(study) if o.evaluation.feasible
-        ]
-        if per_gpu:
-            best = max(per_gpu)
+        feasible = [o.evaluation for o in trial_outcomes(study) if o.evaluation.feasible]
+        best = max((e.goodput_per_gpu for e in feasible), default=None)
+        fewest = min((e.num_gpus for e in feasible), default=None)
         ran = done - done_at_start
         eta = (time.monotonic() - started) / ran * (num_trials - done) if ran > 0 else None
-        return TuneProgress(done, num_trials, best, eta)
+        return TuneProgress(done, num_trials, best, eta, fewest)
 
     return make
 
@@ -152,6 +155,44 @@ def _worker_salt() -> int:
     return os.getpid() % 9973  # extra workers sample differently from the job's own sampler
 
 
+def _worker_process(database_url: str, study_name: str, num_threads: int, stop) -> None:
+    """An extra worker process of `run_tuning_job` (`workers` > 1)."""
+    run_worker(database_url, study_name, should_stop=stop.is_set, num_threads=num_threads)
+
+
+@contextmanager
+def _extra_workers(database_url: str, study_name: str, count: int, num_threads: int):
+    """`count` worker processes on the study while the block runs; stopped and joined after
+    it (a worker's failed trial is found in the study by the job's own `run_trials`)."""
+    if count <= 0:
+        yield
+        return
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    procs = [
+        ctx.Process(
+            target=_worker_process,
+            args=(database_url, study_name, num_threads, stop),
+            name=f"servetune-tune-{i + 1}",
+            daemon=True,
+        )
+        for i in range(count)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+
+
 def run_tuning_job(
     request: TuneRequest,
     *,
@@ -161,10 +202,16 @@ def run_tuning_job(
     on_progress: Callable[[TuneProgress], None],
     latency: LatencySource | None = None,
     num_threads: int = 1,
+    workers: int = 1,
 ) -> TuneOutcome:
     from storage.db import make_engine, session_scope, upgrade_database
     from storage.tuning import TuningStatus, finish_tuning_run, start_tuning_run
 
+    if workers > 1 and latency is not None:
+        raise ValueError(
+            "workers > 1: the extra worker processes price with the stored latency models, "
+            "not a custom latency source"
+        )
     if request.trace_id is None:
         raise TuneRequestError(
             "a tuning job runs on a stored trace (trace_id); the service resolves a "
@@ -182,7 +229,7 @@ def run_tuning_job(
                 trace_id=request.trace_id,
                 model=request.model,
                 request=request.to_dict(),
-                search_space=request.space().to_dict(),
+                search_space=setup.space.to_dict(),
                 latency_label=setup.latency.label,
             )
         study = open_study(study_name, make_storage(database_url), seed=request.seed)
@@ -192,20 +239,29 @@ def run_tuning_job(
         start, first = time.monotonic(), count_finished(study)
         progress = _progress(study, request.num_trials, start, first)
         on_progress(progress(first))
-        done = run_trials(
-            study,
-            setup.objective,
-            request.num_trials,
-            should_stop=should_stop,
-            on_trial=lambda d: on_progress(progress(d)),
-        )
+        with _extra_workers(database_url, study_name, workers - 1, num_threads):
+            done = run_trials(
+                study,
+                setup.objective,
+                request.num_trials,
+                should_stop=should_stop,
+                on_trial=lambda d: on_progress(progress(d)),
+            )
+        warm_cache(study, setup.evaluator)  # the other workers' screens
+        last = progress(done)
+
+        def on_step(message: str) -> None:
+            on_progress(replace(last, eta_s=None, stage=message))
+
         outcome = build_outcome(
             request,
+            setup.space,
             trial_outcomes(study),
             setup.evaluator,
             study_name=study_name,
             num_trials=done,
             latency=LatencyInfo(setup.latency.label, setup.latency.is_estimate),
+            on_step=on_step,
         )
         status = TuningStatus.DONE if done >= request.num_trials else TuningStatus.STOPPED
         with session_scope(engine) as s:

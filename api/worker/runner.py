@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 
 from api.worker.context import Executor, JobContext, JobFailed
 from api.worker.scheduling import fire_due_schedules
-from optimizer.search import TuneOutcome, TuneProgress
+from optimizer.search import TrialError, TuneOutcome, TuneProgress
 from storage.db import session_scope
 from storage.jobs import claim_job, finish_job, renew_lease, report_progress
 from storage.service_records import ClaimedJob, JobKind, JobStatus
@@ -148,6 +148,9 @@ class Worker:
                 error = "cancelled while running"
         except JobFailed as exc:
             status, error = JobStatus.FAILED, str(exc)
+        except TrialError as exc:  # a bug, not a bad config: show where it happened
+            log.error("job %s: %s", job.id, exc.details())
+            status, error = JobStatus.FAILED, f"internal error: {exc.details()}"
         except Exception as exc:
             log.exception("job %s crashed", job.id)
             status, error = JobStatus.FAILED, f"internal error: {type(exc).__name__}: {exc}"

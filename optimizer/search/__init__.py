@@ -7,7 +7,13 @@ study on a stored trace. Importing this package does not import Optuna
 (`optimizer.search.study` does).
 """
 
-from optimizer.search.objective import EvalSettings, EvalStatus, Evaluation, TraceEvaluator
+from optimizer.search.objective import (
+    EvalSettings,
+    EvalStatus,
+    Evaluation,
+    TraceEvaluator,
+    TrialError,
+)
 from optimizer.search.outcome import Recommendation, TuneOutcome
 from optimizer.search.request import TuneProgress, TuneRequest, TuneRequestError
 from optimizer.search.space import SearchSpace, build_config, enumerate_grid
@@ -19,6 +25,7 @@ __all__ = [
     "Recommendation",
     "SearchSpace",
     "TraceEvaluator",
+    "TrialError",
     "TuneOutcome",
     "TuneProgress",
     "TuneRequest",

@@ -1,8 +1,9 @@
-"""Did it help prefill or decode? A phase breakdown of one config, and a plain account of
-why the recommendation beats the baseline (issue item 7).
+"""Did it help prefill or decode? A phase breakdown of one fleet, and a plain account of
+why the recommendation needs fewer GPUs than the engine's defaults.
 
-Both configs are simulated at the same load (the baseline's capacity, or the trace's
-rate) and described by the simulator's counters: the share of GPU time in
+Both fleets are the verified ones, each sized for the trace, on the whole trace at its
+own rate (the runs whose figures the outcome reports), described by the simulator's
+counters: the share of GPU time in
 prefill-only, decode-only and mixed steps; the arithmetic intensity of a typical
 decode step and a full prefill chunk against the GPU's ridge point; KV-cache
 utilisation and preemptions; the queueing share of TTFT; decode tokens whose
@@ -11,13 +12,13 @@ step was stretched by a co-scheduled prefill chunk (ITL spikes).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from optimizer.config import ServingConfig, ServingMode
-from optimizer.search.objective import Evaluation, TraceEvaluator
+from optimizer.search.objective import Evaluation
+from optimizer.search.recommend import TrialOutcome
 from optimizer.sim import SimulationResult
 
 
@@ -48,7 +49,7 @@ class PhaseDiagnosis:
 
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
-    baseline: PhaseDiagnosis
+    baseline: PhaseDiagnosis | None  # None: the defaults are not a valid deployment here
     recommendation: PhaseDiagnosis | None
     account: tuple[str, ...]  # plain-language paragraphs
 
@@ -103,14 +104,6 @@ def breakdown(
     )
 
 
-def diagnose_config(
-    evaluator: TraceEvaluator, label: str, config: ServingConfig, rate: float
-) -> PhaseDiagnosis:
-    """Breakdown of `config` on the evaluation window at fleet rate `rate` (requests/s)."""
-    scale = rate / evaluator.trace_rate if rate > 0 else 1.0
-    return breakdown(label, config, evaluator.simulate(config, max(scale, 1e-3)), rate)
-
-
 def _knob_changes(base: ServingConfig, rec: ServingConfig) -> list[str]:
     out = []
     if base.mode is not rec.mode:
@@ -133,48 +126,69 @@ def _knob_changes(base: ServingConfig, rec: ServingConfig) -> list[str]:
     return out
 
 
-NEAR_DEFAULTS = 1.03  # a gain below this is within the capacity search's resolution
+def _fleet(ev: Evaluation, per_dollar: bool) -> str:
+    gpus = f"{ev.num_gpus} GPU{'s' if ev.num_gpus != 1 else ''}"
+    if per_dollar and ev.price_per_hour is not None:
+        return f"{gpus} (${ev.price_per_hour:,.2f}/h)"
+    return gpus
 
 
 def explain(
-    base: PhaseDiagnosis,
+    base: PhaseDiagnosis | None,
     rec: PhaseDiagnosis | None,
-    base_cfg: ServingConfig,
-    rec_cfg: ServingConfig | None,
-    base_eval: Evaluation,
-    rec_eval: Evaluation | None,
+    base_out: TrialOutcome,
+    best: TrialOutcome | None,
+    *,
+    per_dollar: bool = False,
 ) -> tuple[str, ...]:
-    """The plain-language account: which knobs moved goodput, and through which phase."""
-    lines = [
-        f"Baseline at {base.rate:.2f} req/s: {base.prefill_share:.0%} of GPU time in prefill-only "
-        f"steps, {base.decode_share:.0%} decode-only, {base.mixed_share:.0%} mixed; decode steps "
-        f"average {base.mean_batch:.0f} sequences at {base.decode_intensity:.0f} FLOP/B "
-        f"({base.decode_bound}, ridge {base.ridge:.0f}); KV {base.kv_utilization:.0%} used, "
-        f"{base.num_preemptions} preemptions; queueing is {base.queueing_share_of_ttft:.0%} of "
-        f"TTFT; {base.itl_spike_share:.1%} of decode tokens hit an ITL spike."
-    ]
-    if rec is None or rec_cfg is None or rec_eval is None:
-        lines.append("No config met the SLOs at the trace's rate, so there is nothing to compare.")
-        return tuple(lines)
-    changes = _knob_changes(base_cfg, rec_cfg)
-    gain = (
-        rec_eval.goodput_per_gpu / base_eval.goodput_per_gpu
-        if base_eval.goodput_per_gpu
-        else math.inf
-    )
-    near = gain < NEAR_DEFAULTS
-    lines.append(
-        f"{'The best config found' if near else 'Recommendation'} changes "
-        f"{', '.join(changes) or 'nothing'}; per-GPU goodput "
-        f"{base_eval.goodput_per_gpu:.2f} -> {rec_eval.goodput_per_gpu:.2f} req/s ({gain:.2f}x)."
-    )
-    if near:
-        lines.append(
-            f"The engine's defaults are already within {NEAR_DEFAULTS - 1:.0%} of the best config "
-            "found (the capacity search resolves rates to a few percent): for this trace and "
-            "these SLOs no knob moves per-GPU goodput much, so the recommendation keeps the "
-            "defaults; other Pareto points trade goodput for tokens/s per user."
+    """The plain-language account: what the defaults need, which knobs the recommendation
+    moves, and through which phase it saves GPUs."""
+    lines = []
+    base_ev = base_out.evaluation
+    if base is None:
+        lines.append(f"vLLM's defaults are not a valid deployment here: {base_ev.error}")
+    else:
+        need = (
+            f"meet the SLOs with {_fleet(base_ev, per_dollar)}"
+            if base_ev.feasible
+            else f"miss the SLOs even with {_fleet(base_ev, per_dollar)} "
+            f"({base_ev.attainment:.1%} attainment)"
         )
+        lines.append(
+            f"vLLM's defaults {need}. At {base.rate:.2f} req/s: {base.prefill_share:.0%} of GPU "
+            f"time in prefill-only steps, {base.decode_share:.0%} decode-only, "
+            f"{base.mixed_share:.0%} mixed; decode steps average {base.mean_batch:.0f} sequences "
+            f"at {base.decode_intensity:.0f} FLOP/B ({base.decode_bound}, ridge "
+            f"{base.ridge:.0f}); KV {base.kv_utilization:.0%} used, {base.num_preemptions} "
+            f"preemptions; queueing is {base.queueing_share_of_ttft:.0%} of TTFT; "
+            f"{base.itl_spike_share:.1%} of decode tokens hit an ITL spike."
+        )
+    if best is None:
+        lines.append("No config met the SLOs within the budget, so there is nothing to compare.")
+        return tuple(lines)
+    if best.number is None:
+        lines.append(
+            f"No config found needs fewer {'dollars' if per_dollar else 'GPUs'} than the "
+            f"defaults' {_fleet(base_ev, per_dollar)} or is more than 3% more interactive "
+            "on as many, so the recommendation keeps them; other Pareto points trade cost "
+            "for tokens/s per user."
+        )
+        return tuple(lines)
+    rec_ev = best.evaluation
+    changes = _knob_changes(base_out.config, best.config)
+    saving = ""
+    if base_ev.feasible and base_ev.num_gpus == rec_ev.num_gpus and not per_dollar:
+        saving = (
+            f", as many as the defaults, at {rec_ev.interactivity_tok_s:.0f} instead of "
+            f"{base_ev.interactivity_tok_s:.0f} tokens/s per user"
+        )
+    elif base_ev.feasible:
+        saving = f" instead of the defaults' {_fleet(base_ev, per_dollar)}"
+    lines.append(
+        f"Recommendation (trial {best.number}) meets the SLOs with {_fleet(rec_ev, per_dollar)}"
+        f"{saving}; it changes {', '.join(changes) or 'nothing'}."
+    )
+    if rec is None or base is None:
         return tuple(lines)
     why = []
     if rec.itl_spike_share < base.itl_spike_share * 0.7 and base.itl_spike_share > 0.01:
@@ -182,13 +196,14 @@ def explain(
             "decode: fewer decode tokens stall behind prefill chunks "
             f"({base.itl_spike_share:.1%} -> {rec.itl_spike_share:.1%}, "
             f"ITL p99 {base.itl_p99_ms:.0f} -> {rec.itl_p99_ms:.0f} ms)"
-            ", so TPOT stays within its SLO at a higher rate"
+            ", so TPOT stays within its SLO at a higher load per GPU"
         )
     if rec.num_preemptions < base.num_preemptions:
         why.append(
             f"KV: preemptions fall {base.num_preemptions} -> {rec.num_preemptions}, "
             "so less prefill is recomputed"
         )
+    rec_cfg, base_cfg = best.config, base_out.config
     if rec_cfg.mode is ServingMode.DISAGGREGATED and base_cfg.mode is ServingMode.COLOCATED:
         why.append(
             "interference: prefill and decode run on separate GPUs, so neither waits for the other"
@@ -200,13 +215,14 @@ def explain(
         )
     if rec.ttft_p90_ms < base.ttft_p90_ms * 0.7:
         why.append(
-            f"prefill: TTFT p90 {base.ttft_p90_ms:.0f} -> {rec.ttft_p90_ms:.0f} ms at the same "
-            f"load (queueing {base.queueing_share_of_ttft:.0%} -> "
+            f"prefill: TTFT p90 {base.ttft_p90_ms:.0f} -> {rec.ttft_p90_ms:.0f} ms at the trace's "
+            f"rate (queueing {base.queueing_share_of_ttft:.0%} -> "
             f"{rec.queueing_share_of_ttft:.0%} of TTFT)"
         )
     if rec.tpot_p90_ms < base.tpot_p90_ms * 0.85:
         why.append(
-            f"decode: TPOT p90 {base.tpot_p90_ms:.1f} -> {rec.tpot_p90_ms:.1f} ms at the same load"
+            f"decode: TPOT p90 {base.tpot_p90_ms:.1f} -> {rec.tpot_p90_ms:.1f} ms at the "
+            "trace's rate"
         )
     if not why:
         why.append("the phase mix barely changes; the gain comes from how the same work is batched")

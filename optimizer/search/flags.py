@@ -24,6 +24,7 @@ from optimizer.config import InstanceConfig, ServingConfig, ServingMode, SpecMet
 HF_MODEL_IDS = {
     "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
     "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
+    "llama-3.2-1b": "meta-llama/Llama-3.2-1B-Instruct",
     "llama-2-7b": "meta-llama/Llama-2-7b-chat-hf",
     "llama-2-70b": "meta-llama/Llama-2-70b-chat-hf",
     "mistral-7b": "mistralai/Mistral-7B-Instruct-v0.3",
@@ -56,6 +57,7 @@ class LaunchCommand:
     role: str  # "replica" | "prefill" | "decode" | "proxy"
     count: int  # how many servers run this command
     command: str
+    note: str = ""  # what the command leaves to the engine's defaults, for people
 
 
 def model_id(config: ServingConfig, override: str | None = None) -> str:
@@ -63,7 +65,8 @@ def model_id(config: ServingConfig, override: str | None = None) -> str:
 
 
 def _draft(config: ServingConfig, draft_model: str | None) -> str:
-    return draft_model or config.speculation.draft_model or DRAFT_PLACEHOLDER
+    name = draft_model or config.speculation.draft_model
+    return HF_MODEL_IDS.get(name.lower(), name) if name else DRAFT_PLACEHOLDER
 
 
 def _max_model_len(config: ServingConfig, inst: InstanceConfig) -> int | None:
@@ -97,8 +100,11 @@ def _vllm_args(
     mml = _max_model_len(config, inst)
     if mml is not None:
         args += ["--max-model-len", str(mml)]
-    if config.enable_prefix_caching:
-        args.append("--enable-prefix-caching")
+    # Stated either way: vLLM v1 enables it by default, and the command must be the
+    # simulated deployment.
+    args.append(
+        "--enable-prefix-caching" if config.enable_prefix_caching else "--no-enable-prefix-caching"
+    )
     spec = config.speculation
     if speculate and spec.enabled:
         cfg: dict[str, object] = {"method": _VLLM_SPEC[spec.method]}
@@ -182,7 +188,10 @@ def launch_commands(
         if pd:
             args += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl"]
         server = ["python", "-m", "sglang.launch_server", "--model-path", mid, *args]
-        sglang.append(LaunchCommand(Engine.SGLANG, role, n, _join(server)))
+        note = ""
+        if config.enable_prefix_caching:  # off is --disable-radix-cache; on has no flag
+            note = "radix cache (prefix caching) on: SGLang's default, no flag needed"
+        sglang.append(LaunchCommand(Engine.SGLANG, role, n, _join(server), note))
     if pd:
         prefill_hosts = [f"PREFILL_HOST_{i + 1}" for i in range(config.num_prefill)]
         decode_hosts = [f"DECODE_HOST_{i + 1}" for i in range(config.num_decode)]

@@ -1,21 +1,29 @@
-"""Scoring one config on a trace: the numbers a trial reports.
+"""Scoring a deployment on a trace: a cheap screen for the search, an exact verification
+for the answer.
 
-For a config the evaluator (1) simulates a prefix of the evaluation window at
-the trace's own rate and prunes the config when SLO attainment is hopeless
-there; (2) simulates the whole window at the trace's rate (attainment, TTFT/TPOT
-percentiles, request goodput, interactivity); (3) finds the max sustainable
-rate (DistServe capacity, `optimizer.sim.max_sustainable_rate`: capped by the
-saturation throughput, bracketed and bisected on a log scale), reusing the run
-at scale 1.
+A candidate is a *unit*: one replica (colocated) or one group of prefill and
+decode instances (disaggregated), with its engine knobs. The fleet is the unit
+times N, and N is not searched but sized: the fewest units that meet the SLOs at
+the trace's sizing rate, its busiest `peak_window_s` rate x `headroom` (at least
+its mean rate).
 
-Why pruning is safe: a config that misses the attainment target at the
-trace's rate has a max sustainable rate below that rate, so every config that
-meets it (and can be recommended) has a higher per-GPU goodput on the same
-GPU budget. Pruned configs are kept as constraint-violating trials so the
-sampler still learns from them.
+- `screen(unit)` (every trial): the unit's capacity (DistServe's max sustainable
+  rate, `optimizer.sim.max_sustainable_rate`) on the screening window, the
+  busiest `screen_requests` consecutive requests of the trace; from it the units
+  needed, N = ceil(sizing rate / capacity), and one run of the unit at its share
+  of the sizing rate for latencies and interactivity. An estimate: units sharing
+  a fleet see thinned arrivals, and the window is not the whole trace.
+- `verify(unit, n)` (the answer's candidates): the whole fleet, every instance
+  with its routing, on the whole trace: N grows until the fleet meets the
+  attainment target at the sizing rate and at the trace's own rate, then shrinks
+  while it still does. The figures reported are those of the run of the sized
+  fleet on the whole trace at the trace's own rate, exactly what `servetune
+  simulate` prints for the recommended config (same simulator, seed, latency).
 
-Evaluations are cached per config within a run (`EvaluationCache`): samplers
-re-propose configs, and the grid benchmark revisits them.
+Only a config's own invalidity (`ConfigError`: a vLLM rule broken, the model not
+fitting, the trace's longest request rejected) makes an `INVALID` evaluation;
+any other error propagates (a simulator bug or a missing latency model must not
+pass for a bad config). Evaluations are cached per unit within a run.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from optimizer.config import RoutingPolicy, ServingConfig, ServingMode
+from optimizer.config import ConfigError, ServingConfig, ServingMode
 from optimizer.latency.base import LatencySource
 from optimizer.search.space import config_key
 from optimizer.sim import (
@@ -40,48 +48,93 @@ from optimizer.workload import Workload
 
 
 class EvalStatus(StrEnum):
-    FEASIBLE = "feasible"  # meets the attainment target at the trace's rate
-    INFEASIBLE = "infeasible"  # simulated in full, misses the target at the trace's rate
-    PRUNED = "pruned"  # stopped after the prefix: hopeless at the trace's rate
-    INVALID = "invalid"  # the config breaks a rule, does not fit, or the simulator refused it
+    FEASIBLE = "feasible"  # meets the SLOs at the sizing rate within the GPU budget
+    INFEASIBLE = "infeasible"  # needs more GPUs than the budget (or none can meet the SLOs)
+    INVALID = "invalid"  # the config breaks a rule, does not fit, or rejects requests
+
+
+class EvalStage(StrEnum):
+    SCREENED = "screened"  # one unit on the screening window: an estimate
+    VERIFIED = "verified"  # the whole fleet on the whole trace: what `simulate` gives
+
+
+class TrialError(RuntimeError):
+    """A trial failed for another reason than its config's own invalidity (a simulator bug,
+    a missing latency model): the run stops and shows the traceback."""
+
+    def __init__(self, number: int, traceback_text: str) -> None:
+        last = traceback_text.strip().splitlines()[-1] if traceback_text.strip() else "?"
+        super().__init__(f"trial {number} failed: {last}")
+        self.number = number
+        self.traceback = traceback_text
+
+    def details(self) -> str:
+        return f"{self}\n\n{self.traceback}"
 
 
 @dataclass(frozen=True, slots=True)
 class EvalSettings:
-    """How a config is scored. `max_requests` bounds the evaluation window (the first
-    requests of the trace, at the trace's own rate) so that trials stay cheap."""
+    """How configs are scored.
+
+    `max_requests` cuts the trace to its first requests for everything (None: the
+    whole trace, the default); `screen_requests` sizes the screening window (0 or
+    at least the trace: trials run on the whole trace too).
+    """
 
     slo: SLO
     attainment: float = 0.9
-    max_requests: int = 1000
-    prefix_fraction: float = 0.3
-    prune_margin: float = 0.25  # prune when prefix attainment < target - margin
+    gpu_budget: int = 8
+    screen_requests: int = 2000
+    max_requests: int | None = None
+    headroom: float = 1.0
+    peak_window_s: float = 60.0
     rel_tol: float = 0.05  # capacity bisection stops when hi / lo <= 1 + rel_tol
-    max_simulations: int = 12  # capacity probes per config
+    max_simulations: int = 12  # capacity probes per screened unit
+    max_shrink_steps: int = 4  # verification: fewer units tried after the estimate holds
     seed: int = 0
 
     def __post_init__(self) -> None:
         if not 0 < self.attainment <= 1:
             raise ValueError(f"attainment: expected a share in (0, 1], got {self.attainment}")
-        if self.max_requests < 10:
+        if self.max_requests is not None and self.max_requests < 10:
             raise ValueError(f"max_requests: expected at least 10, got {self.max_requests}")
-        if not 0 < self.prefix_fraction <= 1:
-            raise ValueError(f"prefix_fraction: expected (0, 1], got {self.prefix_fraction}")
+        if self.screen_requests < 0:
+            raise ValueError(f"screen_requests: expected >= 0, got {self.screen_requests}")
+        if not (math.isfinite(self.headroom) and self.headroom >= 1):
+            raise ValueError(f"headroom: expected a factor >= 1, got {self.headroom}")
+        if not self.peak_window_s > 0:
+            raise ValueError(f"peak_window_s: expected > 0, got {self.peak_window_s}")
+        if self.gpu_budget < 1:
+            raise ValueError(f"gpu_budget: expected >= 1, got {self.gpu_budget}")
 
 
 @dataclass(frozen=True, slots=True)
 class Evaluation:
-    """One config's predicted metrics (rates in requests/s; latencies in ms)."""
+    """One deployment's figures (rates in requests/s; latencies in ms).
+
+    Screened: `num_units`/`num_gpus` are the estimate for the sizing rate and the
+    latencies those of one unit at its share of it on the window. Verified: the
+    sized fleet's, on the whole trace at the trace's own rate (`attainment`) and at
+    the sizing rate (`sizing_attainment`).
+    """
 
     status: EvalStatus
-    num_gpus: int
-    price_per_hour: float | None = None
-    max_rate: float = 0.0  # fleet requests/s at the attainment target
-    goodput_per_gpu: float = 0.0
-    goodput_per_dollar: float | None = None  # requests/s per USD/hour
-    interactivity_tok_s: float = 0.0  # median output tokens/s per user, at the trace's rate
-    attainment: float = 0.0  # at the trace's rate
-    request_goodput: float = 0.0  # requests/s meeting the SLOs, at the trace's rate
+    stage: EvalStage
+    num_gpus: int  # of the sized fleet
+    num_units: int = 0
+    unit_gpus: int = 0
+    price_per_hour: float | None = None  # of the sized fleet (USD), None without prices
+    unit_rate: float = 0.0  # one unit's capacity on the screening window
+    goodput_per_gpu: float = 0.0  # unit_rate / unit_gpus
+    goodput_per_dollar: float | None = None  # unit_rate / the unit's USD per hour
+    interactivity_tok_s: float = 0.0  # median output tokens/s per user
+    attainment: float = 0.0  # share of requests meeting every SLO
+    ttft_attainment: float = 0.0  # share meeting the TTFT SLO alone
+    tpot_attainment: float = 0.0  # share meeting the TPOT SLO alone
+    sizing_attainment: float = 0.0
+    request_goodput: float = 0.0  # requests/s meeting the SLOs
+    output_tokens_per_s: float = 0.0
+    cost_per_million_output_tokens: float | None = None  # USD, at the trace's rate
     ttft_p50_ms: float = math.nan
     ttft_p90_ms: float = math.nan
     ttft_p99_ms: float = math.nan
@@ -90,12 +143,51 @@ class Evaluation:
     tpot_p99_ms: float = math.nan
     itl_p99_ms: float = math.nan
     num_simulations: int = 0
-    bounded: bool = True  # False when the capacity search hit its scale limit
+    bounded: bool = True  # False when a capacity search hit its probe limit
     error: str = ""
 
     @property
     def feasible(self) -> bool:
         return self.status is EvalStatus.FEASIBLE
+
+
+@dataclass(frozen=True, slots=True)
+class TraceWindow:
+    """A stretch of the trace that was evaluated, for the summary."""
+
+    num_requests: int
+    start_s: float
+    span_s: float
+    mean_rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluatedTrace:
+    """What the search evaluated: the trace (verification), the screening window and the
+    rate fleets are sized for."""
+
+    trace: TraceWindow
+    screened: TraceWindow
+    peak_rate: float  # the busiest `peak_window_s` seconds
+    peak_window_s: float
+    headroom: float
+    sizing_rate: float  # max(mean, peak) x headroom
+
+    def describe(self) -> str:
+        t, s = self.trace, self.screened
+        whole = s.num_requests == t.num_requests
+        screened = (
+            "trials on the whole trace"
+            if whole
+            else f"trials screened on its busiest {s.num_requests:,} consecutive requests "
+            f"({s.start_s:,.0f}-{s.start_s + s.span_s:,.0f} s, {s.mean_rate:.2f} req/s)"
+        )
+        return (
+            f"trace: {t.num_requests:,} requests over {t.span_s:,.0f} s, {t.mean_rate:.2f} req/s "
+            f"mean, {self.peak_rate:.2f} req/s in its busiest {self.peak_window_s:g} s; fleets "
+            f"sized for {self.sizing_rate:.2f} req/s (peak x headroom {self.headroom:g}) and "
+            f"verified on the whole trace; {screened}"
+        )
 
 
 @dataclass(slots=True)
@@ -107,13 +199,65 @@ class EvaluationCache:
     misses: int = 0
 
 
+def peak_rate(arrival_s: np.ndarray, window_s: float) -> float:
+    """The most requests arriving in any `window_s` seconds, per second (over the span
+    when the trace is shorter than the window)."""
+    n = arrival_s.shape[0]
+    span = float(arrival_s[-1] - arrival_s[0]) if n > 1 else 0.0
+    if n < 2 or span <= 0:
+        return math.inf if n > 1 else 0.0
+    width = min(window_s, span)
+    ends = np.searchsorted(arrival_s, arrival_s + width, side="left")
+    return float((ends - np.arange(n)).max()) / width
+
+
+def busiest_start(arrival_s: np.ndarray, num_requests: int) -> int | None:
+    """Where the `num_requests` consecutive requests with the shortest span start (None:
+    the trace is not longer than that, or `num_requests` is 0)."""
+    n = arrival_s.shape[0]
+    if num_requests <= 0 or num_requests >= n:
+        return None
+    spans = arrival_s[num_requests - 1 :] - arrival_s[: n - num_requests + 1]
+    return int(np.argmin(spans))
+
+
+def _window(workload: Workload, start_s: float) -> TraceWindow:
+    span = workload.duration_s
+    return TraceWindow(len(workload), start_s, span, workload.mean_rate if span > 0 else 0.0)
+
+
+def fleet_of(unit: ServingConfig, num_units: int) -> ServingConfig:
+    """`num_units` copies of a unit (replicas, or groups of prefill and decode instances)."""
+    if unit.mode is ServingMode.COLOCATED:
+        return replace(unit, num_replicas=unit.num_replicas * num_units)
+    return replace(
+        unit, num_prefill=unit.num_prefill * num_units, num_decode=unit.num_decode * num_units
+    )
+
+
+def unit_of(fleet: ServingConfig, num_units: int) -> ServingConfig:
+    """One unit of a fleet of `num_units` units (the inverse of `fleet_of`)."""
+    counts = (fleet.num_replicas,) if fleet.mode is ServingMode.COLOCATED else (
+        fleet.num_prefill, fleet.num_decode)  # fmt: skip
+    if num_units < 1 or any(c % num_units for c in counts):
+        raise ValueError(f"a fleet of {counts} instances is not {num_units} equal units")
+    if fleet.mode is ServingMode.COLOCATED:
+        return replace(fleet, num_replicas=fleet.num_replicas // num_units)
+    return replace(
+        fleet, num_prefill=fleet.num_prefill // num_units, num_decode=fleet.num_decode // num_units
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class TraceEvaluator:
-    """Scores configs on one workload with one latency source (pure apart from its cache)."""
+    """Scores units and fleets on one trace with one latency source (pure apart from its
+    cache)."""
 
-    workload: Workload
+    workload: Workload  # verified on (the trace, or its first max_requests)
+    screen: Workload  # the screening window
     latency: LatencySource
     settings: EvalSettings
+    evaluated: EvaluatedTrace
     cache: EvaluationCache = field(default_factory=EvaluationCache)
     longest_request_tokens: int = 0  # over the whole trace, not just the window
 
@@ -121,102 +265,180 @@ class TraceEvaluator:
     def for_trace(
         cls, trace: Workload, latency: LatencySource, settings: EvalSettings
     ) -> TraceEvaluator:
-        """Evaluate on the trace's first `settings.max_requests` requests."""
-        window = trace.head(settings.max_requests) if len(trace) > settings.max_requests else trace
+        s = settings
+        whole = trace.head(s.max_requests) if s.max_requests else trace
+        start = busiest_start(whole.arrival_s, s.screen_requests)
+        screen, offset = whole, 0.0
+        if start is not None:
+            screen = whole.slice(start, start + s.screen_requests)
+            offset = float(whole.arrival_s[start] - whole.arrival_s[0])
+        peak = peak_rate(whole.arrival_s, s.peak_window_s)
+        mean = whole.mean_rate
+        sizing = max(mean, peak if math.isfinite(peak) else mean) * s.headroom
+        evaluated = EvaluatedTrace(
+            trace=_window(whole, 0.0),
+            screened=_window(screen, offset),
+            peak_rate=peak if math.isfinite(peak) else mean,
+            peak_window_s=s.peak_window_s,
+            headroom=s.headroom,
+            sizing_rate=sizing,
+        )
         longest = int((trace.input_tokens + trace.output_tokens).max())
-        return cls(window, latency, settings, longest_request_tokens=longest)
+        return cls(whole, screen, latency, settings, evaluated, longest_request_tokens=longest)
 
     @property
     def trace_rate(self) -> float:
         return self.workload.mean_rate
 
-    def evaluate(self, config: ServingConfig) -> Evaluation:
-        key = config_key(config)
+    @property
+    def sizing_scale(self) -> float:
+        """The rate multiplier that turns the trace's mean rate into the sizing rate."""
+        return self.evaluated.sizing_rate / self.trace_rate
+
+    def _run(self, workload: Workload, config: ServingConfig) -> SimulationResult:
+        s = self.settings
+        return simulate(workload, config, self.latency, seed=s.seed, slo=s.slo)
+
+    def simulate(self, config: ServingConfig, scale: float = 1.0) -> SimulationResult:
+        """`config` on the whole evaluated trace at `scale` x its rate."""
+        wl = self.workload if scale == 1.0 else self.workload.rate_scaled(scale)
+        return self._run(wl, config)
+
+    def _check_fits(self, unit: ServingConfig) -> None:
+        limit = max_request_tokens(unit)
+        if limit < self.longest_request_tokens:
+            # A deployment that rejects some of the user's requests is never recommended.
+            raise ConfigError(
+                f"rejects the trace's longest requests ({self.longest_request_tokens} prompt + "
+                f"output tokens; this config holds at most {limit})"
+            )
+
+    # -- screening ---------------------------------------------------------------------
+    def evaluate(self, unit: ServingConfig) -> Evaluation:
+        """The screen of `unit`, cached (see the module docstring)."""
+        key = config_key(unit)
         hit = self.cache.entries.get(key)
         if hit is not None:
             self.cache.hits += 1
             return hit
         self.cache.misses += 1
         try:
-            result = self._evaluate(config)
-        except (ValueError, LookupError) as exc:  # SimulationError, floor errors, no latency model
-            result = Evaluation(EvalStatus.INVALID, config.num_gpus, error=str(exc))
+            self._check_fits(unit)
+            result = self._screen(unit)
+        except ConfigError as exc:
+            result = Evaluation(EvalStatus.INVALID, EvalStage.SCREENED, unit.num_gpus,
+                                unit_gpus=unit.num_gpus, error=str(exc))  # fmt: skip
         self.cache.entries[key] = result
         return result
 
-    def simulate(self, config: ServingConfig, scale: float = 1.0) -> SimulationResult:
-        """Simulate `config` on the evaluation window at `scale` x the trace's rate."""
-        unit, workload, _ = self._unit(config)
-        if scale != 1.0:
-            workload = workload.rate_scaled(scale)
-        return simulate(
-            workload, unit, self.latency, seed=self.settings.seed, slo=self.settings.slo
-        )
-
-    def _unit(self, config: ServingConfig) -> tuple[ServingConfig, Workload, int]:
-        """What is simulated: round-robin colocated replicas are independent, so one replica
-        at 1/N of the rate stands for N (N times more requests per replica for the same
-        cost); other fleets are simulated whole. Returns (unit, workload, N)."""
-        if (
-            config.mode is ServingMode.COLOCATED
-            and config.routing is RoutingPolicy.ROUND_ROBIN
-            and config.num_replicas > 1
-        ):
-            n = config.num_replicas
-            return replace(config, num_replicas=1), self.workload.time_scaled(float(n)), n
-        return config, self.workload, 1
-
-    def _evaluate(self, config: ServingConfig) -> Evaluation:
+    def _screen(self, unit: ServingConfig) -> Evaluation:
         s = self.settings
-        limit = max_request_tokens(config)
-        if limit < self.longest_request_tokens:
-            # A deployment that rejects some of the user's requests is never recommended.
-            return Evaluation(
-                EvalStatus.INVALID,
-                config.num_gpus,
-                error=f"rejects the trace's longest requests ({self.longest_request_tokens} "
-                f"prompt + output tokens; this config holds at most {limit})",
-            )
-        unit, workload, copies = self._unit(config)
-
-        def run(wl: Workload) -> SimulationResult:
-            return simulate(wl, unit, self.latency, seed=s.seed, slo=s.slo)
-
-        n_prefix = int(len(workload) * s.prefix_fraction)
-        sims = 0
-        if 10 <= n_prefix < len(workload):
-            head = run(workload.head(n_prefix))
-            sims += 1
-            if head.attainment(s.slo) < s.attainment - s.prune_margin:
-                return _metrics(EvalStatus.PRUNED, config, head, 0.0, sims, True)
-        base = run(workload)
-        sims += 1
-        att = base.attainment(s.slo)
+        window = self.screen
         cap = max_sustainable_rate(
-            workload,
-            unit,
-            self.latency,
-            s.slo,
-            attainment=s.attainment,
-            seed=s.seed,
-            rel_tol=s.rel_tol,
-            max_simulations=s.max_simulations,
-            at_trace_rate=base,
-        )
-        rate = cap.request_rate * copies
-        status = EvalStatus.FEASIBLE if att >= s.attainment else EvalStatus.INFEASIBLE
-        return _metrics(status, config, base, rate, sims + cap.num_simulations, cap.bounded)
+            window, unit, self.latency, s.slo, attainment=s.attainment, seed=s.seed,
+            rel_tol=s.rel_tol, max_simulations=s.max_simulations,
+        )  # fmt: skip
+        sims = cap.num_simulations
+        rate = cap.request_rate
+        gpus = unit.num_gpus
+        price = unit.price_per_hour()
+        if rate <= 0:
+            return _figures(
+                EvalStatus.INFEASIBLE, EvalStage.SCREENED, unit, 0, cap.result, rate,
+                sims, cap.bounded,
+            )  # fmt: skip
+        units = max(1, math.ceil(self.evaluated.sizing_rate / rate - 1e-9))
+        at = window.rate_scaled(self.evaluated.sizing_rate / units / window.mean_rate)
+        share = self._run(at, unit)
+        status = EvalStatus.FEASIBLE if units * gpus <= s.gpu_budget else EvalStatus.INFEASIBLE
+        ev = _figures(status, EvalStage.SCREENED, unit, units, share, rate, sims + 1,
+                      cap.bounded)  # fmt: skip
+        if price:
+            ev = replace(ev, goodput_per_dollar=rate / price)
+        return ev
+
+    # -- verification ------------------------------------------------------------------
+    def verify(
+        self,
+        unit: ServingConfig,
+        num_units: int = 1,
+        *,
+        rate_factor: float = 1.0,
+        max_gpus: int | None = None,
+        screened: Evaluation | None = None,
+    ) -> Verified:
+        """Size and verify a fleet of `unit` on the whole trace (see the module docstring).
+
+        `num_units` is where the search for the fleet size starts (the screen's
+        estimate); `rate_factor` sizes for a multiple of the traffic (capacity
+        planning: figures are then those at that multiple); `max_gpus` caps the fleet
+        (default: the GPU budget). INFEASIBLE when the cap does not reach; the figures
+        are then those of the largest fleet it allows. `screened` carries the unit's
+        screened capacity (`unit_rate`, per-GPU and per-dollar goodput) over.
+        Raises `ConfigError` when the unit rejects the trace's longest requests.
+        """
+        self._check_fits(unit)
+        s = self.settings
+        scale = self.sizing_scale * rate_factor
+        cap = s.gpu_budget if max_gpus is None else max_gpus
+        most = max(1, cap // unit.num_gpus)
+        runs: dict[int, SimulationResult] = {}
+
+        def meets(n: int) -> bool:
+            runs[n] = self.simulate(fleet_of(unit, n), scale)
+            return runs[n].attainment(s.slo) >= s.attainment
+
+        n = min(max(1, num_units), most)
+        ok = meets(n)
+        if ok:
+            steps = 0
+            while n > 1 and steps < s.max_shrink_steps and meets(n - 1):
+                n, steps = n - 1, steps + 1
+        else:
+            while n < most and not ok:
+                n += 1
+                ok = meets(n)
+        fleet = fleet_of(unit, n)
+        sized = runs[n]
+        report = sized
+        if rate_factor == 1.0 and scale != 1.0:
+            report = self.simulate(fleet)  # the trace's own rate: what `simulate` prints
+            ok = ok and report.attainment(s.slo) >= s.attainment
+        status = EvalStatus.FEASIBLE if ok else EvalStatus.INFEASIBLE
+        sims = len(runs) + (report is not sized)
+        ev = _figures(status, EvalStage.VERIFIED, unit, n, report, 0.0, sims, True)
+        ev = replace(ev, sizing_attainment=sized.attainment(s.slo))
+        if screened is not None:
+            ev = replace(
+                ev,
+                unit_rate=screened.unit_rate,
+                goodput_per_gpu=screened.goodput_per_gpu,
+                goodput_per_dollar=screened.goodput_per_dollar,
+                bounded=screened.bounded,
+            )
+        return Verified(fleet, ev, report)
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """A sized fleet, its verified figures and the simulation they come from."""
+
+    fleet: ServingConfig
+    evaluation: Evaluation
+    result: SimulationResult
 
 
 def _ms(value: float) -> float:
     return value * 1e3
 
 
-def _metrics(
+def _figures(
     status: EvalStatus,
-    config: ServingConfig,
+    stage: EvalStage,
+    unit: ServingConfig,
+    num_units: int,
     res: SimulationResult,
-    max_rate: float,
+    unit_rate: float,
     sims: int,
     bounded: bool,
 ) -> Evaluation:
@@ -225,18 +447,31 @@ def _metrics(
     tpot = res.tpot_s[~np.isnan(res.tpot_s)]
     tpot = tpot[tpot > 0]
     interactivity = float(np.median(1.0 / tpot)) if tpot.size else 0.0
-    price = config.price_per_hour()
-    gpus = config.num_gpus
+    unit_gpus = unit.num_gpus
+    unit_price = unit.price_per_hour()
+    price = unit_price * num_units if unit_price is not None else None
+    out_tok_s = res.output_token_throughput
+    cost = None
+    if price is not None and out_tok_s > 0:
+        cost = price / (out_tok_s * 3600) * 1e6
     return Evaluation(
         status=status,
-        num_gpus=gpus,
+        stage=stage,
+        num_gpus=unit_gpus * num_units,
+        num_units=num_units,
+        unit_gpus=unit_gpus,
         price_per_hour=price,
-        max_rate=max_rate,
-        goodput_per_gpu=max_rate / gpus,
-        goodput_per_dollar=(max_rate / price) if price else None,
+        unit_rate=unit_rate,
+        goodput_per_gpu=unit_rate / unit_gpus,
+        goodput_per_dollar=(unit_rate / unit_price) if unit_price else None,
         interactivity_tok_s=interactivity,
         attainment=res.attainment(slo),
+        ttft_attainment=float(np.mean(res.ttft_s <= slo.ttft_s)),
+        tpot_attainment=float(np.mean(np.isnan(res.tpot_s) | (res.tpot_s <= slo.tpot_s))),
+        sizing_attainment=res.attainment(slo),
         request_goodput=res.request_goodput(slo),
+        output_tokens_per_s=out_tok_s,
+        cost_per_million_output_tokens=cost,
         ttft_p50_ms=_ms(res.ttft.p50),
         ttft_p90_ms=_ms(res.ttft.p90),
         ttft_p99_ms=_ms(res.ttft.p99),

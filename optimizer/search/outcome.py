@@ -3,12 +3,14 @@
 The dataclasses are the JSON layout: `outcome.to_dict()` (what `outcome.json`,
 the tuning-run table and the REST result hold) is `optimizer.plain.to_plain`
 of the outcome plus `schema_version`, and `TuneOutcome.from_dict` reads it
-back. Every config's predicted figures sit under `predicted` (an `Evaluation`).
+back. Every fleet's predicted figures sit under `predicted` (an `Evaluation`, verified:
+what `servetune simulate` prints for that config on the same trace and SLOs).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,21 +18,24 @@ import yaml
 
 from optimizer.config import ServingConfig
 from optimizer.plain import PlainDataError, from_plain, to_plain
-from optimizer.search.diagnose import NEAR_DEFAULTS, Diagnosis, diagnose_config, explain
+from optimizer.search.diagnose import Diagnosis, breakdown, explain
 from optimizer.search.flags import LaunchCommand, launch_commands
-from optimizer.search.objective import Evaluation, TraceEvaluator
+from optimizer.search.objective import EvalStatus, EvaluatedTrace, Evaluation, TraceEvaluator
 from optimizer.search.recommend import (
     BaselineComparison,
     ParetoRow,
     TrialOutcome,
     baseline_config,
+    candidates,
     compare,
     pareto_front,
     recommend,
 )
 from optimizer.search.request import TuneRequest
+from optimizer.search.space import SearchSpace
+from optimizer.sim import SimulationResult
 
-OUTCOME_SCHEMA_VERSION = 2
+OUTCOME_SCHEMA_VERSION = 3
 
 
 class OutcomeFormatError(ValueError):
@@ -50,8 +55,8 @@ class SLOCheck:
 
 @dataclass(frozen=True, slots=True)
 class Recommendation:
-    """The config to run. `trial` is None when it is the engine's defaults, kept
-    because no trial beat them by more than the search's resolution."""
+    """The fleet to run, sized and verified on the whole trace. `trial` is None when it is
+    the engine's defaults, kept because no config found needs fewer GPUs (or dollars)."""
 
     trial: int | None
     config: ServingConfig
@@ -72,15 +77,33 @@ class LatencyInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class CapacityRow:
+    """GPUs the recommended unit needs for a multiple of the trace's traffic (its mean and
+    peak rates both scaled)."""
+
+    traffic: float  # x the trace's traffic
+    mean_rate: float  # requests/s
+    sizing_rate: float  # the rate the fleet is sized for: the peak x headroom, scaled
+    num_gpus: int
+    num_units: int
+    price_per_hour: float | None
+    attainment: float  # at the sizing rate
+    feasible: bool  # False: even the largest fleet tried (num_gpus) misses the SLOs
+
+
+@dataclass(frozen=True, slots=True)
 class TuneOutcome:
     request: TuneRequest
     study_name: str
     num_trials: int
     latency: LatencyInfo
-    recommendation: Recommendation | None  # None: no config meets the SLOs at the trace's rate
+    evaluated: EvaluatedTrace  # the trace, the screening window and the sizing rate
+    recommendation: Recommendation | None  # None: nothing meets the SLOs within the budget
     baseline: BaselineComparison
-    pareto: tuple[ParetoRow, ...]
+    pareto: tuple[ParetoRow, ...]  # verified fleets: cost (GPUs or USD/h) vs tokens/s/user
+    capacity: tuple[CapacityRow, ...]  # the recommendation at 1x, 2x, 4x the traffic
     diagnosis: Diagnosis
+    shortfall: str = ""  # when nothing meets the SLOs: which SLO binds, how close it came
 
     def to_dict(self) -> dict[str, Any]:
         out = to_plain(self)
@@ -117,8 +140,74 @@ def slo_checks(request: TuneRequest, ev: Evaluation) -> tuple[SLOCheck, ...]:
     )
 
 
+CAPACITY_FACTORS = (1.0, 2.0, 4.0)
+
+
+def _recommendation(request: TuneRequest, o: TrialOutcome, model_id: str | None) -> Recommendation:
+    ev = o.evaluation
+    launch = launch_commands(o.config, model=model_id)
+    return Recommendation(o.number, o.config, ev, slo_checks(request, ev), launch)
+
+
+def capacity_plan(
+    evaluator: TraceEvaluator, rec: TrialOutcome, unit: ServingConfig
+) -> tuple[CapacityRow, ...]:
+    """GPUs `unit` needs at 1x, 2x and 4x the traffic (the 1x row is the recommendation;
+    the others may exceed the budget: up to 4x the budget x the factor is tried)."""
+    ev = rec.evaluation
+    sizing = evaluator.evaluated.sizing_rate
+    rows = [
+        CapacityRow(1.0, evaluator.trace_rate, sizing, ev.num_gpus, ev.num_units,
+                    ev.price_per_hour, ev.sizing_attainment, ev.feasible)
+    ]  # fmt: skip
+    budget = evaluator.settings.gpu_budget
+    for factor in CAPACITY_FACTORS[1:]:
+        start = max(1, math.ceil(ev.num_units * factor))
+        cap = max(budget, ev.num_gpus) * int(factor) * 4
+        v = evaluator.verify(unit, start, rate_factor=factor, max_gpus=cap).evaluation
+        rows.append(
+            CapacityRow(factor, evaluator.trace_rate * factor, sizing * factor, v.num_gpus,
+                        v.num_units, v.price_per_hour, v.attainment, v.feasible)
+        )  # fmt: skip
+    return tuple(rows)
+
+
+def shortfall(request: TuneRequest, verified: Sequence[TrialOutcome]) -> str:
+    """Which SLO binds when no fleet meets the targets, and how close the best came."""
+    target = request.attainment
+    if not verified:
+        return (
+            "no valid config: every config tried breaks a vLLM rule, does not fit the model "
+            "or rejects the trace's longest requests"
+        )
+    best = max(verified, key=lambda o: o.evaluation.attainment)
+    ev = best.evaluation
+    who = "vLLM's defaults" if best.number is None else f"trial {best.number}"
+    binding = [
+        f"{name} <= {limit:g} ms ({share:.1%} meet it alone)"
+        for name, limit, share in (
+            ("TTFT", request.slo_ttft_ms, ev.ttft_attainment),
+            ("TPOT", request.slo_tpot_ms, ev.tpot_attainment),
+        )
+        if share < target
+    ]
+    if not binding:
+        binding = [
+            f"TTFT and TPOT together ({ev.ttft_attainment:.1%} and {ev.tpot_attainment:.1%} "
+            "meet them alone)"
+            + (f", with E2E <= {request.slo_e2e_ms:g} ms" if request.slo_e2e_ms else "")
+        ]
+    return (
+        f"No fleet within {request.gpu_budget} GPUs meets the SLOs for {target:.0%} of requests. "
+        f"Binding: {'; '.join(binding)}. Closest: {who} on {ev.num_gpus} GPUs, "
+        f"{ev.attainment:.1%} attainment (TTFT p90 {ev.ttft_p90_ms:,.0f} ms, TPOT p90 "
+        f"{ev.tpot_p90_ms:.1f} ms)."
+    )
+
+
 def build_outcome(
     request: TuneRequest,
+    space: SearchSpace,
     outcomes: list[TrialOutcome],
     evaluator: TraceEvaluator,
     *,
@@ -126,47 +215,56 @@ def build_outcome(
     num_trials: int,
     latency: LatencyInfo,
     model_id: str | None = None,
+    on_step: Callable[[str], None] = lambda _msg: None,
 ) -> TuneOutcome:
-    space = request.space()
+    """Verify the best screened units and vLLM's defaults as sized fleets on the whole
+    trace, and assemble the answer from those verified figures only (`space`: the one the
+    trials searched)."""
     per_dollar = bool(space.prices)
-    best = recommend(outcomes, per_dollar=per_dollar)
-    base_cfg = baseline_config(space)
-    base_eval = evaluator.evaluate(base_cfg)
-    found = compare(base_cfg, base_eval, best.evaluation if best else None, per_dollar=per_dollar)
-    rec = None
-    comparison = found
-    near = found.gain is not None and found.gain < NEAR_DEFAULTS
-    if best is not None and base_eval.feasible and near:
-        # Within the capacity search's resolution of the defaults: keep them.
-        launch = launch_commands(base_cfg, model=model_id)
-        rec = Recommendation(None, base_cfg, base_eval, slo_checks(request, base_eval), launch)
-        comparison = compare(base_cfg, base_eval, base_eval, per_dollar=per_dollar)
-    elif best is not None:
-        rec = Recommendation(
-            best.number,
-            best.config,
-            best.evaluation,
-            slo_checks(request, best.evaluation),
-            launch_commands(best.config, model=model_id),
-        )
-    rate = base_eval.max_rate or evaluator.trace_rate
-    d_base = diagnose_config(evaluator, "baseline", base_cfg, rate)
-    d_rec = diagnose_config(evaluator, "recommendation", best.config, rate) if best else None
-    account = explain(
-        d_base,
-        d_rec,
-        base_cfg,
-        best.config if best else None,
-        base_eval,
-        best.evaluation if best else None,
+    verified: list[TrialOutcome] = []
+    results: dict[int | None, SimulationResult] = {}
+    units: dict[int | None, ServingConfig] = {}
+    for o in candidates(outcomes, per_dollar=per_dollar):
+        on_step(f"verifying trial {o.number} as a sized fleet on the whole trace")
+        v = evaluator.verify(o.config, o.evaluation.num_units, screened=o.evaluation)
+        verified.append(TrialOutcome(o.number, v.fleet, v.evaluation))
+        results[o.number], units[o.number] = v.result, o.config
+    on_step("sizing vLLM's defaults on the whole trace")
+    base_unit = baseline_config(space)
+    base_screen = evaluator.evaluate(base_unit)
+    if base_screen.status is EvalStatus.INVALID:
+        base = TrialOutcome(None, base_unit, base_screen)
+    else:
+        v = evaluator.verify(base_unit, base_screen.num_units, screened=base_screen)
+        base = TrialOutcome(None, v.fleet, v.evaluation)
+        results[None], units[None] = v.result, base_unit
+    pool = verified + ([base] if base.evaluation.status is not EvalStatus.INVALID else [])
+    best = recommend(pool, per_dollar=per_dollar)
+    rec = _recommendation(request, best, model_id) if best else None
+    capacity: tuple[CapacityRow, ...] = ()
+    if best is not None:
+        on_step("capacity plan: GPUs needed at 2x and 4x the traffic")
+        capacity = capacity_plan(evaluator, best, units[best.number])
+    comparison = compare(
+        base.config, base.evaluation, best.evaluation if best else None, per_dollar=per_dollar
     )
+    rate = evaluator.trace_rate
+    d_base = breakdown("baseline", base.config, results[None], rate) if None in results else None
+    tuned = best if best is not None and best.number is not None else None
+    d_rec = None
+    if tuned is not None:
+        d_rec = breakdown("recommendation", tuned.config, results[tuned.number], rate)
+    account = explain(d_base, d_rec, base, best, per_dollar=per_dollar)
     return TuneOutcome(
         request=request,
         study_name=study_name,
         num_trials=num_trials,
         latency=latency,
+        evaluated=evaluator.evaluated,
         recommendation=rec,
         baseline=comparison,
-        pareto=tuple(pareto_front(outcomes, per_dollar=per_dollar)),
+        pareto=tuple(pareto_front(pool, per_dollar=per_dollar, keep=best)),
+        capacity=capacity,
         diagnosis=Diagnosis(d_base, d_rec, account),
+        shortfall="" if best is not None else shortfall(request, pool),
     )

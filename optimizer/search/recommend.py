@@ -1,16 +1,22 @@
-"""From finished trials to answers: the Pareto front, the recommendation, the baseline.
+"""From trials to answers: candidates to verify, the recommendation, the Pareto front,
+the baseline.
 
-The recommendation is the config with the highest per-GPU (or per-dollar)
-goodput among those that meet the attainment target at the trace's own rate;
-goodputs within `tie_tol` of the best count as ties, which go to fewer GPUs
-(then to higher interactivity). The baseline is the engine's untuned defaults
-(DOMAIN.md §5): vLLM's 8192 batched tokens / 1024 seqs on H100/H200, 2048 /
-256 elsewhere, chunked prefill on, no speculation, colocated, TP 1 (or the
-smallest TP the model fits at).
+Trials screen one unit each (`optimizer.search.objective`); the most promising
+distinct units (fewest GPUs, or lowest price, for the sizing rate, then per-GPU
+goodput) are verified as whole fleets on the whole trace. The recommendation is
+the verified fleet with the fewest GPUs (the lowest price per hour when prices
+are given) that meets the SLOs; at equal cost the most interactive, the engine's
+defaults unless beaten by more than 3%. The Pareto front of verified fleets trades
+GPUs (or price) against tokens/s per user. The baseline is the engine's untuned
+defaults (DOMAIN.md §5), sized and verified the same way: vLLM's 8192 batched tokens / 1024 seqs on
+H100/H200, 2048 / 256 elsewhere, chunked prefill on, no speculation, colocated,
+TP 1 (or the smallest TP the model fits at), prefix caching on when the trace lets it
+be simulated (it carries prefix hashes), else off.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,16 +29,17 @@ _BIG_GPUS = ("h100", "h200")
 
 @dataclass(frozen=True, slots=True)
 class TrialOutcome:
-    """A finished trial as the recommender sees it."""
+    """A finished trial (its unit and screen), or a verified fleet (trial None: the
+    engine's defaults)."""
 
-    number: int
+    number: int | None
     config: ServingConfig
     evaluation: Evaluation
 
 
 @dataclass(frozen=True, slots=True)
 class ParetoRow:
-    trial: int
+    trial: int | None  # None: the engine's defaults
     config: ServingConfig
     predicted: Evaluation
 
@@ -41,51 +48,107 @@ class ParetoRow:
         return self.predicted.feasible
 
 
-def _objective(ev: Evaluation, per_dollar: bool) -> float:
-    return (ev.goodput_per_dollar or 0.0) if per_dollar else ev.goodput_per_gpu
+def _cost(ev: Evaluation, per_dollar: bool) -> float:
+    """What a fleet costs: USD per hour with prices, else GPUs."""
+    if per_dollar:
+        return ev.price_per_hour if ev.price_per_hour is not None else math.inf
+    return float(ev.num_gpus)
 
 
-def pareto_front(outcomes: Sequence[TrialOutcome], *, per_dollar: bool = False) -> list[ParetoRow]:
-    """Non-dominated (goodput, interactivity) configs among those meeting the SLOs at the
-    trace's rate (all fully simulated ones when none does), best goodput first; one row
-    per distinct config."""
-    pool = [o for o in outcomes if o.evaluation.feasible]
-    if not pool:
-        pool = [o for o in outcomes if o.evaluation.status is EvalStatus.INFEASIBLE]
+def _screen_rank(ev: Evaluation, per_dollar: bool) -> tuple[float, float, float]:
+    efficiency = (ev.goodput_per_dollar or 0.0) if per_dollar else ev.goodput_per_gpu
+    return (_cost(ev, per_dollar), -efficiency, -ev.interactivity_tok_s)
+
+
+def candidates(
+    outcomes: Sequence[TrialOutcome], *, per_dollar: bool = False, limit: int = 4
+) -> list[TrialOutcome]:
+    """The units worth verifying: distinct feasible screens, cheapest sized fleet first,
+    then the most interactive of the rest (so the Pareto front has a spread). When no
+    screen is feasible, the two valid units with the most capacity per GPU (or per
+    dollar), to show how close the budget comes."""
     seen: dict[str, TrialOutcome] = {}
-    for o in pool:
-        seen.setdefault(config_key(o.config), o)
-    rows = list(seen.values())
-    pts = [(_objective(o.evaluation, per_dollar), o.evaluation.interactivity_tok_s) for o in rows]
+    for o in outcomes:
+        if o.evaluation.status is not EvalStatus.INVALID:
+            seen.setdefault(config_key(o.config), o)
+    feasible = [o for o in seen.values() if o.evaluation.feasible]
+    if not feasible:
+        return sorted(seen.values(), key=lambda o: _screen_rank(o.evaluation, per_dollar)[1:])[:2]
+    pool = sorted(feasible, key=lambda o: _screen_rank(o.evaluation, per_dollar))
+    chosen = pool[: max(1, limit - 1)]
+    rest = [o for o in pool if o not in chosen]
+    if rest and len(chosen) < limit:
+        chosen.append(max(rest, key=lambda o: o.evaluation.interactivity_tok_s))
+    return chosen
+
+
+NEAR_DEFAULTS = 1.03  # interactivity within this factor of the defaults' is no reason to move
+
+
+def recommend(verified: Sequence[TrialOutcome], *, per_dollar: bool = False) -> TrialOutcome | None:
+    """The cheapest verified fleet that meets the SLOs (None when none does); at equal cost
+    the most interactive, then the highest attainment. The engine's defaults (trial None)
+    are kept at equal cost unless the other is more than 3% more interactive: a change of
+    knobs that saves nothing measurable is not worth a redeploy."""
+    feasible = [o for o in verified if o.evaluation.feasible]
+    if not feasible:
+        return None
+    best = min(
+        feasible,
+        key=lambda o: (
+            _cost(o.evaluation, per_dollar),
+            -o.evaluation.interactivity_tok_s,
+            -o.evaluation.attainment,
+            -1 if o.number is None else o.number,
+        ),
+    )
+    cost = _cost(best.evaluation, per_dollar)
+    for o in feasible:
+        same = o.number is None and _cost(o.evaluation, per_dollar) == cost
+        if same and o.evaluation.interactivity_tok_s * NEAR_DEFAULTS >= (
+            best.evaluation.interactivity_tok_s
+        ):
+            return o
+    return best
+
+
+def pareto_front(
+    verified: Sequence[TrialOutcome],
+    *,
+    per_dollar: bool = False,
+    keep: TrialOutcome | None = None,
+) -> list[ParetoRow]:
+    """Non-dominated (cost, interactivity) fleets among those meeting the SLOs (all verified
+    ones when none does), cheapest first; one row per distinct fleet, and one per point
+    (fleets within 0.1% on both axes are one point: the defaults', else the earliest
+    trial's). `keep` (the recommendation) is always a row."""
+    pool = [o for o in verified if o.evaluation.feasible] or list(verified)
+    order = sorted(pool, key=lambda o: -1 if o.number is None else o.number)
+    rows: list[TrialOutcome] = []
+    seen: set[str] = set()
+    for o in order:
+        key = config_key(o.config)
+        if key not in seen and not any(_same_point(o, r, per_dollar) for r in rows):
+            seen.add(key)
+            rows.append(o)
+    pts = [(_cost(o.evaluation, per_dollar), o.evaluation.interactivity_tok_s) for o in rows]
     front = []
-    for i, (g, t) in enumerate(pts):
+    for i, (c, t) in enumerate(pts):
         dominated = any(
-            (g2 >= g and t2 >= t) and (g2 > g or t2 > t) for j, (g2, t2) in enumerate(pts) if j != i
+            (c2 <= c and t2 >= t) and (c2 < c or t2 > t) for j, (c2, t2) in enumerate(pts) if j != i
         )
-        if not dominated:
+        if not dominated or (keep is not None and rows[i].number == keep.number):
             front.append(ParetoRow(rows[i].number, rows[i].config, rows[i].evaluation))
-    front.sort(key=lambda r: (-_objective(r.predicted, per_dollar), r.trial))
+    if keep is not None and all(r.trial != keep.number for r in front):
+        front.append(ParetoRow(keep.number, keep.config, keep.evaluation))
+    front.sort(key=lambda r: (_cost(r.predicted, per_dollar), -r.predicted.interactivity_tok_s))
     return front
 
 
-def recommend(
-    outcomes: Sequence[TrialOutcome], *, per_dollar: bool = False, tie_tol: float = 0.02
-) -> TrialOutcome | None:
-    """The best feasible config (None when no config meets the SLOs at the trace's rate)."""
-    feasible = [o for o in outcomes if o.evaluation.feasible]
-    if not feasible:
-        return None
-    best = max(_objective(o.evaluation, per_dollar) for o in feasible)
-    ties = [o for o in feasible if _objective(o.evaluation, per_dollar) >= best * (1 - tie_tol)]
-    return min(
-        ties,
-        key=lambda o: (
-            o.evaluation.num_gpus,
-            -_objective(o.evaluation, per_dollar),
-            -o.evaluation.interactivity_tok_s,
-            o.number,
-        ),
-    )
+def _same_point(a: TrialOutcome, b: TrialOutcome, per_dollar: bool) -> bool:
+    ca, cb = _cost(a.evaluation, per_dollar), _cost(b.evaluation, per_dollar)
+    ta, tb = a.evaluation.interactivity_tok_s, b.evaluation.interactivity_tok_s
+    return math.isclose(ca, cb, rel_tol=1e-3) and math.isclose(ta, tb, rel_tol=1e-3)
 
 
 def hypervolume_2d(
@@ -102,7 +165,8 @@ def hypervolume_2d(
 
 
 def baseline_config(space: SearchSpace) -> ServingConfig:
-    """vLLM's untuned defaults on the first offered GPU type, filling the GPU budget."""
+    """One replica of vLLM's untuned defaults on the first offered GPU type (the unit the
+    evaluator sizes)."""
     acc = space.accelerators[0]
     big = acc.lower().replace("_sxm", "").replace("-sxm", "") in _BIG_GPUS
     tokens, seqs = (8192, 1024) if big else (2048, 256)
@@ -122,9 +186,9 @@ def baseline_config(space: SearchSpace) -> ServingConfig:
             return ServingConfig.colocated(
                 space.model,
                 inst,
-                num_replicas=space.gpu_budget // tp,
+                num_replicas=1,
                 max_model_len=space.max_model_len,
-                enable_prefix_caching=space.enable_prefix_caching,
+                enable_prefix_caching=True in space.prefix_caching,  # vLLM's default: on
             )
         except ConfigError as exc:
             last = exc
@@ -137,23 +201,27 @@ def describe_baseline(config: ServingConfig) -> str:
     return (
         f"vLLM defaults: {config.num_replicas} x {inst.accelerator} tp={inst.tp}, "
         f"max_num_batched_tokens={inst.max_num_batched_tokens}, max_num_seqs={inst.max_num_seqs}, "
-        "chunked prefill on, no speculation, colocated"
+        f"chunked prefill on, prefix caching {'on' if config.enable_prefix_caching else 'off'}, "
+        "no speculation, colocated"
     )
 
 
 @dataclass(frozen=True, slots=True)
 class BaselineComparison:
+    """The engine's defaults, sized for the same traffic; `gain` is how many times more
+    GPUs (or USD per hour) they need than the recommendation (None: they cannot meet
+    the SLOs within the budget)."""
+
     description: str
     config: ServingConfig
     predicted: Evaluation
-    gain: float | None  # recommendation goodput / baseline goodput (None: baseline has 0)
+    gain: float | None
 
 
 def compare(
     baseline: ServingConfig, base_eval: Evaluation, rec: Evaluation | None, *, per_dollar: bool
 ) -> BaselineComparison:
-    b = _objective(base_eval, per_dollar)
     gain = None
-    if rec is not None and b > 0:
-        gain = _objective(rec, per_dollar) / b
+    if rec is not None and base_eval.feasible:
+        gain = _cost(base_eval, per_dollar) / _cost(rec, per_dollar)
     return BaselineComparison(describe_baseline(baseline), baseline, base_eval, gain)

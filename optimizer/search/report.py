@@ -1,33 +1,72 @@
-"""Pareto front as a PNG (matplotlib) and as a self-contained interactive HTML page
-(inline SVG with hover details and a click-to-show launch command; no CDN)."""
+"""The Pareto front (cost against tokens/s per user) and the capacity plan as a PNG
+(matplotlib), and the front as a self-contained interactive HTML page (inline SVG with
+hover details and a click-to-show launch command; no CDN)."""
 
 from __future__ import annotations
 
 import html
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
+from optimizer.search.objective import EvalStatus, Evaluation
 from optimizer.search.outcome import TuneOutcome
 
 
-def _points(outcome: TuneOutcome) -> list[dict[str, object]]:
-    rec = outcome.recommendation.trial if outcome.recommendation else None
+@dataclass(frozen=True, slots=True)
+class _Point:
+    x: float  # GPUs, or USD per hour when priced
+    y: float  # median output tokens/s per user
+    gpus: int
+    price: str
+    attainment: float
+    ttft: float
+    tpot: float
+    label: str
+    recommended: bool
+
+
+def _priced(outcome: TuneOutcome) -> bool:
+    return bool(outcome.request.space().prices)
+
+
+def _point(ev: Evaluation, label: str, recommended: bool, priced: bool) -> _Point:
+    price = ev.price_per_hour
+    x = price if priced and price is not None else float(ev.num_gpus)
+    shown = f" (${price:,.2f}/h)" if price is not None else ""
+    return _Point(x, ev.interactivity_tok_s, ev.num_gpus, shown, ev.attainment,
+                  ev.ttft_p90_ms, ev.tpot_p90_ms, label, recommended)  # fmt: skip
+
+
+def _points(outcome: TuneOutcome) -> list[_Point]:
+    rec = outcome.recommendation
+    priced = _priced(outcome)
     pts = []
     for p in outcome.pareto:
-        ev, cfg = p.predicted, p.config
+        cfg = p.config
         inst = cfg.roles()[0].instance
-        pts.append({
-            "trial": p.trial,
-            "x": ev.interactivity_tok_s,
-            "y": ev.goodput_per_gpu,
-            "mode": cfg.mode.value,
-            "gpus": ev.num_gpus,
-            "label": f"{cfg.mode.value} tp={inst.tp} tokens={inst.max_num_batched_tokens} "
-                     f"seqs={cfg.roles()[-1].instance.max_num_seqs} "
-                     f"K={cfg.speculation.num_speculative_tokens}",
-            "recommended": p.trial == rec,
-        })  # fmt: skip
+        name = "vLLM defaults" if p.trial is None else f"trial {p.trial}"
+        label = (
+            f"{name}: {cfg.mode.value} tp={inst.tp} tokens={inst.max_num_batched_tokens} "
+            f"seqs={cfg.roles()[-1].instance.max_num_seqs} "
+            f"K={cfg.speculation.num_speculative_tokens}"
+        )
+        chosen = rec is not None and p.trial == rec.trial
+        pts.append(_point(p.predicted, label, chosen, priced))
     return pts
+
+
+def _base(outcome: TuneOutcome) -> _Point | None:
+    b = outcome.baseline
+    if b.predicted.status is EvalStatus.INVALID:
+        return None
+    kept = outcome.recommendation is not None and outcome.recommendation.trial is None
+    return _point(b.predicted, b.description, kept, _priced(outcome))
+
+
+def _xlabel(outcome: TuneOutcome) -> str:
+    return "fleet cost, USD per hour" if _priced(outcome) else "GPUs in the fleet"
 
 
 def write_png(outcome: TuneOutcome, path: Path) -> Path:
@@ -36,24 +75,36 @@ def write_png(outcome: TuneOutcome, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pts = sorted(_points(outcome), key=lambda p: p["x"])
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    ax.plot(
-        [p["x"] for p in pts], [p["y"] for p in pts], "o-", color="#3366aa", label="Pareto front"
-    )
+    pts = sorted(_points(outcome), key=lambda p: p.x)
+    panels = 2 if outcome.capacity else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.5), dpi=120, squeeze=False)
+    ax = axes[0][0]
+    ax.plot([p.x for p in pts], [p.y for p in pts], "o-", color="#3366aa", label="Pareto front")
     for p in pts:
-        if p["recommended"]:
-            ax.plot([p["x"]], [p["y"]], "*", ms=16, color="#cc3311", label="recommended")
-    b = outcome.baseline.predicted
-    kept = outcome.recommendation is not None and outcome.recommendation.trial is None
-    label = "vLLM defaults (recommended)" if kept else "vLLM defaults"
-    ax.plot([b.interactivity_tok_s], [b.goodput_per_gpu], "s", color="#777777", label=label)
-    ax.set_xlabel("interactivity: median output tokens/s per user")
-    ax.set_ylabel("goodput per GPU (req/s at attainment target)")
+        if p.recommended:
+            ax.plot([p.x], [p.y], "*", ms=16, color="#cc3311", label="recommended")
+    base = _base(outcome)
+    if base is not None:
+        label = "vLLM defaults (recommended)" if base.recommended else "vLLM defaults"
+        ax.plot([base.x], [base.y], "s", color="#777777", label=label)
+    ax.set_xlabel(_xlabel(outcome))
+    ax.set_ylabel("median output tokens/s per user")
     est = " (roofline estimate)" if outcome.latency.is_estimate else ""
-    ax.set_title(f"{outcome.request.model} on {outcome.request.gpu_budget} GPUs{est}")
+    ax.set_title(f"{outcome.request.model}, budget {outcome.request.gpu_budget} GPUs{est}")
     ax.grid(alpha=0.3)
     ax.legend()
+    if outcome.capacity:
+        cap = axes[0][1]
+        rows = outcome.capacity
+        cap.plot([c.mean_rate for c in rows], [c.num_gpus for c in rows], "o-", color="#228833")
+        for c in rows:
+            mark = "" if c.feasible else " (not met)"
+            cap.annotate(f"{c.traffic:g}x{mark}", (c.mean_rate, c.num_gpus),
+                         textcoords="offset points", xytext=(4, 4))  # fmt: skip
+        cap.set_xlabel("trace traffic, mean requests/s")
+        cap.set_ylabel("GPUs needed")
+        cap.set_title("Capacity plan (the recommended unit)")
+        cap.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -64,10 +115,6 @@ _PAGE = Path(__file__).with_name("pareto.html")
 
 
 def write_html(outcome: TuneOutcome, path: Path) -> Path:
-    b = outcome.baseline.predicted
-    kept = outcome.recommendation is not None and outcome.recommendation.trial is None
-    base = {"x": b.interactivity_tok_s, "y": b.goodput_per_gpu, "gpus": b.num_gpus,
-            "label": outcome.baseline.description, "recommended": kept}  # fmt: skip
     launch = ""
     if outcome.recommendation:
         launch = "\n".join(c.command for c in outcome.recommendation.launch if c.engine == "vllm")
@@ -76,12 +123,19 @@ def write_html(outcome: TuneOutcome, path: Path) -> Path:
     def js(value: object) -> str:
         return json.dumps(value).replace("</", "<\\/")
 
-    page = (
-        _PAGE.read_text(encoding="utf-8")
-        .replace("TITLE", html.escape(title))
-        .replace("DATA", js(_points(outcome)))
-        .replace("BASE", js(base))
-        .replace("LAUNCH", js(launch))
-    )
+    base = _base(outcome)
+    fill = {
+        "__TITLE__": html.escape(title),
+        "__SUBTITLE__": html.escape(outcome.evaluated.describe()),
+        "__XLABEL__": js(_xlabel(outcome)),
+        "__DATA__": js([_plain(p) for p in _points(outcome)]),
+        "__BASE__": js(_plain(base) if base else None),
+        "__LAUNCH__": js(launch),
+    }
+    page = re.sub("__[A-Z]+__", lambda m: fill[m.group(0)], _PAGE.read_text(encoding="utf-8"))
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def _plain(p: _Point) -> dict[str, object]:
+    return {f: getattr(p, f) for f in _Point.__dataclass_fields__}

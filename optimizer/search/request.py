@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from optimizer.plain import PlainDataError, from_plain, to_plain
+from optimizer.search.objective import EvalSettings
 from optimizer.search.space import SearchSpace, SearchSpaceError
 from optimizer.sim import SLO
 
@@ -47,8 +48,12 @@ class TuneRequest:
 
     `search_space` overrides `SearchSpace` fields (e.g. `{"tp": [1, 2]}`, or
     `{"spec_method": "eagle", "spec_k": [0, 2, 4]}` for speculation).
-    `max_requests` bounds the evaluation window: the trace's first requests, at
-    its own rate.
+
+    The whole trace is evaluated unless `max_requests` cuts it to its first
+    requests. Trials screen units on the busiest `screen_requests` consecutive
+    requests (0: the whole trace); the best are verified as whole fleets on the
+    whole trace. `gpu_budget` is a budget: fleets are sized for the busiest
+    `peak_window_s` seconds' rate x `headroom`.
     """
 
     model: str  # model shape preset or HF config path
@@ -64,7 +69,14 @@ class TuneRequest:
     num_trials: int = 100
     seed: int = 0
     search_space: Mapping[str, Any] = field(default_factory=dict)
-    max_requests: int = 600
+    max_requests: int | None = None
+    screen_requests: int = 2000
+    headroom: float = 1.0
+    peak_window_s: float = 60.0
+    # Speculation is searched (depth 0-5) when a drafter is named: a model shape preset or
+    # config.json path (a draft model), or an EAGLE head's Hugging Face id (has "eagle").
+    draft_model: str | None = None
+    acceptance_rate: float | None = None  # per drafted token; None: the trace's, else 0.7
 
     def __post_init__(self) -> None:
         if (self.trace_id is None) == (self.stream is None):
@@ -94,7 +106,30 @@ class TuneRequest:
             raise TuneRequestError(f"attainment: expected a share in (0, 1], got {self.attainment}")
         _int_in("num_trials", self.num_trials, 1, 10_000)
         _int_in("seed", self.seed, 0, 2**32 - 1)
-        _int_in("max_requests", self.max_requests, 20, 50_000_000)
+        if self.max_requests is not None:
+            _int_in("max_requests", self.max_requests, 20, 50_000_000)
+        _int_in("screen_requests", self.screen_requests, 0, 50_000_000)
+        if self.screen_requests and self.screen_requests < 100:
+            raise TuneRequestError(
+                f"screen_requests: expected 0 (screen on the whole trace) or at least 100, "
+                f"got {self.screen_requests}"
+            )
+        _positive("peak_window_s", self.peak_window_s)
+        if self.draft_model is not None and not (
+            isinstance(self.draft_model, str) and 1 <= len(self.draft_model) <= MAX_NAME
+        ):
+            raise TuneRequestError(f"draft_model: expected a name of 1 to {MAX_NAME} characters")
+        if self.acceptance_rate is not None:
+            a = self.acceptance_rate
+            if not (isinstance(a, (int, float)) and not isinstance(a, bool) and 0 <= a <= 1):
+                raise TuneRequestError(f"acceptance_rate: expected a share in [0, 1], got {a!r}")
+            if self.draft_model is None:
+                raise TuneRequestError(
+                    "acceptance_rate: give draft_model too (the drafter it describes)"
+                )
+        _positive("headroom", self.headroom)
+        if self.headroom < 1:
+            raise TuneRequestError(f"headroom: expected a factor >= 1, got {self.headroom!r}")
         if not isinstance(self.search_space, Mapping):
             raise TuneRequestError("search_space: expected a mapping of SearchSpace overrides")
         object.__setattr__(self, "search_space", dict(self.search_space))
@@ -110,7 +145,28 @@ class TuneRequest:
         """The workload as one string: `trace:ID` or `stream:NAME`."""
         return f"trace:{self.trace_id}" if self.trace_id is not None else f"stream:{self.stream}"
 
-    def space(self) -> SearchSpace:
+    def eval_settings(self) -> EvalSettings:
+        """How this request's configs are scored (the same from the CLI, REST and
+        quickstart)."""
+        return EvalSettings(
+            slo=self.slo,
+            attainment=self.attainment,
+            gpu_budget=self.gpu_budget,
+            screen_requests=self.screen_requests,
+            max_requests=self.max_requests,
+            headroom=self.headroom,
+            peak_window_s=self.peak_window_s,
+            seed=self.seed,
+        )
+
+    def space(
+        self, *, trace_has_prefix_hashes: bool = False, trace_has_acceptance: bool = False
+    ) -> SearchSpace:
+        """The search space: defaults, then `search_space`'s overrides. Prefix caching is
+        searched (on and off) when the trace carries prefix hashes and the overrides do not
+        fix it; without hashes no reuse can be simulated, so it is off. With a
+        `draft_model`, speculation depths 0-5 are searched, at `acceptance_rate`, else the
+        trace's measured acceptance lengths, else 0.7 per drafted token."""
         from optimizer.config import ConfigError, ServingConfig
 
         try:
@@ -120,9 +176,38 @@ class TuneRequest:
                 raise TuneRequestError(f"model: {exc}") from exc
         try:
             base = SearchSpace(self.model, self.gpu_types, self.gpu_budget)
+            if trace_has_prefix_hashes:
+                base = replace(base, prefix_caching=(True, False))
+            if self.draft_model is not None:
+                base = replace(base, **self._speculation(trace_has_acceptance))
             return base.with_overrides(dict(self.search_space))
         except SearchSpaceError as exc:
             raise TuneRequestError(str(exc)) from exc
+
+    def _speculation(self, trace_has_acceptance: bool) -> dict[str, Any]:
+        from optimizer.config import SpecMethod
+        from optimizer.shapes import ShapeError, get_shape
+
+        name = self.draft_model
+        assert name is not None
+        method, shape = SpecMethod.EAGLE, None
+        try:
+            get_shape(name)
+            method, shape = SpecMethod.DRAFT, name
+        except ShapeError:
+            if "eagle" not in name.lower():
+                raise TuneRequestError(
+                    f"draft_model: {name!r} is neither a model shape preset or config.json "
+                    "path (a draft model) nor an EAGLE head's Hugging Face id (containing "
+                    "'eagle')"
+                ) from None
+        return {
+            "spec_method": method,
+            "spec_k": (0, 1, 2, 3, 4, 5),
+            "draft_model": shape,
+            "acceptance_rate": 0.7 if self.acceptance_rate is None else self.acceptance_rate,
+            "use_trace_acceptance": self.acceptance_rate is None and trace_has_acceptance,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         out = to_plain(self)
@@ -155,9 +240,12 @@ def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class TuneProgress:
-    """Reported after each finished trial (counted across every worker of the study)."""
+    """Reported after each finished trial (counted across every worker of the study), then
+    at each step of the verification that follows the trials."""
 
     trials_done: int
     trials_total: int
-    best_goodput_per_gpu: float | None = None  # best feasible so far, requests/s per GPU
-    eta_s: float | None = None
+    best_goodput_per_gpu: float | None = None  # best feasible screen so far, req/s per GPU
+    eta_s: float | None = None  # of the trials
+    fewest_gpus: int | None = None  # the smallest fleet a feasible screen estimates
+    stage: str = "searching"  # then what the verification is doing

@@ -1,18 +1,18 @@
 """The search space: which `ServingConfig`s a study may try (DOMAIN.md §5).
 
 One builder, `build_config(space, chooser)`, turns a sequence of choices into a
-`ServingConfig`. An Optuna trial drives it through `TrialChooser`
-(define-by-run, so conditional knobs such as the P:D split only exist in
-disaggregated mode); `enumerate_grid` replays it over every path, so the grid
-the benchmark evaluates and the space the sampler explores are the same by
-construction.
+`ServingConfig` *unit*: one replica, or one group of prefill and decode instances in
+one of `pd_ratios`. The search never picks how many units run: the evaluator sizes the
+fleet to the traffic (`optimizer.search.objective`). An Optuna trial drives it through
+`TrialChooser` (define-by-run, so conditional knobs such as the P:D ratio only exist
+in disaggregated mode); `enumerate_grid` replays it over every path, so the grid the
+benchmark evaluates and the space the sampler explores are the same by construction.
 
-Ordinal knobs (TP degree, token budget, batch limit, speculation depth) are
-sampled as integer indices into their choice tuples so the sampler sees their
-order; the chosen values are recorded on each trial as user attributes.
-A choice that yields an invalid config (a vLLM rule broken, the model not
-fitting) raises `ConfigError`; the study records it as a violated constraint,
-so such a config can never be recommended.
+Ordinal knobs (TP degree, token budget, batch limit, speculation depth) are sampled as
+integer indices into their choice tuples so the sampler sees their order; the chosen
+values are recorded on each trial as user attributes. A choice that yields an invalid
+config (a vLLM rule broken, the model not fitting) raises `ConfigError`; the study
+records it as a violated constraint, so such a config can never be recommended.
 """
 
 from __future__ import annotations
@@ -50,14 +50,21 @@ class SearchSpace:
     max_num_batched_tokens: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384)
     max_num_seqs: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
     chunked_prefill: tuple[bool, ...] = (True, False)
+    # prefill:decode instances in one disaggregated unit
+    pd_ratios: tuple[tuple[int, int], ...] = (
+        (1, 1), (1, 2), (1, 3), (1, 4), (2, 1), (2, 3), (3, 1), (3, 2),
+    )  # fmt: skip
     spec_method: SpecMethod = SpecMethod.NONE  # fixed by the user's deployment
     spec_k: tuple[int, ...] = (0,)  # speculation depths; 0 = off
     acceptance_rate: float = 0.7
+    use_trace_acceptance: bool = False  # the trace's measured acceptance lengths
     draft_model: str | None = None
     gpu_memory_utilization: float = 0.9
     block_size: int = 16
     max_model_len: int | None = None
-    enable_prefix_caching: bool = False
+    # prefix caching on/off: both searched when the trace carries prefix hashes (the service
+    # widens the default), else off (with no hashes no reuse can be simulated)
+    prefix_caching: tuple[bool, ...] = (False,)
     kv_link: KVLinkConfig = field(default_factory=KVLinkConfig)
     prices: tuple[tuple[str, float], ...] = ()  # (accelerator, USD per GPU-hour)
 
@@ -75,6 +82,7 @@ class SearchSpace:
             "max_num_seqs",
             "chunked_prefill",
             "spec_k",
+            "pd_ratios",
         ):
             values = getattr(self, name)
             if not values:
@@ -87,11 +95,24 @@ class SearchSpace:
                 raise SearchSpaceError(f"{name}: expected positive integers, got {list(values)}")
             if list(values) != sorted(values):
                 raise SearchSpaceError(f"{name}: expected ascending values, got {list(values)}")
+        if any(
+            len(r) != 2 or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in r)
+            for r in self.pd_ratios
+        ):
+            raise SearchSpaceError(
+                f"pd_ratios: expected [prefill, decode] pairs of instance counts >= 1, "
+                f"got {[list(r) for r in self.pd_ratios]}"
+            )
         if any(not isinstance(k, int) or not 0 <= k <= 8 for k in self.spec_k):
             raise SearchSpaceError(f"spec_k: expected depths in 0..8, got {list(self.spec_k)}")
         if self.spec_method is SpecMethod.NONE and self.spec_k != (0,):
             raise SearchSpaceError(
                 "spec_k: speculation depths need a spec_method (eagle, draft or ngram)"
+            )
+        pc = self.prefix_caching
+        if not pc or any(not isinstance(v, bool) for v in pc) or len(set(pc)) != len(pc):
+            raise SearchSpaceError(
+                f"prefix_caching: expected distinct booleans, e.g. [true, false], got {list(pc)}"
             )
         if ServingMode.DISAGGREGATED in self.modes and self.gpu_budget < 2:
             raise SearchSpaceError("modes: disaggregated serving needs a gpu_budget of at least 2")
@@ -109,6 +130,9 @@ class SearchSpace:
     def with_overrides(self, overrides: Mapping[str, Any]) -> SearchSpace:
         """A copy with some fields replaced (lists become tuples); unknown keys rejected."""
         names = {f.name for f in fields(self)}
+        overrides = dict(overrides)
+        if "enable_prefix_caching" in overrides:  # spaces stored before 2026-12
+            overrides.setdefault("prefix_caching", [overrides.pop("enable_prefix_caching")])
         unknown = sorted(set(overrides) - names)
         if unknown:
             raise SearchSpaceError(
@@ -124,6 +148,8 @@ class SearchSpace:
                 value = KVLinkConfig(**value) if isinstance(value, Mapping) else value
             elif key == "prices":
                 value = tuple((str(a), float(p)) for a, p in value)
+            elif key == "pd_ratios":
+                value = tuple(tuple(r) if isinstance(r, (list, tuple)) else r for r in value)
             elif isinstance(value, list):
                 value = tuple(value)
             changes[key] = value
@@ -138,7 +164,7 @@ class SearchSpace:
             value = getattr(self, f.name)
             if f.name == "kv_link":
                 value = {"bandwidth_gb_s": value.bandwidth_gb_s, "latency_ms": value.latency_ms}
-            elif f.name == "prices":
+            elif f.name in ("prices", "pd_ratios"):
                 value = [list(p) for p in value]
             elif isinstance(value, tuple):
                 value = [str(v) if isinstance(v, ServingMode) else v for v in value]
@@ -247,28 +273,36 @@ def build_config(space: SearchSpace, chooser: Chooser) -> ServingConfig:
             method=space.spec_method,
             num_speculative_tokens=k,
             acceptance_rate=space.acceptance_rate,
+            use_trace_acceptance=space.use_trace_acceptance,
             draft_model=space.draft_model,
         )
+    caching = space.prefix_caching[0]
+    if len(space.prefix_caching) > 1:
+        caching = _pick(chooser, "prefix_caching", space.prefix_caching)
     common = {
         "speculation": spec,
-        "enable_prefix_caching": space.enable_prefix_caching,
+        "enable_prefix_caching": caching,
         "kv_link": space.kv_link,
         "max_model_len": space.max_model_len,
     }
     if mode is ServingMode.COLOCATED:
         inst = _instance(space, chooser, "replica", space.gpu_budget, k)
-        return ServingConfig.colocated(
-            space.model, inst, num_replicas=space.gpu_budget // inst.tp, **common
-        )
-    prefill_gpus = 1 + chooser.index("prefill_gpus", space.gpu_budget - 1)
-    prefill = _instance(space, chooser, "prefill", prefill_gpus, k)
-    decode = _instance(space, chooser, "decode", space.gpu_budget - prefill_gpus, k)
-    num_prefill = prefill_gpus // prefill.tp
-    num_decode = (space.gpu_budget - num_prefill * prefill.tp) // decode.tp
-    if num_prefill < 1 or num_decode < 1:
+        return ServingConfig.colocated(space.model, inst, num_replicas=1, **common)
+    ratios = tuple(r for r in space.pd_ratios if sum(r) <= space.gpu_budget)
+    if not ratios:
         raise ConfigError(
-            f"P:D split: {prefill_gpus} prefill GPUs at tp={prefill.tp} and the rest at "
-            f"tp={decode.tp} leave no room for one instance of each role"
+            f"disaggregated: no P:D ratio of {[list(r) for r in space.pd_ratios]} fits "
+            f"{space.gpu_budget} GPUs at tp 1"
+        )
+    num_prefill, num_decode = _pick(chooser, "pd_ratio", ratios)
+    prefill = _instance(space, chooser, "prefill", space.gpu_budget // num_prefill, k)
+    rest = space.gpu_budget - num_prefill * prefill.tp
+    decode = _instance(space, chooser, "decode", max(1, rest // num_decode), k)
+    gpus = num_prefill * prefill.tp + num_decode * decode.tp
+    if gpus > space.gpu_budget:
+        raise ConfigError(
+            f"P:D unit {num_prefill}:{num_decode} at tp {prefill.tp}/{decode.tp} needs {gpus} "
+            f"GPUs, more than the budget of {space.gpu_budget}"
         )
     return ServingConfig.disaggregated(
         space.model, prefill, decode, num_prefill=num_prefill, num_decode=num_decode, **common

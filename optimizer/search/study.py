@@ -1,10 +1,13 @@
 """The Optuna study: seeded multi-objective TPE with constraints, resumable and distributed.
 
-Objectives (both maximised): per-GPU goodput (per-dollar when GPU prices are
-given) and interactivity (median output tokens/s per user at the trace's
-rate). The constraint is `attainment target - attainment at the trace's rate`
-(<= 0 is feasible; invalid and pruned configs get a positive value), so the
-sampler steers away from them and `recommend` never picks them.
+Objectives (both maximised), from each trial's screen of one unit
+(`optimizer.search.objective`): per-GPU goodput (per-dollar when GPU prices are
+given) and interactivity (median output tokens/s per user). The constraint is
+positive for an invalid config (1) and for one whose sized fleet exceeds the GPU
+budget (the excess share of the budget, at least 0.1), so the sampler steers
+away from them. A trial that fails for any other reason than its config's own
+invalidity fails loudly: its traceback is stored on the trial (`error`) and a
+`TrialError` ends the run of every worker of the study.
 
 Studies live in Optuna's RDB storage in the project's own database (its tables
 sit next to ours; our Alembic revision owns `alembic_version`, hence
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,8 +36,8 @@ from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import TrialState
 
 from optimizer.config import ConfigError, ServingConfig
-from optimizer.plain import from_plain, to_plain
-from optimizer.search.objective import EvalStatus, Evaluation, TraceEvaluator
+from optimizer.plain import PlainDataError, from_plain, to_plain
+from optimizer.search.objective import EvalStatus, Evaluation, TraceEvaluator, TrialError
 from optimizer.search.recommend import TrialOutcome
 from optimizer.search.space import SearchSpace, TrialChooser, build_config
 
@@ -44,6 +48,7 @@ _ATTR_CONFIG = "config"
 _ATTR_EVAL = "evaluation"
 _ATTR_CONSTRAINT = "constraint"
 _ATTR_SURPLUS = "surplus"
+_ATTR_ERROR = "error"
 
 
 def make_storage(url: str) -> RDBStorage:
@@ -90,18 +95,18 @@ def open_study(
 
 
 def trial_outcomes(study: optuna.Study) -> list[TrialOutcome]:
-    """Completed trials that produced a valid config, in trial order."""
+    """Completed trials that produced a valid config, in trial order (trials written by an
+    older servetune, whose evaluation this one cannot read, are left out)."""
     out = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if _ATTR_CONFIG not in t.user_attrs or _ATTR_EVAL not in t.user_attrs:
             continue
-        out.append(
-            TrialOutcome(
-                t.number,
-                ServingConfig.from_dict(json.loads(t.user_attrs[_ATTR_CONFIG])),
-                _evaluation(json.loads(t.user_attrs[_ATTR_EVAL])),
-            )
-        )
+        try:
+            evaluation = _evaluation(json.loads(t.user_attrs[_ATTR_EVAL]))
+        except PlainDataError:
+            continue
+        config = ServingConfig.from_dict(json.loads(t.user_attrs[_ATTR_CONFIG]))
+        out.append(TrialOutcome(t.number, config, evaluation))
     return out
 
 
@@ -126,15 +131,23 @@ class Objective:
             trial.set_user_attr("config_error", str(exc)[:500])
             trial.set_constraint(_ATTR_CONSTRAINT, 1.0)
             return 0.0, 0.0
-        ev = self.evaluator.evaluate(config)
+        try:
+            ev = self.evaluator.evaluate(config)
+        except Exception as exc:
+            tb = traceback.format_exc()[-8000:]
+            trial.set_user_attr(_ATTR_ERROR, tb)
+            raise TrialError(trial.number, tb) from exc
         trial.set_user_attr(_ATTR_CONFIG, json.dumps(config.to_dict(), sort_keys=True))
         trial.set_user_attr(_ATTR_EVAL, json.dumps(to_plain(ev), sort_keys=True))
         trial.set_user_attr("status", ev.status.value)
         trial.set_user_attr("num_gpus", ev.num_gpus)
-        target = self.evaluator.settings.attainment
-        violation = target - ev.attainment
-        if ev.status in (EvalStatus.PRUNED, EvalStatus.INVALID):
-            violation = max(violation, 0.0) + 1.0
+        budget = self.evaluator.settings.gpu_budget
+        if ev.status is EvalStatus.INVALID:
+            violation = 1.0
+        elif ev.feasible:
+            violation = 0.0
+        else:
+            violation = max(0.1, (ev.num_gpus - budget) / budget) if ev.num_units else 1.0
         trial.set_constraint(_ATTR_CONSTRAINT, float(violation))
         goodput = ev.goodput_per_gpu
         if self.per_dollar:
@@ -165,6 +178,16 @@ def _is_surplus(study: optuna.Study, trial: optuna.Trial, num_trials: int) -> bo
     return len(ahead) >= num_trials
 
 
+def failed_trial(study: optuna.Study, since: int = 0) -> TrialError | None:
+    """The first trial numbered `since` or later that failed with an error (another
+    worker's too; earlier runs' failures are left to be retried)."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+        tb = t.user_attrs.get(_ATTR_ERROR)
+        if tb and t.number >= since:
+            return TrialError(t.number, tb)
+    return None
+
+
 class _Surplus(RuntimeError):
     """A trial started after the study's budget was already taken by other workers."""
 
@@ -192,7 +215,11 @@ def run_trials(
         return objective(trial)
 
     heartbeat = is_heartbeat_enabled(study._storage)
+    since = len(study.get_trials(deepcopy=False))
     while not should_stop():
+        failed = failed_trial(study, since)
+        if failed is not None:
+            raise failed
         done = count_finished(study)
         if done >= num_trials:
             return done
@@ -204,7 +231,9 @@ def run_trials(
             # Other workers hold the rest of the budget; wait for them or for their
             # heartbeats to lapse (their trials are then failed and re-queued).
             if heartbeat:
-                fail_stale_trials(study)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    fail_stale_trials(study)
             time.sleep(poll_s)
             continue
         study.optimize(guarded, n_trials=1, catch=(_Surplus,), gc_after_trial=False)

@@ -12,22 +12,27 @@ from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.search import EvalStatus, Evaluation, TuneOutcome, TuneProgress, TuneRequest
 from optimizer.search.diagnose import Diagnosis, PhaseDiagnosis
 from optimizer.search.flags import launch_commands
-from optimizer.search.outcome import LatencyInfo, Recommendation, SLOCheck
+from optimizer.search.objective import EvalStage, EvaluatedTrace, TraceWindow
+from optimizer.search.outcome import CapacityRow, LatencyInfo, Recommendation, SLOCheck
 from optimizer.search.recommend import BaselineComparison, ParetoRow
 
 
 def _config(tokens: int) -> ServingConfig:
     inst = InstanceConfig(accelerator="h100", max_num_batched_tokens=tokens, max_num_seqs=256)
-    return ServingConfig.colocated("llama-3.1-8b", inst, num_replicas=8)
+    return ServingConfig.colocated("llama-3.1-8b", inst, num_replicas=2)
 
 
 def _evaluation(goodput: float, interactivity: float, feasible: bool = True) -> Evaluation:
     status = EvalStatus.FEASIBLE if feasible else EvalStatus.INFEASIBLE
     return Evaluation(
-        status, 8, max_rate=8 * goodput, goodput_per_gpu=goodput,
-        interactivity_tok_s=interactivity, attainment=0.95 if feasible else 0.5,
-        ttft_p90_ms=850.0, tpot_p90_ms=31.0,
+        status, EvalStage.VERIFIED, 2, num_units=2, unit_gpus=1, unit_rate=goodput,
+        goodput_per_gpu=goodput, interactivity_tok_s=interactivity,
+        attainment=0.95 if feasible else 0.5, ttft_p90_ms=850.0, tpot_p90_ms=31.0,
     )  # fmt: skip
+
+
+_WINDOW = TraceWindow(1000, 0.0, 200.0, 5.0)
+EVALUATED = EvaluatedTrace(_WINDOW, _WINDOW, 7.5, 60.0, 1.0, 7.5)
 
 
 def _phase(label: str) -> PhaseDiagnosis:
@@ -63,7 +68,12 @@ def fake_outcome(request: TuneRequest, num_trials: int) -> TuneOutcome:
         latency=LatencyInfo("fake latency", True),
         recommendation=rec,
         baseline=baseline,
+        evaluated=EVALUATED,
         pareto=pareto,
+        capacity=(
+            CapacityRow(1.0, 5.0, 7.5, 2, 2, None, 0.95, True),
+            CapacityRow(2.0, 10.0, 15.0, 4, 4, None, 0.93, True),
+        ),
         diagnosis=Diagnosis(_phase("baseline"), _phase("recommendation"), account),
     )
 

@@ -65,7 +65,7 @@ def test_job_flow_progress_result_recommendation(service: Service, tmp_path: Pat
         f"/v1/tuning-jobs/{jid}/result", headers=service.auth(service.key_a)
     )
     outcome = result.json()["outcome"]
-    assert outcome["schema_version"] == 2 and outcome["request"]["trace_id"] == tid
+    assert outcome["schema_version"] == 3 and outcome["request"]["trace_id"] == tid
     assert outcome["recommendation"]["launch"][0]["command"].startswith("vllm serve")
     assert outcome["recommendation"]["predicted"]["ttft_p90_ms"] == 850.0
     assert outcome["baseline"]["gain"] == 1.6 and len(outcome["pareto"]) == 4

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from api.cli import app
 
 
@@ -17,13 +19,41 @@ def test_tune_then_explain(cli_db, runner, tmp_path):
     res = runner.invoke(app, [
         "tune", "--trace", str(trace), "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus", "2",
         "--slo-ttft-ms", "2000", "--slo-tpot-ms", "50", "--trials", "3", "--study", "cli1",
-        "--space", space, "--max-requests", "150", "--out", str(tmp_path / "out"),
+        "--space", space, "--workers", "1", "--out", str(tmp_path / "out"),
     ])  # fmt: skip
     assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())  # however the terminal wraps it
+    # What was tuned comes first: model, GPUs, SLOs, attainment, the evaluated trace.
+    assert (
+        "Tuned llama-3.1-8b on h100 (budget 2 GPUs) for TTFT <= 2000 ms, TPOT <= 50 ms at "
+        "90% attainment" in text
+    )
+    assert "trace: 150 requests over" in text and "trials on the whole trace" in text
     assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in res.output
-    assert "Baseline" in res.output
-    for name in ("outcome.json", "pareto.png", "pareto.html"):
+    assert "Baseline" in res.output and "Capacity plan" in res.output
+    for name in ("outcome.json", "recommended.yaml", "pareto.png", "pareto.html"):
         assert (tmp_path / "out" / name).stat().st_size > 0
+    # `simulate` of the recommended config on the same trace and SLOs gives the outcome's
+    # predicted figures.
+    outcome = json.loads((tmp_path / "out" / "outcome.json").read_text())
+    predicted = outcome["recommendation"]["predicted"]
+    sim = runner.invoke(app, [
+        "simulate", "--trace", str(trace), "--config", str(tmp_path / "out" / "recommended.yaml"),
+        "--slo-ttft-ms", "2000", "--slo-tpot-ms", "50", "--json",
+    ])  # fmt: skip
+    assert sim.exit_code == 0, sim.output
+    got = json.loads(sim.output)
+    pairs = [
+        (predicted["ttft_p50_ms"], got["ttft_s"]["p50"] * 1e3),
+        (predicted["ttft_p90_ms"], got["ttft_s"]["p90"] * 1e3),
+        (predicted["ttft_p99_ms"], got["ttft_s"]["p99"] * 1e3),
+        (predicted["tpot_p90_ms"], got["tpot_s"]["p90"] * 1e3),
+        (predicted["tpot_p99_ms"], got["tpot_s"]["p99"] * 1e3),
+        (predicted["attainment"], got["slo_attainment"]),
+    ]
+    for want, have in pairs:
+        assert have == pytest.approx(want, rel=0.005)
+    assert got["num_gpus"] == predicted["num_gpus"]
     assert "cdn" not in (tmp_path / "out" / "pareto.html").read_text().lower()
     res = runner.invoke(app, ["explain", "cli1"])
     assert res.exit_code == 0, res.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+from dataclasses import replace
 
 import pytest
 
@@ -63,7 +64,11 @@ def test_job_runs_resumes_and_is_stored(db_url):
                          should_stop=lambda: False, on_progress=seen.append)  # fmt: skip
     assert out.num_trials == 4 and seen[-1].trials_done == 4
     assert out.baseline.config.replica.max_num_batched_tokens == 8192
-    assert out.to_dict()["schema_version"] == 2
+    assert out.to_dict()["schema_version"] == 3
+    # Every figure shown is a verified fleet's, on the whole (120-request) trace.
+    assert out.evaluated.trace.num_requests == 120
+    assert all(p.predicted.stage.value == "verified" for p in out.pareto)
+    assert seen[-1].stage.startswith("capacity plan") or out.recommendation is None
     # Resuming the same job keeps the 4 completed trials and runs none again.
     out2 = run_tuning_job(_request(trace_id, 4), database_url=db_url, study_name="job1",
                           should_stop=lambda: False, on_progress=lambda _p: None)  # fmt: skip
@@ -108,3 +113,39 @@ def test_two_workers_share_one_study(postgres_url):
     assert len({t.number for t in done}) == 10  # none duplicated
     assert all("surplus" not in t.user_attrs for t in done)
     assert all("config" in t.user_attrs or "config_error" in t.user_attrs for t in done)
+
+
+def test_extra_worker_processes_share_the_study_and_lose_nothing(db_url):
+    import optuna
+
+    from optimizer.search.study import make_storage
+
+    trace_id = _store_trace(db_url)
+    out = run_tuning_job(_request(trace_id, 12), database_url=db_url, study_name="two",
+                         should_stop=lambda: False, on_progress=lambda _p: None,
+                         workers=2)  # fmt: skip
+    assert out.num_trials == 12
+    trials = optuna.load_study(study_name="two", storage=make_storage(db_url)).trials
+    done = [t for t in trials if t.state is optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 12 and len({t.number for t in done}) == 12
+
+
+class _Broken:
+    """A latency source with a bug: every step raises."""
+
+    def for_instance(self, accelerator, tp, reach=None):
+        raise ZeroDivisionError("bug in the latency model")
+
+
+def test_a_bug_fails_the_job_with_its_traceback_not_as_invalid_configs(db_url):
+    from api.services.tuning import TrialError
+
+    trace_id = _store_trace(db_url)
+    only_valid = {"modes": ["colocated"], "tp": [1], "chunked_prefill": [True]}
+    request = replace(_request(trace_id, 3), search_space=only_valid)
+    with pytest.raises(TrialError, match="trial 0 failed: ZeroDivisionError") as info:
+        run_tuning_job(request, database_url=db_url, study_name="broken",
+                       should_stop=lambda: False, on_progress=lambda _p: None,
+                       latency=_Broken())  # fmt: skip
+    assert "ZeroDivisionError: bug in the latency model" in info.value.details()
+    assert "Traceback (most recent call last)" in info.value.details()

@@ -1,8 +1,11 @@
-"""Search: space/grid, seeded study, constraints, reproducibility, flags, baseline."""
+"""Search: space/grid, seeded study, constraints, sizing and verification, the
+recommendation, flags, baseline."""
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,13 +17,32 @@ from optimizer.config import (
     SpecMethod,
     SpeculationConfig,
 )
-from optimizer.latency.analytic import LinearLatency, SingleLatencySource
+from optimizer.latency.analytic import LinearLatency, MappingLatencySource, SingleLatencySource
 from optimizer.search.flags import launch_commands
-from optimizer.search.objective import EvalSettings, EvalStatus, TraceEvaluator
-from optimizer.search.recommend import baseline_config, hypervolume_2d, recommend
+from optimizer.search.objective import (
+    EvalSettings,
+    EvalStage,
+    EvalStatus,
+    Evaluation,
+    TraceEvaluator,
+    TrialError,
+    busiest_start,
+    fleet_of,
+    peak_rate,
+    unit_of,
+)
+from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome
+from optimizer.search.recommend import (
+    TrialOutcome,
+    baseline_config,
+    hypervolume_2d,
+    pareto_front,
+    recommend,
+)
+from optimizer.search.request import TuneRequest, TuneRequestError
 from optimizer.search.space import SearchSpace, SearchSpaceError, config_key, enumerate_grid
 from optimizer.search.study import Objective, open_study, run_trials, trial_outcomes
-from optimizer.sim import SLO
+from optimizer.sim import SLO, SimulationError, simulate
 from optimizer.workload import FixedLength, LognormalLength, synthetic_workload
 
 LAT = SingleLatencySource(LinearLatency(base_s=0.007, per_token_s=2.7e-5, per_kv_token_s=4e-8))
@@ -42,10 +64,10 @@ def _space(**kw) -> SearchSpace:
     return SearchSpace(**base)
 
 
-def _evaluator() -> TraceEvaluator:
-    return TraceEvaluator.for_trace(
-        _workload(), LAT, EvalSettings(SLO(2.0, 0.05), max_requests=200, seed=0)
-    )
+def _evaluator(**kw) -> TraceEvaluator:
+    settings = dict(slo=SLO(2.0, 0.05), gpu_budget=4, screen_requests=100, seed=0)
+    settings.update(kw)
+    return TraceEvaluator.for_trace(_workload(), LAT, EvalSettings(**settings))
 
 
 def test_grid_covers_each_path_once_and_flags_invalid_ones():
@@ -56,13 +78,19 @@ def test_grid_covers_each_path_once_and_flags_invalid_ones():
     bad = [p for p in pts if p.config is None]
     # max_num_batched_tokens 256 < max_num_seqs 512 breaks vLLM's rule (2 tp x 2 chunked)
     assert len(bad) == 4 and all("max_num_seqs" in p.error for p in bad)
+    # The search picks units; the evaluator sizes the fleet.
+    assert {p.config.num_replicas for p in pts if p.config is not None} == {1}
 
 
-def test_disaggregated_split_stays_within_budget():
-    for p in enumerate_grid(_space(modes=(ServingMode.DISAGGREGATED,))):
-        if p.config is not None:
-            assert p.config.num_gpus <= 4
-            assert p.config.num_prefill >= 1 and p.config.num_decode >= 1
+def test_disaggregated_units_use_the_ratios_and_stay_within_budget():
+    space = _space(modes=(ServingMode.DISAGGREGATED,), pd_ratios=((1, 1), (1, 3), (2, 1)))
+    units = [p.config for p in enumerate_grid(space) if p.config is not None]
+    assert {(c.num_prefill, c.num_decode) for c in units} == {(1, 1), (1, 3), (2, 1)}
+    assert all(c.num_gpus <= 4 for c in units)
+    # 1:3 with a tp-2 prefill would need 5 GPUs: refused with the sizes named.
+    errors = [p.error for p in enumerate_grid(space) if p.config is None]
+    assert any("P:D unit 1:3 at tp 2/1 needs 5 GPUs, more than the budget of 4" in e
+               for e in errors)  # fmt: skip
 
 
 def test_space_rejects_bad_overrides_with_the_field_named():
@@ -70,6 +98,9 @@ def test_space_rejects_bad_overrides_with_the_field_named():
         _space().with_overrides({"chunk": [1]})
     with pytest.raises(SearchSpaceError, match="spec_k"):
         _space(spec_k=(0, 9), spec_method=SpecMethod.EAGLE)
+    with pytest.raises(SearchSpaceError, match=r"pd_ratios: expected \[prefill, decode\] pairs"):
+        _space().with_overrides({"pd_ratios": [[1, 0]]})
+    assert _space().with_overrides({"pd_ratios": [[1, 2]]}).pd_ratios == ((1, 2),)
 
 
 def _run(seed: int, n: int = 5):
@@ -89,34 +120,68 @@ def test_seeded_study_is_reproducible_and_never_recommends_invalid():
         assert rec.evaluation.status is EvalStatus.FEASIBLE
     for t in a.trials:
         if "config_error" in t.user_attrs:
-            assert t.constraints == [1.0]
+            assert t.constraints == {"constraint": 1.0}
+    # A trial's objective values are its screen's figures.
+    for o in outcomes:
+        values = a.trials[o.number].values
+        assert values == [o.evaluation.goodput_per_gpu, o.evaluation.interactivity_tok_s]
 
 
-def test_invalid_config_never_recommended_even_with_high_goodput():
-    ev = _evaluator()
-    good = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_seqs=64), num_replicas=4)
-    outcomes = [o for o in trial_outcomes(_run(1)) if o.evaluation.feasible]
-    if not outcomes:
-        pytest.skip("no feasible trial in 5")
-    from dataclasses import replace
-
-    from optimizer.search.recommend import TrialOutcome
-
-    fake = TrialOutcome(99, good, replace(ev.evaluate(good), status=EvalStatus.INFEASIBLE,
-                                          goodput_per_gpu=1e9))  # fmt: skip
-    assert recommend([*outcomes, fake]).number != 99
+def _ev(gpus: int, *, status=EvalStatus.FEASIBLE, tok_s=100.0, price=None, **kw) -> Evaluation:
+    return Evaluation(status, EvalStage.VERIFIED, gpus, num_units=gpus, unit_gpus=1,
+                      interactivity_tok_s=tok_s, price_per_hour=price, **kw)  # fmt: skip
 
 
-def test_ties_go_to_fewer_gpus():
-    from dataclasses import replace
+CFG = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_seqs=64))
 
-    from optimizer.search.objective import Evaluation
-    from optimizer.search.recommend import TrialOutcome
 
-    cfg = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(), num_replicas=2)
-    a = TrialOutcome(0, cfg, Evaluation(EvalStatus.FEASIBLE, 8, goodput_per_gpu=1.0))
-    b = TrialOutcome(1, cfg, replace(a.evaluation, num_gpus=6, goodput_per_gpu=0.995))
+def test_the_fewest_gpus_win_whatever_the_per_gpu_goodput():
+    a = TrialOutcome(0, CFG, _ev(4, goodput_per_gpu=9.0))
+    b = TrialOutcome(1, CFG, _ev(3, goodput_per_gpu=1.0))
     assert recommend([a, b]).number == 1
+    # With prices, the lowest USD per hour wins instead.
+    c = TrialOutcome(2, CFG, _ev(2, price=12.0))
+    d = TrialOutcome(3, CFG, _ev(3, price=9.0))
+    assert recommend([c, d], per_dollar=True).number == 3
+    assert recommend([c, d]).number == 2
+
+
+def test_infeasible_and_invalid_fleets_are_never_recommended():
+    cheap_but_missing = TrialOutcome(0, CFG, _ev(1, status=EvalStatus.INFEASIBLE, tok_s=1e9))
+    invalid = TrialOutcome(1, CFG, _ev(1, status=EvalStatus.INVALID))
+    ok = TrialOutcome(2, CFG, _ev(4))
+    assert recommend([cheap_but_missing, invalid, ok]).number == 2
+    assert recommend([cheap_but_missing, invalid]) is None
+
+
+def test_at_equal_cost_the_defaults_stay_unless_clearly_more_interactive():
+    defaults = TrialOutcome(None, CFG, _ev(2, tok_s=100.0))
+    assert recommend([defaults, TrialOutcome(4, CFG, _ev(2, tok_s=102.9))]).number is None
+    assert recommend([defaults, TrialOutcome(4, CFG, _ev(2, tok_s=103.5))]).number == 4
+    assert recommend([defaults, TrialOutcome(4, CFG, _ev(1, tok_s=50.0))]).number == 4
+
+
+def test_pareto_front_trades_cost_for_interactivity_and_keeps_the_defaults_point():
+    def unit(seqs: int, n: int) -> ServingConfig:
+        cfg = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_seqs=seqs))
+        return fleet_of(cfg, n)
+
+    rows = [
+        TrialOutcome(None, unit(1024, 2), _ev(2, tok_s=80.0)),
+        TrialOutcome(1, unit(64, 2), _ev(2, tok_s=70.0)),  # dominated by the defaults
+        TrialOutcome(2, unit(128, 4), _ev(4, tok_s=150.0)),
+        TrialOutcome(3, unit(256, 1), _ev(1, tok_s=40.0)),
+        TrialOutcome(4, unit(32, 1), _ev(1, status=EvalStatus.INFEASIBLE, tok_s=500.0)),
+        TrialOutcome(5, unit(128, 4), _ev(4, tok_s=150.0)),  # the same fleet as trial 2
+    ]
+    front = pareto_front(rows)
+    assert [(r.trial, r.predicted.num_gpus) for r in front] == [(3, 1), (None, 2), (2, 4)]
+    # Another fleet at the same point (within 0.1%) is not a second row ...
+    twin = TrialOutcome(6, unit(512, 2), _ev(2, tok_s=80.05))
+    assert [r.trial for r in pareto_front([*rows, twin])] == [3, None, 2]
+    # ... and the recommendation is always a row, dominated or not.
+    kept = pareto_front(rows, keep=rows[1])
+    assert [r.trial for r in kept] == [3, None, 1, 2]
 
 
 def test_hypervolume_of_a_staircase():
@@ -124,70 +189,182 @@ def test_hypervolume_of_a_staircase():
     assert hypervolume_2d([(2, 1), (1, 1)]) == pytest.approx(2.0)
 
 
-def test_baseline_is_vllm_defaults():
+def test_baseline_is_one_replica_of_vllm_defaults():
     cfg = baseline_config(_space())
     assert cfg.replica.max_num_batched_tokens == 8192 and cfg.replica.max_num_seqs == 1024
-    assert cfg.num_replicas == 4 and cfg.speculation.enabled is False
+    assert cfg.num_replicas == 1 and cfg.speculation.enabled is False
     a100 = baseline_config(_space(accelerators=("a100",)))
     assert (a100.replica.max_num_batched_tokens, a100.replica.max_num_seqs) == (2048, 256)
 
 
-def _outcome_with_best_at(ratio: float):
-    """build_outcome on the stand-in with one trial at `ratio` x the defaults' goodput."""
-    from dataclasses import replace
+def test_peak_rate_and_busiest_window_by_hand():
+    arrivals = np.array([0.0, 1.0, 2.0, 2.5, 2.6, 2.7, 10.0, 20.0])
+    # [2.0, 3.0) holds 4 arrivals; [0, 10) holds 6 (10.0 excluded)
+    assert peak_rate(arrivals, 1.0) == pytest.approx(4.0)
+    assert peak_rate(arrivals, 10.0) == pytest.approx(0.6)
+    # A window longer than the trace: its mean rate, as Workload.mean_rate counts it
+    # (7 gaps over 20 s).
+    assert peak_rate(arrivals, 60.0) == pytest.approx(7 / 20)
+    # The 3 consecutive requests with the shortest span start at index 3 (2.5..2.7).
+    assert busiest_start(arrivals, 3) == 3
+    assert busiest_start(arrivals, 8) is None and busiest_start(arrivals, 0) is None
 
-    from optimizer.search.outcome import LatencyInfo, build_outcome
-    from optimizer.search.recommend import TrialOutcome
-    from optimizer.search.request import TuneRequest
 
+def test_fleet_of_multiplies_replicas_or_pd_groups():
+    assert fleet_of(CFG, 3).num_replicas == 3 and fleet_of(CFG, 3).num_gpus == 3
+    pd = ServingConfig.disaggregated(
+        "llama-3.1-8b", InstanceConfig(), InstanceConfig(), num_prefill=1, num_decode=2
+    )
+    big = fleet_of(pd, 2)
+    assert (big.num_prefill, big.num_decode, big.num_gpus) == (2, 4, 6)
+    assert unit_of(big, 2) == pd and unit_of(fleet_of(CFG, 3), 3) == CFG
+    with pytest.raises(ValueError, match="not 4 equal units"):
+        unit_of(big, 4)
+
+
+def test_the_sizing_rate_is_the_busiest_windows_rate_times_the_headroom():
+    ev = _evaluator(peak_window_s=5.0, headroom=1.5)
+    peak = peak_rate(ev.workload.arrival_s, 5.0)
+    assert peak > ev.trace_rate
+    assert ev.evaluated.sizing_rate == pytest.approx(peak * 1.5)
+    assert ev.evaluated.trace.num_requests == 200
+    assert ev.evaluated.screened.num_requests == 100
+    assert "busiest 100 consecutive requests" in ev.evaluated.describe()
+
+
+def test_the_screen_sizes_units_for_the_sizing_rate():
     ev = _evaluator()
-    request = TuneRequest(
-        trace_id=1, model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=4,
-        slo_ttft_ms=2000.0, slo_tpot_ms=50.0,
+    e = ev.evaluate(CFG)
+    assert e.stage is EvalStage.SCREENED and e.unit_rate > 0
+    assert e.num_units == math.ceil(ev.evaluated.sizing_rate / e.unit_rate - 1e-9)
+    assert e.num_gpus == e.num_units * e.unit_gpus
+    assert e.goodput_per_gpu == pytest.approx(e.unit_rate / e.unit_gpus)
+
+
+def test_verify_reports_exactly_what_simulate_gives_for_the_fewest_units_that_meet():
+    ev = _evaluator()
+    slo = ev.settings.slo
+    v = ev.verify(CFG, 4)
+    n = v.evaluation.num_units
+    assert v.evaluation.stage is EvalStage.VERIFIED and v.fleet == fleet_of(CFG, n)
+    direct = simulate(_workload(), v.fleet, LAT, seed=0, slo=slo)
+    assert v.evaluation.ttft_p90_ms == direct.ttft.p90 * 1e3
+    assert v.evaluation.tpot_p99_ms == direct.tpot.p99 * 1e3
+    assert v.evaluation.attainment == direct.attainment(slo)
+    # It is the fewest: one unit fewer misses the target at the sizing rate.
+    scale = ev.sizing_scale
+    assert ev.simulate(fleet_of(CFG, n), scale).attainment(slo) >= 0.9
+    if n > 1:
+        assert ev.simulate(fleet_of(CFG, n - 1), scale).attainment(slo) < 0.9
+
+
+def test_verify_is_infeasible_when_the_budget_does_not_reach():
+    ev = _evaluator(slo=SLO(2.0, 0.006))  # TPOT below one decode step (7 ms) at any load
+    v = ev.verify(CFG, 1)
+    assert v.evaluation.status is EvalStatus.INFEASIBLE and v.evaluation.num_gpus == 4
+
+
+SLOW = LinearLatency(base_s=0.007, per_token_s=2.7e-5, per_kv_token_s=4e-8)
+FAST = LinearLatency(base_s=0.003, per_token_s=0.7e-5, per_kv_token_s=1e-8)
+BY_TP = MappingLatencySource((("h100", 1, SLOW), ("h100", 2, FAST)))
+TP2 = ServingConfig.colocated(
+    "llama-3.1-8b", InstanceConfig(tp=2, max_num_batched_tokens=2048, max_num_seqs=256)
+)
+
+
+def _tuned(rate: float, **request):
+    """build_outcome with one screened trial (TP2, priced 4x faster than TP1) at `rate`."""
+    wl = synthetic_workload(
+        400, rate, input_lengths=LognormalLength(1500, 0.8, max_tokens=8000),
+        output_lengths=FixedLength(60), seed=1,
     )  # fmt: skip
-    base = ev.evaluate(baseline_config(request.space()))
-    assert base.feasible
-    cfg = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_seqs=64), num_replicas=4)
-    trial = TrialOutcome(7, cfg, replace(ev.evaluate(cfg), status=EvalStatus.FEASIBLE,
-                                         goodput_per_gpu=ratio * base.goodput_per_gpu))  # fmt: skip
+    fields = dict(
+        trace_id=1, model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=8,
+        slo_ttft_ms=2000, slo_tpot_ms=20, screen_requests=200, search_space={"tp": [1, 2]},
+    )  # fmt: skip
+    fields.update(request)
+    req = TuneRequest(**fields)
+    ev = TraceEvaluator.for_trace(wl, BY_TP, req.eval_settings())
+    trial = TrialOutcome(5, TP2, ev.evaluate(TP2))
     out = build_outcome(
-        request, [trial], ev, study_name="t", num_trials=1,
-        latency=LatencyInfo("stand-in", True),
-    )  # fmt: skip
-    return out, base, cfg
+        req,
+        req.space(),
+        [trial],
+        ev,
+        study_name="t",
+        num_trials=1,
+        latency=LatencyInfo("by tp", True),
+    )
+    return out, wl, ev
 
 
-def test_a_best_config_within_the_search_resolution_keeps_the_defaults():
-    out, base, _ = _outcome_with_best_at(1.02)
+def test_the_recommendation_is_the_smaller_fleet_verified_on_the_whole_trace():
+    out, wl, ev = _tuned(40.0)
     rec = out.recommendation
-    assert rec.trial is None and rec.config == baseline_config(out.request.space())
-    assert rec.predicted == base and out.baseline.gain == pytest.approx(1.0)
-    assert "--max-num-batched-tokens 8192" in rec.launch[0].command
-    assert out.diagnosis.account[1].startswith("The best config found changes max_num_seqs")
-    assert "so the recommendation keeps the defaults" in out.diagnosis.account[2]
-    assert out.to_dict()["recommendation"]["trial"] is None
+    assert rec.trial == 5 and rec.config == fleet_of(TP2, 1)
+    assert rec.predicted.num_gpus == 2 and out.baseline.predicted.num_gpus == 4
+    assert out.baseline.gain == pytest.approx(2.0)
+    assert out.diagnosis.account[1].startswith(
+        "Recommendation (trial 5) meets the SLOs with 2 GPUs instead of the defaults' 4 GPUs"
+    )
+    # Its figures are those of simulating the recommended config on the whole trace.
+    direct = simulate(wl, rec.config, BY_TP, seed=0, slo=ev.settings.slo)
+    assert rec.predicted.ttft_p90_ms == direct.ttft.p90 * 1e3
+    assert rec.predicted.attainment == direct.attainment(ev.settings.slo)
+    assert "--tensor-parallel-size 2" in rec.launch[0].command and rec.launch[0].count == 1
+    # The capacity plan starts at the recommendation and never shrinks with traffic.
+    gpus = [c.num_gpus for c in out.capacity]
+    assert [c.traffic for c in out.capacity] == [1.0, 2.0, 4.0]
+    assert gpus[0] == 2 and gpus == sorted(gpus) and all(c.feasible for c in out.capacity)
+    assert out.capacity[2].mean_rate == pytest.approx(4 * ev.trace_rate)
     # The outcome is its JSON: written and read back, it is the same outcome.
-    from optimizer.search.outcome import TuneOutcome
-
     doc = json.loads(json.dumps(out.to_dict()))
-    assert doc["recommendation"]["predicted"]["num_gpus"] == rec.predicted.num_gpus
+    assert doc["recommendation"]["predicted"]["stage"] == "verified"
+    assert doc["evaluated"]["trace"]["num_requests"] == 400
     assert TuneOutcome.from_dict(doc).to_dict() == out.to_dict()
 
 
-def test_a_best_config_clearly_above_the_defaults_is_recommended():
-    out, _, cfg = _outcome_with_best_at(1.5)
-    rec = out.recommendation
-    assert rec.trial == 7 and rec.config == cfg
-    assert out.baseline.gain == pytest.approx(1.5)
-    assert out.diagnosis.account[1].startswith("Recommendation changes max_num_seqs 1024 -> 64")
+def test_the_defaults_are_kept_when_nothing_is_cheaper():
+    out, _, _ = _tuned(40.0, search_space={"tp": [1, 2]}, gpu_budget=2)
+    # The defaults need 4 GPUs and the budget is 2: only the TP2 unit fits.
+    assert out.baseline.predicted.status is EvalStatus.INFEASIBLE
+    assert out.recommendation.trial == 5 and out.baseline.gain is None
+    low, _, _ = _tuned(5.0)
+    # At 5 req/s one TP1 replica of the defaults meets the SLOs: 1 GPU beats TP2's 2.
+    assert low.recommendation.trial is None and low.recommendation.predicted.num_gpus == 1
+    assert "keeps them" in low.diagnosis.account[1]
+    assert "--max-num-batched-tokens 8192" in low.recommendation.launch[0].command
+
+
+def test_an_impossible_slo_names_the_binding_slo_and_how_close_it_came():
+    out, _, _ = _tuned(40.0, slo_ttft_ms=20.0)
+    assert out.recommendation is None and out.capacity == ()
+    assert out.shortfall.startswith("No fleet within 8 GPUs meets the SLOs for 90% of requests.")
+    assert (
+        "Binding: TTFT <= 20 ms" in out.shortfall
+        and "TPOT" not in out.shortfall.split("Closest")[0]
+    )
 
 
 def test_cache_returns_the_same_evaluation():
     ev = _evaluator()
-    cfg = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_seqs=64), num_replicas=2)
-    first = ev.evaluate(cfg)
-    assert ev.evaluate(cfg) is first and ev.cache.hits == 1
-    assert config_key(cfg) in ev.cache.entries
+    first = ev.evaluate(CFG)
+    assert ev.evaluate(CFG) is first and ev.cache.hits == 1
+    assert config_key(CFG) in ev.cache.entries
+
+
+def test_errors_that_are_not_the_configs_fail_the_trial_loudly():
+    # tp 2 has no latency model: a LookupError, not an invalid config.
+    only_tp1 = MappingLatencySource((("h100", 1, SLOW),))
+    ev = TraceEvaluator.for_trace(_workload(), only_tp1, EvalSettings(SLO(2.0, 0.05)))
+    with pytest.raises(SimulationError, match="no latency model"):
+        ev.evaluate(TP2)
+    study = open_study("err", None, seed=0, n_startup_trials=1)
+    space = _space(tp=(2,), max_num_seqs=(64,), modes=(ServingMode.COLOCATED,))
+    with pytest.raises(TrialError, match=r"trial 0 failed: .*SimulationError") as info:
+        run_trials(study, Objective(space, ev), 3)
+    assert "Traceback" in info.value.traceback
+    assert "no latency model" in study.trials[0].user_attrs["error"]
 
 
 def test_vllm_and_sglang_golden_commands():
@@ -202,10 +379,12 @@ def test_vllm_and_sglang_golden_commands():
     assert vllm.command == (
         "vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2 "
         "--max-num-batched-tokens 2048 --max-num-seqs 128 --enable-chunked-prefill "
-        "--gpu-memory-utilization 0.9 --block-size 16 --speculative-config "
+        "--gpu-memory-utilization 0.9 --block-size 16 --no-enable-prefix-caching "
+        "--speculative-config "
         """'{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", """
         """"num_speculative_tokens": 3}'"""
     )
+    assert sglang.note == ""  # --disable-radix-cache states it
     assert sglang.command == (
         "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct "
         "--tp-size 2 --chunked-prefill-size 2048 --max-prefill-tokens 2048 "
@@ -214,6 +393,35 @@ def test_vllm_and_sglang_golden_commands():
         "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B --speculative-num-steps 3 "
         "--speculative-num-draft-tokens 4 --speculative-eagle-topk 1"
     )
+
+
+def test_prefix_caching_is_stated_in_both_engines_commands():
+    on = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(), enable_prefix_caching=True)
+    vllm, sglang = launch_commands(on)
+    assert "--enable-prefix-caching" in vllm.command
+    assert "--disable-radix-cache" not in sglang.command and "radix cache" in sglang.note
+    off = ServingConfig.colocated("llama-3.1-8b", InstanceConfig())
+    vllm, sglang = launch_commands(off)
+    assert "--no-enable-prefix-caching" in vllm.command
+    assert "--disable-radix-cache" in sglang.command
+
+
+def test_prefix_caching_is_searched_when_the_trace_has_prefix_hashes():
+    req = TuneRequest(trace_id=1, model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=2,
+                      slo_ttft_ms=2000, slo_tpot_ms=50)  # fmt: skip
+    assert req.space().prefix_caching == (False,)
+    space = req.space(trace_has_prefix_hashes=True)
+    assert space.prefix_caching == (True, False)
+    assert baseline_config(space).enable_prefix_caching is True  # vLLM's default
+    grid = enumerate_grid(replace(space, modes=(ServingMode.COLOCATED,), tp=(1,)))
+    assert {p.config.enable_prefix_caching for p in grid if p.config} == {True, False}
+    fixed = replace(req, search_space={"prefix_caching": [False]})
+    assert fixed.space(trace_has_prefix_hashes=True).prefix_caching == (False,)
+    # Spaces stored before the knob was a choice still read.
+    legacy = SearchSpace("llama-3.1-8b", ("h100",), 2).with_overrides(
+        {"enable_prefix_caching": True}
+    )
+    assert legacy.prefix_caching == (True,)
 
 
 def test_disaggregated_commands_carry_the_kv_roles():
@@ -231,7 +439,7 @@ def test_disaggregated_commands_carry_the_kv_roles():
     assert pre.command.endswith(
         """--no-enable-chunked-prefill --gpu-memory-utilization 0.9 --block-size 16 """
         # chunked prefill off: vLLM needs max_model_len <= the token budget
-        """--max-model-len 8192 """
+        """--max-model-len 8192 --no-enable-prefix-caching """
         """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'"""
     )
     assert """"kv_role":"kv_consumer"}'""" in dec.command
@@ -297,23 +505,70 @@ def test_heterogeneous_gpu_types_split_prefill_and_decode_and_are_priced_per_rol
         and p.config.prefill.accelerator == "h100"
         and p.config.decode.accelerator == "a100"
     ]
-    assert {(c.num_prefill, c.num_decode) for c in mixed} == {(1, 3), (2, 2), (3, 1)}
-    cfg = next(c for c in mixed if c.num_prefill == 2)
-    assert cfg.price_per_hour() == pytest.approx(2 * 4.0 + 2 * 2.0)
+    # Default P:D ratios that fit 4 one-GPU instances.
+    assert {(c.num_prefill, c.num_decode) for c in mixed} == {(1, 1), (1, 2), (1, 3), (2, 1),
+                                                               (3, 1)}  # fmt: skip
+    cfg = next(c for c in mixed if (c.num_prefill, c.num_decode) == (2, 1))
+    assert cfg.price_per_hour() == pytest.approx(2 * 4.0 + 1 * 2.0)
     catalog = build_catalog(get_shape("llama-3.1-8b"), [])  # roofline for both GPU types
     assert catalog.for_instance("h100", 1) is not catalog.for_instance("a100", 1)
-    ev = TraceEvaluator.for_trace(
-        _workload(), catalog, EvalSettings(SLO(2.0, 0.05), max_requests=200, seed=0)
-    )
+    ev = TraceEvaluator.for_trace(_workload(), catalog, EvalSettings(SLO(2.0, 0.05), seed=0))
     hetero = ev.evaluate(cfg)
     same = ev.evaluate(
         ServingConfig.disaggregated(
-            "llama-3.1-8b", cfg.prefill, cfg.prefill, num_prefill=2, num_decode=2
+            "llama-3.1-8b", cfg.prefill, cfg.prefill, num_prefill=2, num_decode=1
         )
     )
-    assert hetero.status is not EvalStatus.INVALID and hetero.num_gpus == 4
-    assert hetero.goodput_per_dollar == pytest.approx(hetero.max_rate / 12.0)
+    assert hetero.status is not EvalStatus.INVALID and hetero.unit_gpus == 3
+    assert hetero.goodput_per_dollar == pytest.approx(hetero.unit_rate / 10.0)
+    assert hetero.price_per_hour == pytest.approx(10.0 * hetero.num_units)
     # A100 decode (2.0 TB/s against 3.35) is slower per token than H100 decode.
     assert hetero.tpot_p90_ms > same.tpot_p90_ms
     commands = {(c.engine, c.role): c for c in launch_commands(cfg)}
-    assert commands[("vllm", "prefill")].count == 2 and commands[("vllm", "decode")].count == 2
+    assert commands[("vllm", "prefill")].count == 2 and commands[("vllm", "decode")].count == 1
+
+
+def test_naming_a_drafter_searches_speculation_depths():
+    base = dict(trace_id=1, model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=2,
+                slo_ttft_ms=2000, slo_tpot_ms=50)  # fmt: skip
+    eagle = TuneRequest(**base, draft_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
+    space = eagle.space()
+    assert space.spec_method is SpecMethod.EAGLE and space.spec_k == (0, 1, 2, 3, 4, 5)
+    assert space.acceptance_rate == 0.7 and not space.use_trace_acceptance
+    assert eagle.space(trace_has_acceptance=True).use_trace_acceptance
+    draft = TuneRequest(**base, draft_model="llama-3.2-1b", acceptance_rate=0.6)
+    ds = draft.space(trace_has_acceptance=True)
+    assert ds.spec_method is SpecMethod.DRAFT and ds.draft_model == "llama-3.2-1b"
+    assert ds.acceptance_rate == 0.6 and not ds.use_trace_acceptance  # the user's rate wins
+    with pytest.raises(TuneRequestError, match="neither a model shape preset"):
+        TuneRequest(**base, draft_model="some/unknown-model")
+    with pytest.raises(TuneRequestError, match="acceptance_rate: give draft_model too"):
+        TuneRequest(**base, acceptance_rate=0.5)
+    # The launch commands name the drafter as the user did (presets as their HF id).
+    cfg = ServingConfig.colocated(
+        "llama-3.1-8b", InstanceConfig(),
+        speculation=SpeculationConfig(method=SpecMethod.DRAFT, num_speculative_tokens=3,
+                                      draft_model="llama-3.2-1b"),
+    )  # fmt: skip
+    assert '"model": "meta-llama/Llama-3.2-1B-Instruct"' in launch_commands(cfg)[0].command
+
+
+def test_the_drafter_takes_memory_from_the_kv_cache():
+    from optimizer.memory import eagle_head_footprint, kv_capacity_blocks
+    from optimizer.shapes import get_shape
+
+    shape = get_shape("llama-3.1-8b")
+    head = eagle_head_footprint(shape, 1)
+    # One Llama-3.1-8B layer (218.1 M) + fusion 3h x h (50.3 M) + 32k x h LM head (131.1 M),
+    # in bf16; its KV is one layer's of 32.
+    assert head.weight_bytes == 2 * (218_103_808 + 50_331_648 + 131_072_000)
+    assert head.kv_bytes_per_token == shape.kv_bytes_per_token(1) // 32
+    inst = InstanceConfig()
+    plain = kv_capacity_blocks(shape, inst)
+    with_head = kv_capacity_blocks(shape, inst, head)
+    assert with_head < plain
+    spec = SpeculationConfig(method=SpecMethod.EAGLE, num_speculative_tokens=3)
+    pd = ServingConfig.disaggregated("llama-3.1-8b", inst, inst, speculation=spec)
+    prefill, decode = pd.roles()
+    # A prefill server does not speculate: no drafter there.
+    assert prefill.kv_blocks == plain and decode.kv_blocks == with_head

@@ -1,4 +1,5 @@
-"""The plain-language account: which knob moved goodput, and through which phase."""
+"""The plain-language account: how many GPUs each fleet needs, which knobs moved, and
+through which phase."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import dataclasses
 
 from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.search.diagnose import PhaseDiagnosis, explain
-from optimizer.search.objective import EvalStatus, Evaluation
+from optimizer.search.objective import EvalStage, EvalStatus, Evaluation
+from optimizer.search.recommend import TrialOutcome
 
 BASE = PhaseDiagnosis(
     label="baseline", rate=10.0, prefill_share=0.1, decode_share=0.6, mixed_share=0.3,
@@ -18,27 +20,53 @@ CFG = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_batched_tok
 SMALL = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_batched_tokens=2048))
 
 
-def _eval(goodput: float) -> Evaluation:
-    return Evaluation(EvalStatus.FEASIBLE, 1, goodput_per_gpu=goodput)
+def _out(number: int | None, cfg: ServingConfig, gpus: int, price=None) -> TrialOutcome:
+    ev = Evaluation(EvalStatus.FEASIBLE, EvalStage.VERIFIED, gpus, num_units=gpus, unit_gpus=1,
+                    price_per_hour=price)  # fmt: skip
+    return TrialOutcome(number, cfg, ev)
 
 
-def test_a_real_gain_is_explained_by_the_phase_that_moved() -> None:
+def test_a_smaller_fleet_is_explained_by_the_phase_that_moved() -> None:
     rec = dataclasses.replace(BASE, itl_spike_share=0.01, itl_p99_ms=40.0, num_preemptions=0)
-    lines = explain(BASE, rec, CFG, SMALL, _eval(10.0), _eval(13.0))
-    assert "max_num_batched_tokens 8192 -> 2048" in lines[1] and "(1.30x)" in lines[1]
+    lines = explain(BASE, rec, _out(None, CFG, 6), _out(3, SMALL, 4))
+    assert lines[0].startswith("vLLM's defaults meet the SLOs with 6 GPUs. At 10.00 req/s")
+    assert lines[1] == (
+        "Recommendation (trial 3) meets the SLOs with 4 GPUs instead of the defaults' 6 GPUs; "
+        "it changes max_num_batched_tokens 8192 -> 2048."
+    )
     assert lines[2].startswith("Why: decode: fewer decode tokens stall behind prefill chunks")
     assert "8.0% -> 1.0%" in lines[2] and "preemptions fall 12 -> 0" in lines[2]
 
 
-def test_a_gain_within_the_search_resolution_says_keep_the_defaults() -> None:
-    lines = explain(BASE, BASE, CFG, SMALL, _eval(10.0), _eval(10.1))
-    assert "(1.01x)" in lines[1]
-    assert "defaults are already within 3% of the best config" in lines[2]
-    assert not any(line.startswith("Why:") for line in lines)
+def test_prices_are_the_cost_when_given() -> None:
+    lines = explain(BASE, BASE, _out(None, CFG, 2, 8.0), _out(3, SMALL, 2, 6.5), per_dollar=True)
+    assert "with 2 GPUs ($6.50/h) instead of the defaults' 2 GPUs ($8.00/h)" in lines[1]
 
 
-def test_no_recommendation_says_so() -> None:
-    lines = explain(BASE, None, CFG, None, _eval(10.0), None)
-    assert (
-        lines[-1] == "No config met the SLOs at the trace's rate, so there is nothing to compare."
+def test_defaults_kept_say_why_and_explain_nothing_more() -> None:
+    base = _out(None, CFG, 1)
+    lines = explain(BASE, None, base, base)
+    assert lines[1] == (
+        "No config found needs fewer GPUs than the defaults' 1 GPU or is more than 3% more "
+        "interactive on as many, so the recommendation keeps them; other Pareto points trade "
+        "cost for tokens/s per user."
     )
+    assert len(lines) == 2
+
+
+def test_defaults_that_miss_and_no_recommendation_say_so() -> None:
+    base = _out(None, CFG, 8)
+    missed = dataclasses.replace(base.evaluation, status=EvalStatus.INFEASIBLE, attainment=0.62)
+    miss = dataclasses.replace(base, evaluation=missed)
+    lines = explain(BASE, None, miss, None)
+    assert lines[0].startswith("vLLM's defaults miss the SLOs even with 8 GPUs (62.0% attainment)")
+    assert lines[-1] == "No config met the SLOs within the budget, so there is nothing to compare."
+
+
+def test_invalid_defaults_are_named_with_their_error() -> None:
+    bad = TrialOutcome(
+        None, CFG, Evaluation(EvalStatus.INVALID, EvalStage.SCREENED, 1, error="too long")
+    )
+    lines = explain(None, None, bad, _out(2, SMALL, 2))
+    assert lines[0] == "vLLM's defaults are not a valid deployment here: too long"
+    assert lines[1].startswith("Recommendation (trial 2) meets the SLOs with 2 GPUs; it changes")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
@@ -112,9 +113,14 @@ def test_old_documents_are_rewritten_and_read_back(db_url: str) -> None:
     assert job.params.stream == "prod" and job.params.num_trials == 20 and job.params.seed == 3
     assert job.progress.trials_done == 5 and job.progress.best_goodput_per_gpu == 1.5
     assert job.window.trace_ids == (1, 2)
-    assert schedule.params == job.params
+    # The job ran on the old hidden 600-request window; the schedule re-tunes on the whole
+    # trace from now on.
+    assert job.params.max_requests == 600 and schedule.params.max_requests is None
+    assert replace(schedule.params, max_requests=600) == job.params
     r = rec.recommendation
     assert r.trial == 7 and r.config.num_replicas == 4 and r.predicted.goodput_per_gpu == 2.5
+    # The old figures were the search's stand-in for the whole budget: one screened unit.
+    assert r.predicted.stage.value == "screened" and r.predicted.num_units == 1
     assert [(c.metric, c.predicted, c.target) for c in r.slo_checks] == [
         ("ttft_p90_ms", 850.0, 2000.0),
         ("tpot_p90_ms", 31.0, 50.0),

@@ -6,7 +6,10 @@ Before, jobs and schedules held `TuningParams` (gpu, num_gpus), progress held
 summary (goodput_per_gpu, launch_commands, a flat `predicted` map); tuning runs
 held the CLI's request (gpus, n_trials). This migration rewrites each stored
 document in the new layout, in place, losing nothing the new layout can hold.
-Finished jobs' results keep their version-1 layout (they lack what a
+A recommendation's figures (the search's stand-in for the whole budget) become one
+screened unit of that size; schedules re-tune on their whole window from now on (the
+old hidden 600-request window stays on the jobs that ran with it). Finished jobs'
+results keep their version-1 layout (they lack what a
 `TuneOutcome` carries: the baseline's config, the diagnosis' phases) and are
 served as stored.
 
@@ -26,11 +29,16 @@ branch_labels = None
 depends_on = None
 
 _EVALUATION_FIELDS = (
-    "num_gpus", "price_per_hour", "max_rate", "goodput_per_gpu", "goodput_per_dollar",
+    "num_gpus", "price_per_hour", "goodput_per_gpu", "goodput_per_dollar",
     "interactivity_tok_s", "attainment", "request_goodput", "ttft_p50_ms", "ttft_p90_ms",
     "ttft_p99_ms", "tpot_p50_ms", "tpot_p90_ms", "tpot_p99_ms", "itl_p99_ms",
     "num_simulations", "bounded", "error",
 )  # fmt: skip
+
+
+def _schedule_params_v2(old: dict) -> dict:
+    """A schedule re-tunes from now on: on the whole window, not the old hidden 600."""
+    return {**_params_v2(old), "max_requests": None}
 
 
 def _params_v2(old: dict) -> dict:
@@ -115,9 +123,16 @@ def _recommendation_v2(old: dict) -> dict:
         bounded=True if evaluation["bounded"] is None else bool(evaluation["bounded"]),
         error=evaluation["error"] or "",
     )
-    for key in ("max_rate", "attainment", "request_goodput"):
+    for key in ("attainment", "request_goodput"):
         if evaluation[key] is None:
             evaluation[key] = 0.0
+    # The old figures were the search's stand-in for the whole budget: one unit of it.
+    evaluation.update(
+        stage="screened",
+        num_units=1,
+        unit_gpus=evaluation["num_gpus"] or 0,
+        unit_rate=float(predicted.get("max_rate") or 0.0),
+    )
     checks = [
         {"metric": k[len("slo_") :], "predicted": predicted.get(k[len("slo_") :]), "target": v}
         for k, v in predicted.items()
@@ -191,7 +206,7 @@ _DOCUMENTS = (
     ("jobs", "params", _params_v2, _params_v1),
     ("jobs", "progress", _progress_v2, _progress_v1),
     ("jobs", "window", lambda d: _version(d, 2), lambda d: _version(d, 1)),
-    ("schedules", "params", _params_v2, _params_v1),
+    ("schedules", "params", _schedule_params_v2, _params_v1),
     ("recommendations", "recommendation", _recommendation_v2, _recommendation_v1),
     ("recommendations", "window", lambda d: _version(d, 2), lambda d: _version(d, 1)),
     ("tuning_runs", "request", _request_v2, _request_v1),

@@ -1,0 +1,48 @@
+"""What the benchmarks share: where the data is, running servetune as users do, and a
+database holding a fitted H100 latency model (the path `tune` and `simulate` price with)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("SERVETUNE_SHARED_DATA", REPO.parent / "shared" / "data"))
+TRACES = SHARED / "traces" / "azure2023"
+AICONFIGURATOR_H100 = SHARED / "profiles" / "aiconfigurator" / "h100_sxm"
+SERVETUNE = str(Path(sys.executable).with_name("servetune"))
+
+
+def run(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[float, str]:
+    """Run a command; its wall time and output (exits with its stderr when it fails)."""
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:3])} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return wall, done.stdout + done.stderr
+
+
+def prepare_database(url: str | None, workdir: Path) -> tuple[str, dict[str, str]]:
+    """A database holding a fitted H100 model (imported and fitted when it has none)."""
+    from storage.db import make_engine, session_scope, upgrade_database
+    from storage.latency_models import list_latency_models
+
+    url = url or f"sqlite:///{workdir / 'bench.db'}"
+    env = {**os.environ, "SERVETUNE_DATABASE_URL": url}
+    upgrade_database(url)
+    engine = make_engine(url)
+    with session_scope(engine) as s:
+        has_h100 = any(m.accelerator == "h100" for m in list_latency_models(s))
+    engine.dispose()
+    if not has_h100:
+        print("importing and fitting the AIConfigurator H100 tables (once) ...", flush=True)
+        _, out = run([SERVETUNE, "profile", "import", str(AICONFIGURATOR_H100),
+                      "--format", "aiconfigurator"], env)  # fmt: skip
+        run_id = re.search(r"stored profile run (\d+)", out).group(1)
+        run([SERVETUNE, "latency", "fit", "--profile", run_id], env)
+    return url, env
