@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas import FieldError, Problem
+from optimizer.traces.errors import MAX_ECHO_ITEMS, MAX_MESSAGE_CHARS, clip
 from storage.jobs import JobNotFound
 from storage.keys import KeyNotFound
 from storage.latency_models import LatencyModelNotFound
@@ -72,13 +73,17 @@ def problem_response(
 ) -> JSONResponse:
     title = HTTPStatus(status).phrase
     slug = kind or title.lower().replace(" ", "-").replace("'", "")
+    if errors is not None and len(errors) > MAX_ECHO_ITEMS:
+        errors = errors[:MAX_ECHO_ITEMS]  # the detail says how many there were
     body = Problem(
         type=TYPE_BASE + slug,
         title=title,
         status=status,
-        detail=detail,
-        instance=request.url.path,
-        errors=errors,
+        detail=clip(detail, MAX_MESSAGE_CHARS),
+        instance=clip(request.url.path),
+        errors=[FieldError(where=clip(e.where), message=clip(e.message, 500)) for e in errors]
+        if errors is not None
+        else None,
     )
     return JSONResponse(
         body.model_dump(exclude_none=True),

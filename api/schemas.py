@@ -8,12 +8,23 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from optimizer.search import TuneOutcome, TuneRequest
 from storage.service_records import ApiKeyInfo, JobStatus, ScheduleTrigger
 
 T = TypeVar("T")
+
+# A request body with a misspelt field (`num_trial`) is refused with the field named, not
+# silently run with the default: the core's request dataclass as a body, and every
+# API-only body below.
+TuneRequest.__pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[attr-defined]
+
+
+class StrictBody(BaseModel):
+    """A request body: unknown fields are refused (422 naming them)."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class FieldError(BaseModel):
@@ -69,7 +80,7 @@ class TraceCreated(BaseModel):
     num_dropped: int = 0
 
 
-class KeyCreate(BaseModel):
+class KeyCreate(StrictBody):
     project: str = Field(examples=["team-a"], min_length=1, max_length=100)
     name: str = Field("", max_length=200, examples=["ci"])
     is_admin: bool = False
@@ -86,7 +97,7 @@ class Health(BaseModel):
     detail: str | None = None
 
 
-class ScheduleCreate(BaseModel):
+class ScheduleCreate(StrictBody):
     """A re-tuning schedule over a trace stream (params.stream) and its rolling window."""
 
     name: str = Field("", max_length=200, pattern=r"^[^\x00-\x1f\x7f]*$", examples=["nightly"])

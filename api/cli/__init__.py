@@ -34,4 +34,17 @@ app.command("calibrate")(observations.calibrate)
 
 
 def main() -> None:
-    app()
+    """The console script: user-level failures (files, the database) are one `error:` line
+    and exit status 2, never a traceback."""
+    from sqlalchemy.exc import OperationalError
+
+    from api.cli.common import database_error, fail
+    from api.settings import get_settings
+
+    try:
+        app()
+    except OperationalError as exc:
+        fail(database_error(get_settings().database_url, exc))
+    except OSError as exc:
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        fail(f"{where}{exc.strerror or exc}")

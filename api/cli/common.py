@@ -41,6 +41,8 @@ def trace_source(trace: str) -> Path | int:
 @lru_cache
 def engine() -> Engine:
     """The configured database, migrated to the newest schema."""
+    from sqlalchemy.exc import OperationalError
+
     from api.settings import SettingsError, get_settings
     from storage.db import make_engine, upgrade_database
 
@@ -48,8 +50,44 @@ def engine() -> Engine:
         settings = get_settings()
     except SettingsError as exc:
         fail(str(exc))
-    upgrade_database(settings.database_url)
-    return make_engine(settings.database_url)
+    try:
+        upgrade_database(settings.database_url)
+        return make_engine(settings.database_url)
+    except OperationalError as exc:
+        fail(database_error(settings.database_url, exc))
+
+
+def database_error(url: str, exc: BaseException) -> str:
+    """One line for a database that cannot be opened (its password never shown)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        shown = make_url(url).render_as_string(hide_password=True)
+    except Exception:  # an unparsable URL: show none of it
+        shown = "SERVETUNE_DATABASE_URL"
+    first = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    reason = first[0] if first else type(exc).__name__
+    return f"cannot open the database {shown}: {reason}"
+
+
+def output_dir(out: Path, option: str = "--out") -> Path:
+    """A folder to write into, made now (before any long run), or a clear error."""
+    if out.exists() and not out.is_dir():
+        fail(f"{option} {out}: exists and is not a folder; expected a folder for the outputs")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"{option} {out}: cannot create the folder: {exc.strerror or exc}")
+    return out
+
+
+def output_file(path: Path, option: str = "--out") -> Path:
+    """A file path whose folder exists and that is not a folder itself."""
+    if path.is_dir():
+        fail(f"{option} {path}: is a folder; expected a file name")
+    if not path.parent.is_dir():
+        fail(f"{option} {path}: the folder {path.parent} does not exist")
+    return path
 
 
 @contextmanager

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from api.cli.common import console, fail, session
+from api.cli.common import console, fail, output_file, session
 from optimizer.records import TraceFormat, TraceInfo
 
 app = typer.Typer(help="Production traces: import, inspect, export.", no_args_is_help=True)
@@ -159,6 +159,6 @@ def export(
     info = _get(trace_id)
     with session() as s:
         columns = load_trace_columns(s, trace_id)
-    target = out or Path(f"trace-{trace_id}.{to.value}")
+    target = output_file(out or Path(f"trace-{trace_id}.{to.value}"))
     write_trace(columns, target, csv=to is ExportFormat.CSV)
     console.print(f"wrote {len(columns):,} requests of trace {info.id} to {target}")

@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from api.cli.common import console, fail, session, trace_source
+from api.cli.common import console, fail, output_dir, session, trace_source
 
 if TYPE_CHECKING:
     from optimizer.search import TuneRequest
@@ -68,8 +68,8 @@ def _pareto_table(outcome: TuneOutcome, priced: bool) -> Table:
         "tp", "tokens", "seqs", "chunked", "K", "attain", "tok/s/user", "TTFT p90 ms",
         "TPOT p90 ms",
     ]  # fmt: skip
-    for col in cols:
-        table.add_column(col, justify="right")
+    for col in cols:  # numbers fold at 80 columns rather than turn into "15.…"
+        table.add_column(col, justify="right", overflow="fold")
     rec = outcome.recommendation
     for p in outcome.pareto:
         ev, cfg = p.predicted, p.config
@@ -96,7 +96,7 @@ def _pareto_table(outcome: TuneOutcome, priced: bool) -> Table:
 def _capacity_table(outcome: TuneOutcome) -> Table:
     table = Table(title="Capacity plan: GPUs the recommended unit needs as traffic grows")
     for col in ("traffic", "mean req/s", "sized for req/s", "GPUs", "$/h", "attainment"):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", overflow="fold")
     for c in outcome.capacity:
         gpus = str(c.num_gpus) if c.feasible else f"> {c.num_gpus}"
         table.add_row(
@@ -178,7 +178,16 @@ def tune(
     attainment: Annotated[float, typer.Option(help="share of requests meeting both SLOs")] = 0.9,
     seed: Annotated[int, typer.Option()] = 0,
     study: Annotated[str | None, typer.Option(help="study name (resumes when it exists)")] = None,
-    space: Annotated[str | None, typer.Option(help="search-space overrides as JSON")] = None,
+    space: Annotated[
+        str | None,
+        typer.Option(
+            help="search-space overrides as JSON, each key a list of the values to try: modes "
+            "(colocated, disaggregated), tp, max_num_batched_tokens, max_num_seqs, "
+            "chunked_prefill, pd_ratios ([[1, 2], ...]), prefix_caching, kv_cache_dtype "
+            '(auto, fp8), spec_k; and prices ([["h100", 2.5]], USD per GPU-hour), '
+            "quantization (fp8), max_model_len, kv_link. E.g. '{\"tp\": [1, 2]}'"
+        ),
+    ] = None,
     max_requests: Annotated[
         int | None, typer.Option(help="evaluate only the trace's first N requests (default: all)")
     ] = None,
@@ -210,6 +219,13 @@ def tune(
 
     try:
         overrides = json.loads(space) if space else {}
+    except json.JSONDecodeError as exc:
+        fail(
+            f"--space: not valid JSON ({exc.msg} at character {exc.pos}); e.g. '{{\"tp\": [1, 2]}}'"
+        )
+    if not isinstance(overrides, dict):
+        fail(f"--space: expected a JSON object of search-space overrides, got {space!r}")
+    try:
         request = TuneRequest(
             trace_id=_trace_id(trace), model=model, gpu_types=tuple(gpu), gpu_budget=gpus,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, attainment=attainment,
@@ -217,10 +233,12 @@ def tune(
             screen_requests=screen_requests, headroom=headroom, peak_window_s=peak_window_s,
             draft_model=draft_model, acceptance_rate=acceptance_rate,
         )  # fmt: skip
-    except (TuneRequestError, json.JSONDecodeError) as exc:
-        fail(str(exc))
+    except TuneRequestError as exc:
+        fail(str(exc).replace("search_space: ", "--space: ", 1))
     if not 1 <= workers <= 64:
         fail(f"--workers: expected 1 to 64 processes, got {workers}")
+    if out is not None:
+        output_dir(out)  # before the study runs, not after
     outcome = run_study(request, study or f"tune-{uuid.uuid4().hex[:8]}", workers=workers)
     if out is not None:
         for p in write_outputs(outcome, out):

@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from optimizer.traces.errors import TraceFormatError
+from optimizer.traces.errors import TraceFormatError, clip
 from optimizer.traces.formats import TimeUnit
 from optimizer.traces.frames import ROW
+from optimizer.traces.sniff import ragged_row
 
 # Tried in order on datetime strings until every row parses (first = Azure's own form).
 DATETIME_FORMATS = (
@@ -18,7 +19,11 @@ DATETIME_FORMATS = (
     "%Y-%m-%d %H:%M:%S%.f%#z",
     "%Y-%m-%dT%H:%M:%S%.f%#z",
 )
-_MAX_TOKENS = 1e12  # far above any context length; keeps the int64 cast exact
+# The most tokens one request may have: what a 32-bit database column holds (PostgreSQL's
+# integer), far above any context length. The same limit on every back-end.
+MAX_TOKENS = 2**31 - 1
+MAX_ABS_TIME_S = 1e11
+MAX_SPAN_S = 10 * 31_557_600.0  # ten years
 _UNIT_SCALE = {TimeUnit.S: 1.0, TimeUnit.MS: 1e-3, TimeUnit.US: 1e-6}
 
 
@@ -26,10 +31,15 @@ def _raise_at(path: Path, frame: pl.DataFrame, bad: pl.Series, column: str, expe
     """Raise for the first row where `bad` is true, quoting the raw value."""
     index = int(bad.arg_true()[0])
     raw = frame[column][index]
-    found = "an empty value" if raw is None else f"{raw!r}"
-    raise TraceFormatError(
-        path, f"found {found}; expected {expected}", row=int(frame[ROW][index]) + 1, column=column
-    )
+    row = int(frame[ROW][index]) + 1
+    if raw is None:
+        ragged = ragged_row(path, row)
+        if ragged is not None:  # a missing field, not an empty one
+            raise TraceFormatError(
+                path, f"found {ragged[0]} fields; expected {ragged[1]} as in the header", row=row
+            )
+    found = "an empty value" if raw is None else repr(clip(raw))
+    raise TraceFormatError(path, f"found {found}; expected {expected}", row=row, column=column)
 
 
 def _require_present(path: Path, frame: pl.DataFrame, column: str, expected: str) -> None:
@@ -60,9 +70,9 @@ def numbers(path: Path, frame: pl.DataFrame, column: str, expected: str) -> pl.S
 
 def token_counts(path: Path, frame: pl.DataFrame, column: str) -> np.ndarray:
     """Whole-number token counts as int64 (positivity is checked after documented drops)."""
-    expected = "a positive whole number of tokens"
+    expected = f"a positive whole number of tokens, at most {MAX_TOKENS:,}"
     values = numbers(path, frame, column, expected)
-    bad = (values != values.floor()) | (values.abs() > _MAX_TOKENS)
+    bad = (values != values.floor()) | (values.abs() > MAX_TOKENS)
     if bad.any():
         _raise_at(path, frame, bad, column, expected)
     return values.cast(pl.Int64).to_numpy()
@@ -86,13 +96,30 @@ def require_positive(
 def arrival_seconds(
     path: Path, frame: pl.DataFrame, column: str, unit: TimeUnit, datetime_format: str | None
 ) -> np.ndarray:
-    """Arrivals in seconds as float64, relative to the earliest one (any order)."""
+    """Arrivals in seconds as float64, relative to the earliest one (any order). Times must
+    be physical: within +-1e11 s of zero (Unix times in s, ms or us are) and spanning at
+    most `MAX_SPAN_S`."""
     if unit is not TimeUnit.DATETIME:
-        values = numbers(path, frame, column, f"a number of {unit.value} (arrival time)")
-        seconds = values.to_numpy() * _UNIT_SCALE[unit]
-        return seconds - seconds.min()
-    epoch_ns = _datetime_ns(path, frame, column, datetime_format)
-    return (epoch_ns - epoch_ns.min()).astype(np.float64) * 1e-9
+        expected = f"a number of {unit.value} (arrival time)"
+        values = numbers(path, frame, column, expected)
+        scaled = values * _UNIT_SCALE[unit]
+        far = scaled.abs() > MAX_ABS_TIME_S
+        if far.any():
+            _raise_at(path, frame, far, column, f"{expected} within +-1e11 s of zero")
+        seconds = scaled.to_numpy()
+        rel = seconds - seconds.min()
+    else:
+        epoch_ns = _datetime_ns(path, frame, column, datetime_format)
+        rel = (epoch_ns - epoch_ns.min()).astype(np.float64) * 1e-9
+    span = float(rel.max()) if rel.size else 0.0
+    if span > MAX_SPAN_S:
+        raise TraceFormatError(
+            path,
+            f"arrival times span {span:.3g} s ({span / 31_557_600:.3g} years); expected a trace "
+            f"of at most {MAX_SPAN_S / 31_557_600:g} years (check --arrival-unit)",
+            column=column,
+        )
+    return rel
 
 
 def _datetime_ns(

@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from optimizer.records import TraceFormat
-from optimizer.traces.errors import TraceFormatError
+from optimizer.traces.errors import TraceFormatError, clip_list
 
 
 class TimeUnit(StrEnum):
@@ -184,7 +184,7 @@ def check_columns(path: str | Path, spec: FormatSpec, names: Sequence[str]) -> N
         raise TraceFormatError(
             path,
             f"missing column(s) {missing} for format {spec.format.value}; "
-            f"expected columns {list(spec.required_columns)}, found {list(names)}",
+            f"expected columns {clip_list(spec.required_columns)}, found {clip_list(names)}",
             column=missing[0],
         )
 
@@ -212,6 +212,6 @@ def detect_format(path: str | Path, names: Sequence[str]) -> FormatSpec:
         check_columns(path, spec, names)
     raise TraceFormatError(
         path,
-        f"unknown trace format: columns {list(names)} match no known format; "
+        f"unknown trace format: columns {clip_list(names)} match no known format; "
         f"expected one of: {known_formats_text()}",
     )

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import polars as pl
 
-from optimizer.traces.errors import TraceFormatError
+from optimizer.traces.errors import TraceFormatError, clip_list
 from optimizer.traces.formats import FileKind, FormatSpec
-from optimizer.traces.sniff import FileFacts
+from optimizer.traces.sniff import TOO_DEEP, FileFacts
 
 ROW = "__row"  # 0-based data row, kept through repairs so errors can name the file row
 
@@ -72,7 +72,7 @@ def _first_bad_hash_text(rows: list[int], texts: list[str | None]) -> tuple[int 
             continue
         try:
             value = json.loads(text)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return index + 1, text
         if not (isinstance(value, list) and all(type(v) is int for v in value)):
             return index + 1, text
@@ -93,15 +93,19 @@ def _find_csv_row(path: Path, facts: FileFacts) -> TraceFormatError | None:
     expected = len(facts.columns)
     with path.open(encoding="utf-8-sig", newline="") as fh:
         reader = csv.reader(fh)
-        next(reader, None)
-        for row_no, fields in enumerate(reader, start=1):
-            if fields and len(fields) != expected:
-                return TraceFormatError(
-                    path,
-                    f"found {len(fields)} fields; expected {expected} as in the header "
-                    f"{list(facts.columns)}",
-                    row=row_no,
-                )
+        row_no = 0
+        try:
+            next(reader, None)
+            for row_no, fields in enumerate(reader, start=1):
+                if fields and len(fields) != expected:
+                    return TraceFormatError(
+                        path,
+                        f"found {len(fields)} fields; expected {expected} as in the header "
+                        f"{clip_list(facts.columns)}",
+                        row=row_no,
+                    )
+        except csv.Error as exc:
+            return TraceFormatError(path, f"malformed CSV: {exc}", row=row_no + 1)
     return None
 
 
@@ -116,6 +120,8 @@ def _find_jsonl_row(path: Path, spec: FormatSpec) -> TraceFormatError | None:
                 return TraceFormatError(
                     path, f"invalid JSON ({exc.msg}); expected one JSON object per line", row=row_no
                 )
+            except RecursionError:
+                return TraceFormatError(path, TOO_DEEP, row=row_no)
             if not isinstance(record, dict):
                 kind = type(record).__name__
                 return TraceFormatError(

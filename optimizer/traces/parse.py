@@ -16,7 +16,7 @@ import polars as pl
 
 from optimizer.records import TraceColumns, TraceFormat, TraceStats
 from optimizer.traces import convert
-from optimizer.traces.errors import TraceFormatError
+from optimizer.traces.errors import TraceFormatError, clip_list
 from optimizer.traces.formats import (
     FORMAT_SPECS,
     ColumnMapping,
@@ -92,7 +92,7 @@ def _resolve_spec(
         raise TraceFormatError(
             path,
             "format generic needs a ColumnMapping (arrival, input and output token columns); "
-            f"the file has columns {list(facts.columns)}",
+            f"the file has columns {clip_list(facts.columns)}",
         )
     else:
         spec = with_native_optionals(FORMAT_SPECS[TraceFormat(format)], facts.columns)

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import polars as pl
 
-from optimizer.traces.errors import TraceFormatError
+from optimizer.traces.errors import TraceFormatError, clip, clip_list
 from optimizer.traces.formats import FileKind
 
 _CHUNK_BYTES = 8 << 20
+TOO_DEEP = "JSON nested too deeply; expected one flat JSON object per line"
 _HEAD_BYTES = 1 << 20  # enough for a header line or a first JSONL record
 _JSONL_SUFFIXES = {".jsonl", ".ndjson", ".json"}
 _PARQUET_SUFFIXES = {".parquet", ".pq"}
@@ -42,6 +43,10 @@ class FileFacts:
 
 def inspect_file(path: Path, max_bytes: int) -> FileFacts:
     """Check the raw file and return its kind, hash and column names (TraceFormatError if bad)."""
+    if path.is_dir():
+        raise TraceFormatError(
+            path, "is a folder; expected a trace file (CSV, JSONL or Parquet) inside it"
+        )
     if not path.is_file():
         raise TraceFormatError(path, "no such file (expected a readable trace file)")
     num_bytes = path.stat().st_size
@@ -55,6 +60,10 @@ def inspect_file(path: Path, max_bytes: int) -> FileFacts:
         head = fh.read(_HEAD_BYTES)
     if head.startswith(_PARQUET_MAGIC):
         return FileFacts(FileKind.PARQUET, num_bytes, _hash_only(path), _parquet_columns(path))
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise TraceFormatError(
+            path, "UTF-16 text (it starts with a UTF-16 byte-order mark); re-encode it as UTF-8"
+        )
     if head.startswith(_GZIP_MAGIC) or head.startswith(_ZIP_MAGIC):
         raise TraceFormatError(
             path, "file is compressed (gzip/zip); decompress it to CSV or JSONL first"
@@ -71,7 +80,7 @@ def inspect_file(path: Path, max_bytes: int) -> FileFacts:
     if not text_head.strip():
         raise TraceFormatError(path, "empty file (only whitespace); expected data rows")
     kind = _text_kind(path, text_head)
-    columns = _jsonl_keys(path) if kind is FileKind.JSONL else _csv_header(path, text_head)
+    columns = _jsonl_keys(path) if kind is FileKind.JSONL else _csv_header(path)
     return FileFacts(kind, num_bytes, content_hash, columns)
 
 
@@ -131,13 +140,14 @@ def _text_kind(path: Path, text_head: str) -> FileKind:
     return FileKind.JSONL if text_head.lstrip().startswith("{") else FileKind.CSV
 
 
-def _first_line(text_head: str) -> str:
-    return text_head.splitlines()[0] if text_head else ""
-
-
-def _csv_header(path: Path, text_head: str) -> tuple[str, ...]:
-    line = _first_line(text_head)
-    names = tuple(next(csv.reader([line]), []))
+def _csv_header(path: Path) -> tuple[str, ...]:
+    """The header line, read whole however long (the file is within the size limit)."""
+    with path.open(encoding="utf-8-sig", newline="") as fh:
+        line = fh.readline()
+    try:
+        names = tuple(next(csv.reader([line]), []))
+    except csv.Error as exc:
+        raise TraceFormatError(path, f"the header line is not valid CSV: {exc}") from None
     if not any(name.strip() for name in names):
         raise TraceFormatError(path, "the first line is blank; expected a CSV header line")
     seen: set[str] = set()
@@ -145,12 +155,29 @@ def _csv_header(path: Path, text_head: str) -> tuple[str, ...]:
         if name in seen:
             raise TraceFormatError(
                 path,
-                f"duplicate column {name!r} in the header {list(names)}; "
+                f"duplicate column {clip(name)!r} in the header {clip_list(names)}; "
                 "expected each column name once",
                 column=name,
             )
         seen.add(name)
     return names
+
+
+def ragged_row(path: Path, row: int) -> tuple[int, int] | None:
+    """(fields, header fields) when CSV data row `row` (1-based) has another number of
+    fields than the header; None otherwise, or when the file is not CSV."""
+    if path.suffix.lower() in _JSONL_SUFFIXES:
+        return None
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, [])
+            for i, fields in enumerate(reader, start=1):
+                if i == row:
+                    return (len(fields), len(header)) if len(fields) != len(header) else None
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return None
 
 
 def _reject_duplicate_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
@@ -182,7 +209,7 @@ def _jsonl_keys(path: Path) -> tuple[str, ...]:
     except _DuplicateKeyError as exc:
         raise TraceFormatError(
             path,
-            f"duplicate key {exc.key!r} in the first record; expected each key once",
+            f"duplicate key {clip(exc.key)!r} in the first record; expected each key once",
             row=1,
             column=exc.key,
         ) from None
@@ -190,6 +217,8 @@ def _jsonl_keys(path: Path) -> tuple[str, ...]:
         raise TraceFormatError(
             path, f"invalid JSON ({exc.msg}); expected one JSON object per line", row=1
         ) from None
+    except RecursionError:
+        raise TraceFormatError(path, TOO_DEEP, row=1) from None
     if not isinstance(record, dict):
         raise TraceFormatError(
             path,

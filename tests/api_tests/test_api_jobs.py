@@ -173,3 +173,15 @@ def test_rest_jobs_take_every_option_the_cli_has(service: Service, tmp_path: Pat
     assert bad.status_code == 422 and "unknown keys ['bogus']" in bad.json()["detail"]
     bad = _create(service, trace_id=tid, max_requests=5)
     assert bad.status_code == 422 and "max_requests: expected an integer from 20" in bad.text
+
+
+def test_unknown_fields_in_a_body_are_refused_by_name(service: Service, tmp_path: Path) -> None:
+    tid = _trace(service, tmp_path)
+    r = _create(service, trace_id=tid, num_trial=2)
+    assert r.status_code == 422 and "num_trial" in r.text
+    listed = service.client.get("/v1/tuning-jobs", headers=service.auth(service.key_a)).json()
+    assert listed["total"] == 0  # nothing queued
+    r = service.client.post(
+        "/v1/keys", json={"project": "p", "admin": True}, headers=service.auth(service.admin)
+    )
+    assert r.status_code == 422 and "admin" in r.text
