@@ -29,7 +29,14 @@ from optimizer.memory import (
     kv_capacity_blocks,
 )
 from optimizer.plain import PlainDataError, from_plain, to_plain
-from optimizer.shapes import ModelShape, ShapeError, get_shape
+from optimizer.shapes import (
+    KV_CACHE_DTYPES,
+    QUANTIZATIONS,
+    ModelShape,
+    Precision,
+    ShapeError,
+    get_shape,
+)
 
 CONFIG_SCHEMA_VERSION = 1
 
@@ -73,6 +80,9 @@ def _positive_number(where: str, value: object, *, allow_zero: bool = False) -> 
         raise ConfigError(f"{where}: expected {expected}, got {value!r}")
 
 
+SCHEDULING_POLICIES = ("mixed", "prefill_first")
+
+
 @dataclass(frozen=True, slots=True)
 class InstanceConfig:
     """One serving instance (a replica, or one prefill/decode server): engine knobs per role."""
@@ -85,6 +95,10 @@ class InstanceConfig:
     gpu_memory_utilization: float = 0.9
     block_size: int = 16
     price_per_gpu_hour: float | None = None  # USD; None = the accelerator's own price, if any
+    # "mixed": vLLM v1 (and SGLang): running requests first, prompts fill the rest of each
+    # step. "prefill_first": vLLM v0 without chunked prefill: a step prefills waiting
+    # prompts when any can be admitted, else decodes (the two never share a step).
+    scheduling: str = "mixed"
 
     def check(self, where: str) -> None:
         if not isinstance(self.accelerator, str) or not self.accelerator:
@@ -113,6 +127,16 @@ class InstanceConfig:
         if self.price_per_gpu_hour is not None:
             _positive_number(
                 f"{where}.price_per_gpu_hour", self.price_per_gpu_hour, allow_zero=True
+            )
+        if self.scheduling not in SCHEDULING_POLICIES:
+            raise ConfigError(
+                f"{where}.scheduling: expected one of {list(SCHEDULING_POLICIES)}, got "
+                f"{self.scheduling!r}"
+            )
+        if self.scheduling == "prefill_first" and self.enable_chunked_prefill:
+            raise ConfigError(
+                f"{where}.scheduling: prefill_first is vLLM v0 without chunked prefill; set "
+                "enable_chunked_prefill to false"
             )
 
     def resolve_accelerator(self, where: str = "instance") -> Accelerator:
@@ -208,7 +232,7 @@ class ServingConfig:
     prefilled requests over decode instances. Validated on construction.
     """
 
-    model: str
+    model: str  # a shape preset, a Hugging Face id (FP8 checkpoints too) or a config.json
     mode: ServingMode = ServingMode.COLOCATED
     replica: InstanceConfig | None = None
     num_replicas: int = 1
@@ -221,6 +245,10 @@ class ServingConfig:
     kv_link: KVLinkConfig = field(default_factory=KVLinkConfig)
     routing: RoutingPolicy = RoutingPolicy.ROUND_ROBIN
     max_model_len: int | None = None  # None: limited by KV capacity (and the budget if unchunked)
+    # Weights: "none" | "fp8"; None: as the checkpoint is (an FP8 checkpoint is "fp8").
+    # "fp8" on a 16-bit checkpoint is vLLM's on-the-fly --quantization fp8.
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"  # "auto": the activation dtype; "fp8"
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -260,7 +288,16 @@ class ServingConfig:
 
     @property
     def shape(self) -> ModelShape:
-        return get_shape(self.model)
+        """The model in this deployment's number formats."""
+        base = get_shape(self.model)
+        return base.with_precision(
+            Precision(self.quantization or base.quantization, self.kv_cache_dtype)
+        )
+
+    @property
+    def checkpoint_quantization(self) -> str:
+        """The weight format of the checkpoint itself ("fp8" for a pre-quantised one)."""
+        return get_shape(self.model).quantization
 
     def roles(self) -> tuple[RolePlan, ...]:
         """The instance roles with their counts and KV capacity, in simulator order."""
@@ -366,6 +403,20 @@ def _validate(cfg: ServingConfig) -> None:
     cfg.kv_link.check("config.kv_link")
     if not isinstance(cfg.enable_prefix_caching, bool):
         raise ConfigError("config.enable_prefix_caching: expected a bool")
+    if cfg.quantization is not None and cfg.quantization not in QUANTIZATIONS:
+        raise ConfigError(
+            f"config.quantization: expected one of {list(QUANTIZATIONS)} (or null: as the "
+            f"checkpoint), got {cfg.quantization!r}"
+        )
+    if cfg.kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ConfigError(
+            f"config.kv_cache_dtype: expected one of {list(KV_CACHE_DTYPES)}, got "
+            f"{cfg.kv_cache_dtype!r}"
+        )
+    if cfg.quantization == "none" and get_shape(cfg.model).quantization == "fp8":
+        raise ConfigError(
+            f"config.quantization: {cfg.model} is an FP8 checkpoint; it cannot run unquantised"
+        )
     if cfg.max_model_len is not None:
         _positive_int("config.max_model_len", cfg.max_model_len)
     for where, inst in roles:
@@ -388,7 +439,7 @@ def _validate(cfg: ServingConfig) -> None:
                 f"{where}: {shape.name} does not fit on {acc.name} at tp={inst.tp}: "
                 f"{shape.weight_bytes(inst.tp) / 1e9:.1f} GB of weights per GPU + "
                 f"{activation_reserve_bytes(shape, inst) / 1e9:.1f} GB reserve > "
-                f"{acc.hbm_gb:g} GB x gpu_memory_utilization {inst.gpu_memory_utilization} "
+                f"{acc.memory_gib:g} GiB x gpu_memory_utilization {inst.gpu_memory_utilization} "
                 "leaves no room for the KV cache"
             )
         mml = cfg.max_model_len

@@ -1,17 +1,22 @@
 """Accelerator specs: the vendor figures a roofline estimate and KV sizing need.
 
-Presets hold vendor peak figures (DOMAIN.md §3); users describe any other part
-in a small YAML or JSON spec file (`load_accelerator`). Real kernels reach a
-fraction of these peaks, which is why measured profiles take precedence.
+Presets hold vendor peak figures (DOMAIN.md §3) and the memory the device
+reports (`torch.cuda.mem_get_info`'s total, which vLLM logs as
+`total_gpu_memory`: an "80 GB" H100 reports 79.2 GiB); users describe any other
+part in a small YAML or JSON spec file (`load_accelerator`), stating its memory
+in GiB (`memory_gib`) or bytes (`memory_bytes`), never an ambiguous "GB". Real
+kernels reach a fraction of the peaks, which is why measured profiles take
+precedence. `chip` names the part whose measured latency model prices this one
+(an A100 40 GB is an A100's chip with less memory).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-GB = 1e9
+GIB = 1024**3
 
 
 class HardwareError(ValueError):
@@ -24,16 +29,27 @@ class Accelerator:
 
     name: str
     bf16_tflops: float  # dense peak, TFLOP/s
-    hbm_gb: float  # memory capacity, GB (1e9 bytes)
+    # dense FP8 peak, TFLOP/s; None: no FP8 tensor cores (FP8 weights run weight-only)
+    fp8_tflops: float | None = field(default=None, kw_only=True)
+    memory_gib: float  # what the device reports (GiB, 2^30 bytes)
     hbm_tb_s: float  # memory bandwidth, TB/s
     link_gb_s: float = 450.0  # intra-node link per direction (NVLink), GB/s
     price_per_hour: float | None = None  # optional USD per GPU-hour
+    chip: str | None = field(default=None, kw_only=True)  # whose latency model prices it
 
     def __post_init__(self) -> None:
-        for f in ("bf16_tflops", "hbm_gb", "hbm_tb_s", "link_gb_s"):
+        for f in ("bf16_tflops", "memory_gib", "hbm_tb_s", "link_gb_s"):
             value = getattr(self, f)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise HardwareError(f"{self.name}: {f} must be a positive number, got {value!r}")
+        f8 = self.fp8_tflops
+        if f8 is not None and (not isinstance(f8, (int, float)) or isinstance(f8, bool) or f8 <= 0):
+            raise HardwareError(f"{self.name}: fp8_tflops must be a positive number, got {f8!r}")
+
+    @property
+    def family(self) -> str:
+        """The preset whose measured latency model prices this part (itself by default)."""
+        return self.chip or self.name
 
     @property
     def flops_per_s(self) -> float:
@@ -41,7 +57,8 @@ class Accelerator:
 
     @property
     def hbm_bytes(self) -> float:
-        return self.hbm_gb * GB
+        """Device memory in bytes, as the device reports it."""
+        return self.memory_gib * GIB
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -56,11 +73,16 @@ class Accelerator:
 ACCELERATORS: dict[str, Accelerator] = {
     a.name: a
     for a in (
-        Accelerator("a100", 312.0, 80.0, 2.0, 300.0),
-        Accelerator("h100", 989.0, 80.0, 3.35, 450.0),
-        Accelerator("h200", 989.0, 141.0, 4.8, 450.0),
-        Accelerator("b200", 2250.0, 180.0, 8.0, 900.0),
-        Accelerator("l40s", 362.0, 48.0, 0.864, 32.0),
+        # memory_gib: the device-reported totals vLLM logs (H100 79.19-79.22 GiB) or, where
+        # no log was at hand, the nvidia-smi total less the same ~1.4% the H100 shows.
+        Accelerator("a100", 312.0, 79.15, 2.0, 300.0),
+        Accelerator("a100-40gb", 312.0, 39.39, 1.555, 300.0, chip="a100"),
+        Accelerator("h100", 989.0, 79.2, 3.35, 450.0, fp8_tflops=1979.0),
+        Accelerator("h200", 989.0, 139.8, 4.8, 450.0, fp8_tflops=1979.0),
+        # GH200: an H100 GPU with 96 GB of HBM3 at 4 TB/s (priced with the H100's model)
+        Accelerator("gh200", 989.0, 94.5, 4.0, 450.0, fp8_tflops=1979.0, chip="h100"),
+        Accelerator("b200", 2250.0, 178.4, 8.0, 900.0, fp8_tflops=4500.0),
+        Accelerator("l40s", 362.0, 44.4, 0.864, 32.0, fp8_tflops=733.0),
         # The CPU this project profiles on in CI; figures are rough, for tiny shapes only.
         Accelerator("cpu", 0.2, 16.0, 0.02, 10.0),
     )
@@ -73,6 +95,9 @@ _ALIASES = {
     "h100-sxm": "h100",
     "h200_sxm": "h200",
     "h200-sxm": "h200",
+    "a100-80gb": "a100",
+    "a100_40gb": "a100-40gb",
+    "a100-sxm4-40gb": "a100-40gb",
 }
 
 
@@ -92,7 +117,8 @@ def get_accelerator(name: str) -> Accelerator:
 
 
 def load_accelerator(path: str | Path) -> Accelerator:
-    """Read a spec file: name, bf16_tflops, hbm_gb, hbm_tb_s [, link_gb_s, price_per_hour]."""
+    """Read a spec file: name, bf16_tflops, memory_gib or memory_bytes, hbm_tb_s
+    [, fp8_tflops, link_gb_s, price_per_hour, chip]."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -106,12 +132,29 @@ def load_accelerator(path: str | Path) -> Accelerator:
         raise HardwareError(f"{path}: cannot parse accelerator spec: {exc}") from exc
     if not isinstance(data, dict):
         raise HardwareError(f"{path}: expected a mapping of spec fields")
-    known = {f.name for f in fields(Accelerator)}
+    if "hbm_gb" in data:
+        raise HardwareError(
+            f"{path}: hbm_gb is ambiguous (an '80 GB' GPU has 80 GiB); give memory_gib "
+            "(what the device reports, e.g. 79.2 for an H100) or memory_bytes"
+        )
+    if "memory_bytes" in data:
+        if "memory_gib" in data:
+            raise HardwareError(f"{path}: give memory_gib or memory_bytes, not both")
+        value = data.pop("memory_bytes")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            raise HardwareError(f"{path}: memory_bytes must be a positive number, got {value!r}")
+        data["memory_gib"] = value / GIB
+    known = {f.name for f in fields(Accelerator)} | {"memory_bytes"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise HardwareError(f"{path}: unknown keys {unknown}; expected some of {sorted(known)}")
-    missing = sorted({"bf16_tflops", "hbm_gb", "hbm_tb_s"} - set(data))
+    missing = sorted({"bf16_tflops", "memory_gib", "hbm_tb_s"} - set(data))
     if missing:
-        raise HardwareError(f"{path}: missing keys {missing}")
+        raise HardwareError(
+            f"{path}: missing keys {missing} (memory as memory_gib or memory_bytes)"
+        )
     data.setdefault("name", path.stem)
-    return Accelerator(**data)
+    try:
+        return Accelerator(**data)
+    except TypeError as exc:
+        raise HardwareError(f"{path}: {exc}") from exc

@@ -1,5 +1,22 @@
-"""Per-GPU memory: what is left for the KV cache once weights and reserves are counted
-(DOMAIN.md §3, §10).
+"""Per-GPU memory: what is left for the KV cache, as vLLM computes it (DOMAIN.md §3, §10).
+
+vLLM (v1 `gpu_worker.determine_available_memory`) gives the KV cache
+
+    total_memory x gpu_memory_utilization
+      - weights - peak activation of the profile run - non-torch memory
+
+where `total_memory` is what the device reports (`torch.cuda.mem_get_info`: 79.2
+GiB on an "80 GB" H100, `optimizer.hardware`), the weights are what the checkpoint
+holds per GPU (linear layers at their quantised width; a drafter's too), the
+profile run is one forward of `max_num_batched_tokens` tokens followed by the
+sampler on `max_num_seqs` rows (their peaks do not add: the forward's
+activations are freed before sampling), and non-torch memory is the CUDA
+context's and libraries' growth after start-up. CUDA graphs are captured after
+the KV cache is sized, out of the `1 - gpu_memory_utilization` headroom (vLLM
+before 0.21; later versions subtract an estimate, ~0.1-0.5 GiB, not modelled).
+
+Checked against vLLM's own logs in tests/optimizer_tests/test_memory.py
+(Llama-3-8B and Qwen3-0.6B on H100 and A100; within 4%).
 """
 
 from __future__ import annotations
@@ -11,8 +28,11 @@ from optimizer.hardware import Accelerator
 from optimizer.shapes import ModelShape
 
 GIB = 1024**3
-# Fixed per-GPU reserve (CUDA context, CUDA graphs, allocator slack) on top of activations.
-FIXED_RESERVE_BYTES = int(0.5 * GIB)
+# CUDA context and library workspaces (cuBLAS, attention backends) that grow after
+# start-up: vLLM logs 0.16-0.35 GiB for one GPU with the v1 accounting (1.79 GiB in a
+# v0 log of Dec 2024, which also counted NCCL's buffers).
+NON_TORCH_BYTES = int(0.4 * GIB)
+LOGIT_BYTES = 4  # the sampler works on fp32 logits
 
 
 class EngineLimits(Protocol):
@@ -27,17 +47,27 @@ class EngineLimits(Protocol):
     def resolve_accelerator(self, where: str = ...) -> Accelerator: ...
 
 
-def activation_reserve_bytes(shape: ModelShape, inst: EngineLimits) -> int:
-    """Estimated per-GPU memory kept for activations, logits and the runtime (not for KV).
+def forward_activation_bytes(shape: ModelShape, num_tokens: int, tp: int) -> int:
+    """Peak activations of one forward over `num_tokens` tokens on one GPU: the MLP's
+    gate/up output and its activation (3f/tp values per token) beside three hidden-size
+    buffers (residual, normed input, attention output)."""
+    per_token = 3 * shape.intermediate_size // tp + 3 * shape.hidden_size
+    return num_tokens * per_token * shape.dtype_bytes
 
-    A step of `max_num_batched_tokens` tokens holds roughly a residual stream,
-    QKV and the gated-MLP intermediate (`4h + 2f/tp` values per token), plus fp32
-    logits for `max_num_seqs` rows, plus a fixed 0.5 GiB (CUDA context, graphs).
-    """
-    t = inst.max_num_batched_tokens
-    per_token = 4 * shape.hidden_size + 2 * shape.intermediate_size // inst.tp
-    logits = inst.max_num_seqs * (shape.vocab_size // inst.tp) * 4
-    return FIXED_RESERVE_BYTES + t * per_token * shape.dtype_bytes + logits
+
+def sampler_bytes(shape: ModelShape, num_seqs: int, tp: int) -> int:
+    """fp32 logits of `num_seqs` rows (vocabulary-parallel: 1/tp of the vocabulary)."""
+    return num_seqs * -(-shape.vocab_size // tp) * LOGIT_BYTES
+
+
+def activation_reserve_bytes(shape: ModelShape, inst: EngineLimits) -> int:
+    """Per-GPU memory vLLM keeps out of the KV cache besides the weights: the profile
+    run's peak (the larger of the forward and the sampler) plus non-torch memory."""
+    peak = max(
+        forward_activation_bytes(shape, inst.max_num_batched_tokens, inst.tp),
+        sampler_bytes(shape, inst.max_num_seqs, inst.tp),
+    )
+    return peak + NON_TORCH_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +99,32 @@ def eagle_head_footprint(shape: ModelShape, tp: int) -> DraftFootprint:
     return DraftFootprint(params * shape.dtype_bytes // tp, kv_per_token)
 
 
+def kv_cache_bytes(
+    shape: ModelShape,
+    inst: EngineLimits,
+    draft: DraftFootprint | None = None,
+    total_bytes: float | None = None,
+) -> float:
+    """Per-GPU bytes vLLM gives the KV cache (module docstring; may be negative: the model
+    does not fit). `total_bytes`: the device's memory (default: the accelerator's)."""
+    total = inst.resolve_accelerator().hbm_bytes if total_bytes is None else total_bytes
+    free = total * inst.gpu_memory_utilization - shape.weight_bytes(inst.tp)
+    free -= activation_reserve_bytes(shape, inst)
+    if draft is not None:
+        free -= draft.weight_bytes
+    return free
+
+
 def kv_capacity_blocks(
-    shape: ModelShape, inst: EngineLimits, draft: DraftFootprint | None = None
+    shape: ModelShape,
+    inst: EngineLimits,
+    draft: DraftFootprint | None = None,
+    total_bytes: float | None = None,
 ) -> int:
     """KV blocks per instance (DOMAIN.md §3); <= 0 when the model does not fit.
     `draft`: a speculative drafter sharing the GPU (its weights, and its KV in each block)."""
-    acc = inst.resolve_accelerator()
-    free = acc.hbm_bytes * inst.gpu_memory_utilization - shape.weight_bytes(inst.tp)
-    free -= activation_reserve_bytes(shape, inst)
     per_token = shape.kv_bytes_per_token(inst.tp)
     if draft is not None:
-        free -= draft.weight_bytes
         per_token += draft.kv_bytes_per_token
+    free = kv_cache_bytes(shape, inst, draft, total_bytes)
     return max(0, int(free // (per_token * inst.block_size)))

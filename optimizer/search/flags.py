@@ -19,18 +19,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from optimizer.config import InstanceConfig, ServingConfig, ServingMode, SpecMethod
+from optimizer.shapes import HF_IDS
 
-# Hugging Face ids for the shape presets (a shape is dimensions only; users may override).
-HF_MODEL_IDS = {
-    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
-    "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
-    "llama-3.2-1b": "meta-llama/Llama-3.2-1B-Instruct",
-    "llama-2-7b": "meta-llama/Llama-2-7b-chat-hf",
-    "llama-2-70b": "meta-llama/Llama-2-70b-chat-hf",
-    "mistral-7b": "mistralai/Mistral-7B-Instruct-v0.3",
-    "qwen3-8b": "Qwen/Qwen3-8B",
-    "qwen3-32b": "Qwen/Qwen3-32B",
-}
 _VLLM_SPEC = {
     SpecMethod.EAGLE: "eagle3",
     SpecMethod.DRAFT: "draft_model",
@@ -61,12 +51,23 @@ class LaunchCommand:
 
 
 def model_id(config: ServingConfig, override: str | None = None) -> str:
-    return override or HF_MODEL_IDS.get(config.model.lower(), config.model)
+    return override or HF_IDS.get(config.model.lower(), config.model)
 
 
 def _draft(config: ServingConfig, draft_model: str | None) -> str:
     name = draft_model or config.speculation.draft_model
-    return HF_MODEL_IDS.get(name.lower(), name) if name else DRAFT_PLACEHOLDER
+    return HF_IDS.get(name.lower(), name) if name else DRAFT_PLACEHOLDER
+
+
+def _precision_args(config: ServingConfig, *, kv_flag: str, kv_fp8: str) -> list[str]:
+    """FP8 weights on a 16-bit checkpoint (quantised on the fly; a pre-quantised checkpoint
+    needs no flag: both engines read its quantization_config) and an FP8 KV cache."""
+    out = []
+    if config.shape.quantization == "fp8" and config.checkpoint_quantization != "fp8":
+        out += ["--quantization", "fp8"]
+    if config.kv_cache_dtype == "fp8":
+        out += [kv_flag, kv_fp8]
+    return out
 
 
 def _max_model_len(config: ServingConfig, inst: InstanceConfig) -> int | None:
@@ -105,6 +106,7 @@ def _vllm_args(
     args.append(
         "--enable-prefix-caching" if config.enable_prefix_caching else "--no-enable-prefix-caching"
     )
+    args += _precision_args(config, kv_flag="--kv-cache-dtype", kv_fp8="fp8")
     spec = config.speculation
     if speculate and spec.enabled:
         cfg: dict[str, object] = {"method": _VLLM_SPEC[spec.method]}
@@ -138,6 +140,7 @@ def _sglang_args(
         args += ["--context-length", str(mml)]
     if not config.enable_prefix_caching:
         args.append("--disable-radix-cache")
+    args += _precision_args(config, kv_flag="--kv-cache-dtype", kv_fp8="fp8_e4m3")
     spec = config.speculation
     if speculate and spec.enabled:
         k = spec.num_speculative_tokens

@@ -97,6 +97,13 @@ class TuneRequest:
                 f"gpu_types: expected a list of accelerator names, got {self.gpu_types!r}"
             )
         object.__setattr__(self, "gpu_types", gpus)
+        from optimizer.hardware import HardwareError, get_accelerator
+
+        for g in gpus:
+            try:
+                get_accelerator(g)
+            except HardwareError as exc:
+                raise TuneRequestError(f"gpu_types: {exc}") from None
         _int_in("gpu_budget", self.gpu_budget, 1, MAX_GPU_BUDGET)
         for name in ("slo_ttft_ms", "slo_tpot_ms", "window_s"):
             _positive(name, getattr(self, name))
@@ -167,7 +174,7 @@ class TuneRequest:
         fix it; without hashes no reuse can be simulated, so it is off. With a
         `draft_model`, speculation depths 0-5 are searched, at `acceptance_rate`, else the
         trace's measured acceptance lengths, else 0.7 per drafted token."""
-        from optimizer.config import ConfigError, ServingConfig
+        from optimizer.config import ConfigError, ServingConfig, ServingMode
 
         try:
             ServingConfig.colocated(self.model)
@@ -175,14 +182,17 @@ class TuneRequest:
             if "config.model" in str(exc):
                 raise TuneRequestError(f"model: {exc}") from exc
         try:
-            base = SearchSpace(self.model, self.gpu_types, self.gpu_budget)
+            modes = (ServingMode.COLOCATED, ServingMode.DISAGGREGATED)
+            if self.gpu_budget < 2:  # one GPU: nothing to split
+                modes = (ServingMode.COLOCATED,)
+            base = SearchSpace(self.model, self.gpu_types, self.gpu_budget, modes=modes)
             if trace_has_prefix_hashes:
                 base = replace(base, prefix_caching=(True, False))
             if self.draft_model is not None:
                 base = replace(base, **self._speculation(trace_has_acceptance))
             return base.with_overrides(dict(self.search_space))
         except SearchSpaceError as exc:
-            raise TuneRequestError(str(exc)) from exc
+            raise TuneRequestError(f"search_space: {exc}") from exc
 
     def _speculation(self, trace_has_acceptance: bool) -> dict[str, Any]:
         from optimizer.config import SpecMethod

@@ -30,6 +30,7 @@ from optimizer.config import (
     SpecMethod,
     SpeculationConfig,
 )
+from optimizer.shapes import KV_CACHE_DTYPES
 
 SPACE_SCHEMA_VERSION = 1
 
@@ -65,6 +66,10 @@ class SearchSpace:
     # prefix caching on/off: both searched when the trace carries prefix hashes (the service
     # widens the default), else off (with no hashes no reuse can be simulated)
     prefix_caching: tuple[bool, ...] = (False,)
+    # KV-cache formats: ("auto", "fp8") lets the search trade KV precision for capacity
+    # (off by default: FP8 KV changes the model's numerics, the user's call)
+    kv_cache_dtype: tuple[str, ...] = ("auto",)
+    quantization: str | None = None  # weights: None as the checkpoint; "fp8" on the fly
     kv_link: KVLinkConfig = field(default_factory=KVLinkConfig)
     prices: tuple[tuple[str, float], ...] = ()  # (accelerator, USD per GPU-hour)
 
@@ -95,6 +100,15 @@ class SearchSpace:
                 raise SearchSpaceError(f"{name}: expected positive integers, got {list(values)}")
             if list(values) != sorted(values):
                 raise SearchSpaceError(f"{name}: expected ascending values, got {list(values)}")
+        # The config's own rules, checked once here rather than failing every trial.
+        if any(t & (t - 1) for t in self.tp):
+            raise SearchSpaceError(f"tp: expected powers of two, got {list(self.tp)}")
+        b = self.block_size
+        if not isinstance(b, int) or isinstance(b, bool) or b <= 0 or b & (b - 1) or b > 256:
+            raise SearchSpaceError(f"block_size: expected a power of two <= 256, got {b!r}")
+        u = self.gpu_memory_utilization
+        if not isinstance(u, (int, float)) or isinstance(u, bool) or not 0 < u <= 1:
+            raise SearchSpaceError(f"gpu_memory_utilization: expected a value in (0, 1], got {u!r}")
         if any(
             len(r) != 2 or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in r)
             for r in self.pd_ratios
@@ -113,6 +127,12 @@ class SearchSpace:
         if not pc or any(not isinstance(v, bool) for v in pc) or len(set(pc)) != len(pc):
             raise SearchSpaceError(
                 f"prefix_caching: expected distinct booleans, e.g. [true, false], got {list(pc)}"
+            )
+        kv = self.kv_cache_dtype
+        if not kv or any(v not in KV_CACHE_DTYPES for v in kv) or len(set(kv)) != len(kv):
+            raise SearchSpaceError(
+                f"kv_cache_dtype: expected distinct values of {list(KV_CACHE_DTYPES)}, got "
+                f"{list(kv)}"
             )
         if ServingMode.DISAGGREGATED in self.modes and self.gpu_budget < 2:
             raise SearchSpaceError("modes: disaggregated serving needs a gpu_budget of at least 2")
@@ -279,9 +299,14 @@ def build_config(space: SearchSpace, chooser: Chooser) -> ServingConfig:
     caching = space.prefix_caching[0]
     if len(space.prefix_caching) > 1:
         caching = _pick(chooser, "prefix_caching", space.prefix_caching)
+    kv_dtype = space.kv_cache_dtype[0]
+    if len(space.kv_cache_dtype) > 1:
+        kv_dtype = _pick(chooser, "kv_cache_dtype", space.kv_cache_dtype)
     common = {
         "speculation": spec,
         "enable_prefix_caching": caching,
+        "kv_cache_dtype": kv_dtype,
+        "quantization": space.quantization,
         "kv_link": space.kv_link,
         "max_model_len": space.max_model_len,
     }

@@ -23,12 +23,16 @@ from optimizer.shapes import get_shape
 
 
 def test_kv_capacity_follows_domain_formula_by_hand():
-    # Llama-3.1-8B bf16 on H100 (80e9 B) at 0.9: weights 16.06 GB; reserve = 0.5 GiB +
-    # 8192 tokens x (4*4096 + 2*14336) values x 2 B + 256 x 128256 x 4 B logits.
+    # Llama-3.1-8B bf16 on an H100 (79.2 GiB as the device reports it) at 0.9: weights
+    # 16.06 GB; kept out: the larger of the profile forward, 8192 tokens x (3 x 14336 +
+    # 3 x 4096) values x 2 B, and the sampler's 256 x 128256 fp32 logits; plus 0.4 GiB
+    # of non-torch memory.
     shape = get_shape("llama-3.1-8b")
     inst = InstanceConfig()
-    reserve = 0.5 * 1024**3 + 8192 * (4 * 4096 + 2 * 14336) * 2 + 256 * 128256 * 4
-    free = 80e9 * 0.9 - shape.weight_bytes(1) - reserve
+    forward = 8192 * (3 * 14336 + 3 * 4096) * 2
+    assert forward > 256 * 128256 * 4
+    reserve = forward + int(0.4 * 1024**3)
+    free = 79.2 * 1024**3 * 0.9 - shape.weight_bytes(1) - reserve
     expected = int(free // (131072 * 16))  # 128 KiB per token, 16-token blocks
     assert kv_capacity_blocks(shape, inst) == expected
     cfg = ServingConfig.colocated("llama-3.1-8b", inst, num_replicas=3)
@@ -177,3 +181,42 @@ def test_invalid_configs_raise_clear_errors(build, message):
 def test_tensor_parallelism_makes_a_big_model_fit():
     cfg = ServingConfig.colocated("llama-3.1-70b", InstanceConfig(tp=4))
     assert cfg.roles()[0].kv_blocks > 0 and cfg.num_gpus == 4
+
+
+def test_hugging_face_ids_and_fp8_checkpoints_resolve_to_shapes(tmp_path):
+    import json
+
+    from optimizer.shapes import ShapeError, get_shape
+
+    assert get_shape("meta-llama/Llama-3.1-70B") == get_shape("llama-3.1-70b")
+    assert get_shape("Qwen/Qwen3-32B").name == "qwen3-32b"
+    fp8 = get_shape("nvidia/Llama-3.1-8B-Instruct-FP8")
+    assert fp8.quantization == "fp8" and fp8.name == "llama-3.1-8b"
+    # A config.json: FP8 is in quantization_config, whatever torch_dtype says.
+    cfg = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 1000,
+           "torch_dtype": "bfloat16", "quantization_config": {"quant_method": "fp8"}}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert get_shape(str(path)).quantization == "fp8"
+    cfg["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "FP8"}
+    path.write_text(json.dumps(cfg))
+    assert get_shape(str(path)).quantization == "fp8"
+    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4}
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ShapeError, match="quantization_config 'awq' is not supported"):
+        get_shape(str(path))
+    with pytest.raises(ShapeError, match="a Hugging Face id such as"):
+        get_shape("some-org/unknown")
+
+
+def test_config_precision_fields():
+    fp8 = ServingConfig.colocated("nvidia/Llama-3.1-8B-Instruct-FP8")
+    assert fp8.shape.quantization == "fp8" and fp8.checkpoint_quantization == "fp8"
+    with pytest.raises(ConfigError, match="is an FP8 checkpoint; it cannot run unquantised"):
+        ServingConfig.colocated("nvidia/Llama-3.1-8B-Instruct-FP8", quantization="none")
+    with pytest.raises(ConfigError, match=r"config\.kv_cache_dtype: expected one of"):
+        ServingConfig.colocated("llama-3.1-8b", kv_cache_dtype="int4")
+    cfg = ServingConfig.colocated("llama-3.1-8b", quantization="fp8", kv_cache_dtype="fp8")
+    assert ServingConfig.from_dict(cfg.to_dict()) == cfg
+    assert cfg.shape.weight_bytes() < ServingConfig.colocated("llama-3.1-8b").shape.weight_bytes()

@@ -572,3 +572,25 @@ def test_the_drafter_takes_memory_from_the_kv_cache():
     prefill, decode = pd.roles()
     # A prefill server does not speculate: no drafter there.
     assert prefill.kv_blocks == plain and decode.kv_blocks == with_head
+
+
+def test_precision_is_in_the_commands_as_simulated():
+    fp8_ckpt = ServingConfig.colocated("nvidia/Llama-3.1-8B-Instruct-FP8", InstanceConfig())
+    vllm, sglang = launch_commands(fp8_ckpt)
+    # Pre-quantised: the engines read the checkpoint's quantization_config.
+    assert vllm.command.startswith("vllm serve nvidia/Llama-3.1-8B-Instruct-FP8 ")
+    assert "--quantization" not in vllm.command and "--kv-cache-dtype" not in vllm.command
+    on_the_fly = ServingConfig.colocated(
+        "llama-3.1-8b", InstanceConfig(), quantization="fp8", kv_cache_dtype="fp8"
+    )
+    vllm, sglang = launch_commands(on_the_fly)
+    assert "--quantization fp8 --kv-cache-dtype fp8" in vllm.command
+    assert "--quantization fp8 --kv-cache-dtype fp8_e4m3" in sglang.command
+    # FP8 KV halves the KV bytes per token: twice the blocks, minus nothing else.
+    base = ServingConfig.colocated("llama-3.1-8b", InstanceConfig())
+    kv8 = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(), kv_cache_dtype="fp8")
+    assert kv8.roles()[0].kv_blocks in (2 * base.roles()[0].kv_blocks,
+                                        2 * base.roles()[0].kv_blocks + 1)  # fmt: skip
+    space = SearchSpace("llama-3.1-8b", ("h100",), 1, kv_cache_dtype=("auto", "fp8"),
+                        modes=(ServingMode.COLOCATED,), tp=(1,))  # fmt: skip
+    assert {p.config.kv_cache_dtype for p in enumerate_grid(space) if p.config} == {"auto", "fp8"}
