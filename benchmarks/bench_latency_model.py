@@ -4,9 +4,14 @@
 
 Prints, per table and operator: median and p90 absolute percentage error on a
 random 20% hold-out and on an extrapolation hold-out (largest 10% of token
-counts withheld); the fit time of each GPU's tables; compiled lookups per
+counts withheld), FP8 variants ("gemm:fp8": FP8 GEMMs; "decode_attn:fp8",
+"prefill_attn:fp8": attention over an FP8 KV cache) apart from the 16-bit ops,
+then one table of the FP8 figures per GPU beside their 16-bit counterparts;
+the fit time of each GPU's tables (FP8 variants included); compiled lookups per
 second (batch) and per scalar call; the decode floor check (weight bytes / HBM
-bandwidth, DOMAIN.md §1) for Llama-3.1-8B on H100/H200. With --cpu it also
+bandwidth, DOMAIN.md §1) for Llama-3.1-8B on H100/H200, in bf16 and in FP8
+(weights and KV cache), and what FP8 does to an 8k prefill and a long-context
+decode step. (A100 tables hold no FP8 rows: no FP8 tensor cores.) With --cpu it also
 profiles the tiny shape on this CPU (about 95 s) and checks per-op
 hold-out error (and, for the embedding, what feature set 1 without the table
 column would give) and composed predictions of measured mixed iterations.
@@ -20,6 +25,7 @@ with one summary table: every target, its figure, ok or MISS.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import time
 from dataclasses import dataclass
@@ -28,12 +34,12 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.hardware import get_accelerator
-from optimizer.latency import StepLoad, build_catalog, fit_latency_model
+from optimizer.latency import StepLoad, build_catalog, compile_learned, fit_latency_model
 from optimizer.latency.evaluate import AccuracyTargets, evaluate_holdout, evaluate_mixed
 from optimizer.latency.features import FEATURE_VERSION
-from optimizer.latency.model import FitOptions
+from optimizer.latency.model import FitOptions, LatencyModel
 from optimizer.records import HoldoutMetric, KernelSample, OpKind
-from optimizer.shapes import get_shape
+from optimizer.shapes import Precision, get_shape
 from optimizer.sim.floor import decode_floor_s
 from profiler.importers import ImportFormat, import_profile
 
@@ -57,21 +63,26 @@ def _flag(ok: bool) -> str:
     return "ok" if ok else "MISS"
 
 
+def _is_fp8(metric: HoldoutMetric) -> bool:
+    return metric.op.endswith(":fp8")
+
+
 def accuracy_table(
     name: str, samples: list[KernelSample], targets: AccuracyTargets, checks: list[Check]
-) -> None:
-    """Per-op hold-out errors (optimizer.latency.evaluate), printed and added to `checks`."""
+) -> tuple[HoldoutMetric, ...]:
+    """Per-op hold-out errors (optimizer.latency.evaluate), printed and added to `checks`
+    (16-bit operators and FP8 variants as separate checks)."""
     metrics = evaluate_holdout(samples)
     print(f"\n{name}")
-    print(f"{'op':15s}{'split':>14s}{'rows':>6s} {'median':>8s} {'p90':>8s}")
+    print(f"{'op':18s}{'split':>14s}{'rows':>6s} {'median':>8s} {'p90':>8s}")
     for m in metrics:
         ok = targets.met(m)
         print(
-            f"{m.op:15s}{m.split.value:>14s}{m.num_rows:6d} {m.median_ape:7.2f}% "
+            f"{m.op:18s}{m.split.value:>14s}{m.num_rows:6d} {m.median_ape:7.2f}% "
             f"{m.p90_ape:7.2f}%  {_flag(ok)}"
         )
-    for split in ("random", "extrapolation"):
-        rows: list[HoldoutMetric] = [m for m in metrics if m.split == split]
+    for fp8, split in itertools.product((False, True), ("random", "extrapolation")):
+        rows: list[HoldoutMetric] = [m for m in metrics if m.split == split and _is_fp8(m) == fp8]
         if not rows:
             continue
         worst = max(rows, key=lambda m: m.median_ape)
@@ -84,7 +95,30 @@ def accuracy_table(
         figure = f"worst median {worst.median_ape:.1f}% ({worst.op}), worst p90 {p90:.1f}%"
         if missed:
             figure += f"; missed: {', '.join(missed)}"
-        checks.append(Check(f"{name}: {split} hold-out", figure, target, not missed))
+        what = f"{name}: {'FP8 ' if fp8 else ''}{split} hold-out"
+        checks.append(Check(what, figure, target, not missed))
+    return metrics
+
+
+def fp8_table(metrics: dict[str, tuple[HoldoutMetric, ...]]) -> None:
+    """The FP8 variants' hold-out errors per GPU beside their 16-bit operators'."""
+    print("\nFP8 hold-out errors per GPU (absolute % error; 16-bit counterpart alongside)")
+    print(
+        f"{'gpu':10s}{'op':18s}{'split':>14s}{'rows':>7s}{'median':>8s}{'p90':>8s}"
+        f"{'16-bit median':>15s}{'p90':>8s}"
+    )
+    for gpu, rows in metrics.items():
+        plain = {(m.op, m.split): m for m in rows if not _is_fp8(m)}
+        fp8 = [m for m in rows if _is_fp8(m)]
+        if not fp8:
+            print(f"{gpu:10s}(no FP8 rows)")
+        for m in fp8:
+            other = plain.get((m.op.removesuffix(":fp8"), m.split))
+            theirs = f"{other.median_ape:14.2f}%{other.p90_ape:7.2f}%" if other else ""
+            print(
+                f"{gpu:10s}{m.op:18s}{m.split.value:>14s}{m.num_rows:7d}"
+                f"{m.median_ape:7.2f}%{m.p90_ape:7.2f}%{theirs}"
+            )
 
 
 def timed_fit(samples: list[KernelSample], accelerator: str, source: str):
@@ -93,7 +127,34 @@ def timed_fit(samples: list[KernelSample], accelerator: str, source: str):
     return model, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def speed_and_floor(models: dict[str, object], checks: list[Check]) -> None:
+def fp8_steps(acc_name: str, model: LatencyModel, checks: list[Check]) -> None:
+    """What FP8 weights and an FP8 KV cache do to Llama-3.1-8B's compiled steps, and the
+    FP8 decode floor (FP8 weights: about half the bytes to stream)."""
+    shape = get_shape("llama-3.1-8b")
+    fp8 = shape.with_precision(Precision("fp8", "fp8"))
+    bf16_table = compile_learned(shape, model, 1)
+    fp8_compiled = compile_learned(fp8, model, 1)
+    prefill = StepLoad(8192, 1, (8192,), (8192,))
+    decode = StepLoad(64, 64, (), (), 64, 64 * 32768)
+    ratios = [fp8_compiled.step_time_s(ld) / bf16_table.step_time_s(ld) for ld in (prefill, decode)]
+    floor = decode_floor_s(fp8, get_accelerator(acc_name))
+    worst = min(
+        fp8_compiled.step_time_s(StepLoad(b, b, (), (), b, b * kv)) / floor
+        for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+        for kv in (1, 16, 128, 1024, 8192, 32768)
+    )
+    print(
+        f"{shape.name} FP8 (weights + KV) on {acc_name} TP1: 8k prefill step x{ratios[0]:.3f} "
+        f"of bf16, 64 decodes at 32k KV x{ratios[1]:.3f}; roofline-priced: "
+        f"{', '.join(fp8_compiled.estimated_ops) or 'none'}; decode min prediction / FP8 floor "
+        f"({floor * 1e3:.2f} ms) = {worst:.3f}"
+    )
+    checks.append(
+        Check(f"{acc_name}: FP8 decode floor", f"min pred/floor {worst:.3f}", ">= 1.0", worst >= 1)
+    )
+
+
+def speed_and_floor(models: dict[str, LatencyModel], checks: list[Check]) -> None:
     shape = get_shape("llama-3.1-8b")
     rng = np.random.default_rng(0)
     n = 1_000_000
@@ -139,6 +200,7 @@ def speed_and_floor(models: dict[str, object], checks: list[Check]) -> None:
                 f"{acc_name}: decode floor", f"min pred/floor {worst:.3f}", ">= 1.0", worst >= 1.0
             )
         )
+        fp8_steps(acc_name, model, checks)
 
 
 def cpu_check(checks: list[Check]) -> None:
@@ -197,9 +259,12 @@ def main() -> None:
     checks: list[Check] = []
     aic = args.data / "profiles" / "aiconfigurator"
     models = {}
+    fp8_metrics = {}
     for gpu in ("h100_sxm", "h200_sxm"):
         profile = import_profile(aic / gpu, ImportFormat.AICONFIGURATOR)
-        accuracy_table(f"AIConfigurator {gpu}", profile.samples, GPU_TARGETS, checks)
+        fp8_metrics[gpu] = accuracy_table(
+            f"AIConfigurator {gpu}", profile.samples, GPU_TARGETS, checks
+        )
         model, wall, cpu = timed_fit(profile.samples, profile.accelerator, profile.source)
         models[profile.accelerator] = model
         print(f"fit of all {gpu} tables: {wall:.1f} s wall, {cpu:.1f} s CPU")
@@ -218,6 +283,7 @@ def main() -> None:
             "vidur h100: fit time", f"{wall:.1f} s wall, {cpu:.1f} s CPU", "<= 60 s CPU", cpu <= 60
         )
     )
+    fp8_table(fp8_metrics)
     print()
     speed_and_floor(models, checks)
     if args.cpu:

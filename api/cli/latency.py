@@ -119,6 +119,7 @@ def list_() -> None:
 @app.command("show")
 def show(model_id: Annotated[int, typer.Argument(help="latency model id")]) -> None:
     """Show a stored model's provenance, overhead and hold-out metrics."""
+    from optimizer.latency.overhead import DEFAULT_ENGINE_OVERHEAD
     from optimizer.latency.persist import PayloadError, load_model
     from storage.latency_models import (
         LatencyModelNotFound,
@@ -137,7 +138,8 @@ def show(model_id: Annotated[int, typer.Argument(help="latency model id")]) -> N
     except PayloadError as exc:
         fail(f"latency model {model_id}: {exc}")
     overhead = (
-        "not fitted (no mixed iterations): default assumed"
+        f"not fitted (no whole-step measurements): vLLM default "
+        f"{DEFAULT_ENGINE_OVERHEAD.describe()}"
         if fitted.overhead_s is None
         else f"{fitted.overhead_s * 1e3:.3f} ms (fitted on {fitted.num_mixed} mixed iterations)"
     )

@@ -17,13 +17,13 @@ import threading
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel, Field
+from pydantic import Field
 from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import AdminDep, EngineDep, IdPath, PagingDep, PrincipalDep, SessionDep
 from api.problems import ApiError
-from api.schemas import Page, Problem, page
+from api.schemas import Page, Problem, StrictBody, page
 from optimizer.shapes import PRESETS
 from storage.latency_models import LatencyModelInfo, get_latency_model, list_latency_models
 
@@ -41,7 +41,7 @@ ADMIN_ERRORS = {
 }
 
 
-class FitRequest(BaseModel):
+class FitRequest(StrictBody):
     profile_run_id: int = Field(ge=1, le=2**31 - 1, examples=[1])
     name: str | None = Field(
         None,

@@ -32,6 +32,7 @@ from optimizer.latency.catalog import LatencyCatalog
 from optimizer.latency.evaluate import evaluate_holdout
 from optimizer.latency.fit import fit_latency_model
 from optimizer.latency.model import FitOptions, LatencyModel, LatencyModelError
+from optimizer.latency.overhead import EngineOverhead
 from optimizer.latency.persist import PAYLOAD_SCHEMA_VERSION, dump_model, feature_names, load_model
 from optimizer.latency.table import CompiledStepLatency, table_from_bytes, table_to_bytes
 from optimizer.records import OpKind
@@ -163,6 +164,7 @@ def resolve_latency(
     use_stored: bool = True,
     calibrated: bool = True,
     num_threads: int = 1,
+    overhead: EngineOverhead | None = None,
 ) -> ResolvedLatency:
     """The latency source for `model` (a shape preset or HF config path).
 
@@ -171,6 +173,8 @@ def resolve_latency(
     accelerator. Accelerators without one are priced by the roofline estimate.
     When `calibrated`, the stored calibrations that belong to those sources apply.
     Tables compile later, when a run asks, with `num_threads` native threads.
+    `overhead` replaces every fitted model's engine overhead (None: each model's own,
+    else `DEFAULT_ENGINE_OVERHEAD`).
     """
     shape = get_shape(model)
     if latency_model_ids:
@@ -182,7 +186,9 @@ def resolve_latency(
     url = _url_of(session)
     refs = {i.accelerator.lower(): StoredModel(url, i) for i in infos}
     store = DatabaseTableStore(url, {r.cache_key: r.model_id for r in refs.values()})
-    source: LatencySource = LatencyCatalog(shape, refs, store=store, num_threads=num_threads)
+    source: LatencySource = LatencyCatalog(
+        shape, refs, store=store, num_threads=num_threads, overhead=overhead
+    )
     if infos:
         used = ", ".join(f"{i.accelerator} #{i.id} ({i.name} v{i.version})" for i in infos)
         label = f"fitted latency models: {used}; roofline estimate for other accelerators"

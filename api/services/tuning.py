@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from api.services.latency import ResolvedLatency, resolve_latency
 from optimizer.latency.base import LatencySource
+from optimizer.latency.overhead import EngineOverhead
 from optimizer.search.objective import TraceEvaluator, TrialError
 from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome
 from optimizer.search.request import TuneProgress, TuneRequest, TuneRequestError
@@ -48,15 +49,21 @@ __all__ = [
 ]
 
 
-def stored_latency(database_url: str, model: str, num_threads: int = 1) -> ResolvedLatency:
+def stored_latency(
+    database_url: str,
+    model: str,
+    num_threads: int = 1,
+    overhead: EngineOverhead | None = None,
+) -> ResolvedLatency:
     """The latency source for `model`: the newest fitted model stored per accelerator,
-    the roofline estimate (labelled as such) for any other accelerator."""
+    the roofline estimate (labelled as such) for any other accelerator; `overhead`
+    replaces the models' engine overhead (see `resolve_latency`)."""
     from storage.db import make_engine, session_scope
 
     engine = make_engine(database_url)
     try:
         with session_scope(engine) as s:
-            return resolve_latency(s, model, num_threads=num_threads)
+            return resolve_latency(s, model, num_threads=num_threads, overhead=overhead)
     finally:
         engine.dispose()
 

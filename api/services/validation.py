@@ -35,6 +35,9 @@ if TYPE_CHECKING:
     from profiler.reference_engine import ReplayResult
 
 DRAFT_SHAPE = "tiny-draft"
+# The reference CPU engine's per-step overhead before `calibrate_on_engine` fits it on
+# the steps it really runs (its own engine, not vLLM: DEFAULT_ENGINE_OVERHEAD is for vLLM).
+REFERENCE_ENGINE_OVERHEAD_S = 0.0005
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,23 +102,18 @@ def fit_engine_latency(
 ) -> EngineLatency:
     """Fit per-op models and compile tables; the per-step overhead and operator
     scale are fitted on the profile's whole mixed iterations (p10 timings, least
-    disturbed by other load), or by default the latency model's default overhead
-    and scale 1: the engine's own step calibration (`calibrate_on_engine`) then
+    disturbed by other load), or by default `REFERENCE_ENGINE_OVERHEAD_S` and
+    scale 1: the engine's own step calibration (`calibrate_on_engine`) then
     fits both on steps the engine really runs, not on the profiler's forwards."""
     from optimizer.latency import build_catalog, fit_latency_model
-    from optimizer.latency.compose import (
-        DEFAULT_OVERHEAD_S,
-        fit_composition,
-        mixed_load,
-        mixed_pricing,
-    )
+    from optimizer.latency.compose import fit_composition, mixed_load, mixed_pricing
     from optimizer.records import OpKind
     from optimizer.shapes import get_shape
 
     shape = get_shape(shape_name)
     model = fit_latency_model(samples, accelerator=accelerator, source="profiler")
     mixed = [s for s in samples if s.op is OpKind.MIXED_ITERATION and s.model == shape.name]
-    overhead, scale = DEFAULT_OVERHEAD_S, 1.0
+    overhead, scale = REFERENCE_ENGINE_OVERHEAD_S, 1.0
     if mixed and overhead_from_mixed:
         fit = fit_composition(
             mixed_pricing(model, shape),

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from optimizer.latency.base import StepLatency, StepLoad, TableReach
+from optimizer.shapes import DEFAULT_PRECISION, Precision
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,11 @@ class SingleLatencySource:
     latency: StepLatency
 
     def for_instance(
-        self, accelerator: str, tp: int, reach: TableReach | None = None
+        self,
+        accelerator: str,
+        tp: int,
+        reach: TableReach | None = None,
+        precision: Precision = DEFAULT_PRECISION,
     ) -> StepLatency:
         return self.latency
 
@@ -77,7 +82,11 @@ class MappingLatencySource:
     latencies: tuple[tuple[str, int, StepLatency], ...]
 
     def for_instance(
-        self, accelerator: str, tp: int, reach: TableReach | None = None
+        self,
+        accelerator: str,
+        tp: int,
+        reach: TableReach | None = None,
+        precision: Precision = DEFAULT_PRECISION,
     ) -> StepLatency:
         for acc, t, latency in self.latencies:
             if acc == accelerator.lower() and t == tp:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Protocol
 
+from optimizer.shapes import DEFAULT_PRECISION, Precision
+
 
 @dataclass(slots=True)
 class StepLoad:
@@ -71,9 +73,14 @@ class LatencySource(Protocol):
     """Hands out the latency model for one role's accelerator and TP degree."""
 
     def for_instance(
-        self, accelerator: str, tp: int, reach: TableReach | None = None
+        self,
+        accelerator: str,
+        tp: int,
+        reach: TableReach | None = None,
+        precision: Precision = DEFAULT_PRECISION,
     ) -> StepLatency:
         """Raise `LookupError` with a clear message when none is available. `reach`
         bounds the loads the caller will price (a compiled source may tabulate only
-        that much; loads beyond it are still priced, by extrapolation)."""
+        that much; loads beyond it are still priced, by extrapolation). `precision`:
+        the deployment's weight and KV-cache formats (FP8 GEMMs, FP8 KV attention)."""
         ...

@@ -26,8 +26,9 @@ from typing import Protocol
 
 from optimizer.hardware import Accelerator, HardwareError, get_accelerator
 from optimizer.latency.base import StepLatency, TableReach
-from optimizer.latency.compose import DEFAULT_OVERHEAD_S, Pricing
+from optimizer.latency.compose import Pricing
 from optimizer.latency.model import LatencyModel
+from optimizer.latency.overhead import DEFAULT_ENGINE_OVERHEAD, EngineOverhead
 from optimizer.latency.roofline import ROOFLINE_LABEL, RooflineOptions, RooflinePricer
 from optimizer.latency.table import (
     TABLE_FORMAT,
@@ -35,14 +36,17 @@ from optimizer.latency.table import (
     TableGrid,
     compile_step_latency,
 )
-from optimizer.shapes import ModelShape
+from optimizer.shapes import DEFAULT_PRECISION, ModelShape, Precision
 
 
-def model_overhead_s(model: LatencyModel, overhead_s: float | None = None) -> float:
-    """`overhead_s` when given, else the model's fitted overhead, else the default."""
-    if overhead_s is not None:
-        return overhead_s
-    return DEFAULT_OVERHEAD_S if model.overhead_s is None else model.overhead_s
+def model_overhead(model: LatencyModel, overhead: EngineOverhead | None = None) -> EngineOverhead:
+    """`overhead` when given, else the model's own fitted constant (whole-step
+    measurements), else `DEFAULT_ENGINE_OVERHEAD` (calibrated on measured vLLM runs)."""
+    if overhead is not None:
+        return overhead
+    if model.overhead_s is None:
+        return DEFAULT_ENGINE_OVERHEAD
+    return EngineOverhead.constant(model.overhead_s)
 
 
 def compile_learned(
@@ -50,20 +54,18 @@ def compile_learned(
     model: LatencyModel,
     tp: int,
     *,
-    overhead_s: float | None = None,
+    overhead: EngineOverhead | None = None,
     accelerator: Accelerator | None = None,
     grid: TableGrid | None = None,
 ) -> CompiledStepLatency:
-    """Compile a fitted model for one shape and TP degree (roofline for uncovered ops).
-
-    The per-iteration overhead is `overhead_s` when given, else the model's own
-    (fitted on mixed iterations), else `DEFAULT_OVERHEAD_S`.
-    """
+    """Compile a fitted model for one shape and TP degree (roofline for uncovered ops),
+    with the engine overhead of `model_overhead`."""
     acc = accelerator or get_accelerator(model.accelerator)
     pricing = Pricing(shape, tp, RooflinePricer(acc), model)
     label = f"learned ({model.source})" if model.source else "learned"
-    overhead = model_overhead_s(model, overhead_s)
-    return compile_step_latency(pricing, overhead, label=label, is_estimate=False, grid=grid)
+    return compile_step_latency(
+        pricing, model_overhead(model, overhead), label=label, is_estimate=False, grid=grid
+    )
 
 
 def compile_roofline(
@@ -78,7 +80,7 @@ def compile_roofline(
     options = options or RooflineOptions()
     pricing = Pricing(shape, tp, RooflinePricer(accelerator, options))
     return compile_step_latency(
-        pricing, options.overhead_s, label=ROOFLINE_LABEL, is_estimate=True, grid=grid
+        pricing, options.overhead, label=ROOFLINE_LABEL, is_estimate=True, grid=grid
     )
 
 
@@ -137,24 +139,34 @@ class LatencyCatalog:
     roofline_options: RooflineOptions = field(default_factory=RooflineOptions)
     store: TableStore | None = None
     num_threads: int = 1  # native (OpenMP) threads while compiling
-    overhead_s: float | None = None  # for every learned table, instead of each model's
+    overhead: EngineOverhead | None = None  # for every learned table, instead of each model's
     default_grid: TableGrid = field(default_factory=TableGrid)  # when a run names no reach
-    _compiled: dict[tuple[str, int], CompiledStepLatency] = field(default_factory=dict)
+    _compiled: dict[tuple[str, int, Precision], CompiledStepLatency] = field(default_factory=dict)
     _loaded: dict[str, LatencyModel] = field(default_factory=dict)
 
     def available(self) -> list[str]:
         return sorted(self.models)
 
+    def _ref(self, acc: Accelerator) -> ModelRef | None:
+        """The model fitted on this accelerator, else on its chip (an A100 40 GB is priced by
+        an A100's model; GH200 by the H100's)."""
+        return self.models.get(acc.name) or self.models.get(acc.family)
+
     def for_instance(
-        self, accelerator: str, tp: int, reach: TableReach | None = None
+        self,
+        accelerator: str,
+        tp: int,
+        reach: TableReach | None = None,
+        precision: Precision = DEFAULT_PRECISION,
     ) -> StepLatency:
-        """The compiled table of `accelerator` at `tp`, covering `reach` (None: the
-        catalog's default grid, the full one unless set); LookupError when none can be made."""
+        """The compiled table of `accelerator` at `tp` for the catalog's shape in
+        `precision`, covering `reach` (None: the catalog's default grid, the full one
+        unless set); LookupError when none can be made."""
         try:
             acc = get_accelerator(accelerator)
         except HardwareError as exc:
             raise LookupError(f"no latency model for accelerator {accelerator!r}: {exc}") from exc
-        if acc.name not in self.models and not self.allow_roofline:
+        if self._ref(acc) is None and not self.allow_roofline:
             raise LookupError(
                 f"no fitted latency model for {self.shape.name} on {acc.name} at tp={tp}; "
                 f"fitted for: {self.available()}; roofline fallback is off"
@@ -165,40 +177,51 @@ class LatencyCatalog:
                 f"({self.shape.num_heads})"
             )
         grid = self.default_grid if reach is None else TableGrid.covering(reach)
-        return self.table(acc, tp, grid)
+        return self.table(acc, tp, grid, precision)
 
-    def table(self, acc: Accelerator, tp: int, grid: TableGrid) -> CompiledStepLatency:
-        """The table of (`acc`, `tp`) on at least `grid` (compiled, stored or kept)."""
-        key = (acc.name, tp)
+    def table(
+        self,
+        acc: Accelerator,
+        tp: int,
+        grid: TableGrid,
+        precision: Precision = DEFAULT_PRECISION,
+    ) -> CompiledStepLatency:
+        """The table of (`acc`, `tp`, `precision`) on at least `grid` (compiled, stored or
+        kept)."""
+        key = (acc.name, tp, precision)
         have = self._compiled.get(key)
         if have is not None:
             if have.grid.union(grid) == have.grid:
                 return have
             grid = grid.union(have.grid)  # grow: the tables only get larger
-        table = self._make(acc, tp, grid)
+        table = self._make(acc, tp, grid, self.shape.with_precision(precision))
         self._compiled[key] = table
         return table
 
-    def _store_key(self, ref: ModelRef | None, acc: Accelerator, tp: int, grid: TableGrid) -> str:
+    def _store_key(
+        self, ref: ModelRef | None, acc: Accelerator, tp: int, grid: TableGrid, shape: ModelShape
+    ) -> str:
         """The table's key in the store ("" = not stored: an in-memory model)."""
         if ref is None:
             source = (
                 f"roofline-{hashlib.sha256(repr(self.roofline_options).encode()).hexdigest()[:12]}"
             )
         elif ref.cache_key:
-            overhead = "model" if self.overhead_s is None else repr(self.overhead_s)
+            overhead = "model" if self.overhead is None else repr(astuple(self.overhead))
             source = f"{ref.cache_key}-overhead-{overhead}"
         else:
             return ""
         spec = hashlib.sha256(repr(astuple(acc)).encode()).hexdigest()[:12]  # a spec file's
         return "|".join((
-            f"table-v{TABLE_FORMAT}", source, self.shape.name, shape_fingerprint(self.shape),
+            f"table-v{TABLE_FORMAT}", source, shape.name, shape_fingerprint(shape),
             f"{acc.name}-{spec}", f"tp{tp}", grid.tier,
         ))  # fmt: skip
 
-    def _make(self, acc: Accelerator, tp: int, grid: TableGrid) -> CompiledStepLatency:
-        ref = self.models.get(acc.name)
-        store_key = self._store_key(ref, acc, tp, grid) if self.store is not None else ""
+    def _make(
+        self, acc: Accelerator, tp: int, grid: TableGrid, shape: ModelShape
+    ) -> CompiledStepLatency:
+        ref = self._ref(acc)
+        store_key = self._store_key(ref, acc, tp, grid, shape) if self.store is not None else ""
         if store_key and self.store is not None:
             cached = self.store.get(store_key)
             if cached is not None:
@@ -207,15 +230,14 @@ class LatencyCatalog:
 
         with threadpool_limits(limits=self.num_threads):
             if ref is None:
-                table = compile_roofline(
-                    self.shape, acc, tp, options=self.roofline_options, grid=grid
-                )
+                table = compile_roofline(shape, acc, tp, options=self.roofline_options, grid=grid)
             else:
-                model = self._loaded.get(acc.name)
+                owner = acc.name if acc.name in self.models else acc.family
+                model = self._loaded.get(owner)
                 if model is None:
-                    model = self._loaded[acc.name] = ref.load()
+                    model = self._loaded[owner] = ref.load()
                 table = compile_learned(
-                    self.shape, model, tp, overhead_s=self.overhead_s, accelerator=acc, grid=grid
+                    shape, model, tp, overhead=self.overhead, accelerator=acc, grid=grid
                 )
         if store_key and self.store is not None:
             self.store.put(store_key, table, ref.cache_key if ref is not None else "")
@@ -227,7 +249,7 @@ def build_catalog(
     models: Sequence[LatencyModel | ModelRef],
     tps: Iterable[int] = (),
     *,
-    overhead_s: float | None = None,
+    overhead: EngineOverhead | None = None,
     allow_roofline: bool = True,
     grid: TableGrid | None = None,
     store: TableStore | None = None,
@@ -235,13 +257,13 @@ def build_catalog(
 ) -> LatencyCatalog:
     """A catalog of fitted `models` (one per accelerator) for `shape`. Tables compile on
     first use; `tps` compiles those TP degrees now, on `grid` (default: the full grid).
-    Overhead: `overhead_s` for all when given, else each model's (see compile_learned)."""
+    Overhead: `overhead` for all when given, else each model's (see `model_overhead`)."""
     refs: dict[str, ModelRef] = {}
     for m in models:
         ref = LoadedModel(m) if isinstance(m, LatencyModel) else m
         refs[get_accelerator(ref.accelerator).name] = ref
     catalog = LatencyCatalog(
-        shape, refs, allow_roofline, store=store, num_threads=num_threads, overhead_s=overhead_s,
+        shape, refs, allow_roofline, store=store, num_threads=num_threads, overhead=overhead,
         default_grid=grid or TableGrid(),
     )  # fmt: skip
     for acc in refs:

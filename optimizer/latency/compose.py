@@ -14,6 +14,14 @@ else the scale is 1 and the overhead an assumed constant.
 one covers it, else the roofline (those operators are listed by
 `Pricing.estimated_ops`). These functions call scikit-learn; the simulator
 uses the compiled tables of `optimizer.latency.table` instead.
+
+The shape's precision decides each operator's format. With `quantization`
+"fp8" the projections (QKV, output, MLP up/gate and down) run as FP8 GEMMs;
+the LM head and the embedding stay 16-bit, as in FP8 checkpoints. With
+`kv_cache_dtype` "fp8" every attention (prefill, decode, verify) reads an FP8
+KV cache. An FP8 operator is priced by the learned model's FP8 variant when it
+has one, else by the roofline at FP8 widths, and is then listed by
+`estimated_ops` as "<op>:fp8": a 16-bit model never prices an FP8 operator.
 """
 
 from __future__ import annotations
@@ -26,13 +34,11 @@ import numpy as np
 from optimizer.dims import GEMM_OPS, RankDims, sample_nk
 from optimizer.hardware import HardwareError, get_accelerator
 from optimizer.latency.base import StepLoad
-from optimizer.latency.features import OpBatch
-from optimizer.latency.model import LatencyModel, LatencyModelError, OpModel
+from optimizer.latency.features import ATTENTION_OPS, OpBatch
+from optimizer.latency.model import LatencyModel, LatencyModelError, OpModel, op_name
 from optimizer.latency.roofline import RooflinePricer
 from optimizer.records import KernelSample, OpKind
 from optimizer.shapes import ModelShape, ShapeError, get_shape
-
-DEFAULT_OVERHEAD_S = 0.0005  # assumed engine overhead per iteration without calibration
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,18 +57,36 @@ class Pricing:
         object.__setattr__(self, "dims", RankDims.of(self.shape, self.tp))
 
     # -- which source prices an operator ------------------------------------------
-    def _learned(self, op: OpKind) -> OpModel | None:
+    def is_fp8(self, op: OpKind) -> bool:
+        """Whether `op` runs in FP8 for this shape (see the module docstring)."""
+        if op in GEMM_OPS:  # the projections; not the LM head
+            return self.shape.quantization == "fp8"
+        if op in ATTENTION_OPS:
+            return self.shape.kv_cache_dtype == "fp8"
+        return False
+
+    def _widths(self, op: OpKind) -> dict[str, float | None]:
+        """The element sizes `op` moves its weights or KV cache at (None: activations')."""
+        shape = self.shape
+        return {
+            "weight_dtype_bytes": float(shape.weight_dtype_bytes) if op in GEMM_OPS else None,
+            "kv_dtype_bytes": float(shape.kv_dtype_bytes) if op in ATTENTION_OPS else None,
+        }
+
+    def _learned(self, op: OpKind, fp8: bool) -> OpModel | None:
         if self.learned is None:
             return None
-        return self.learned.ops.get(op)
+        return self.learned.op_model(op, fp8)
 
     def _source(self, op: OpKind) -> tuple[OpKind, OpModel | None]:
-        """(op kind to price with, learned model or None for the roofline)."""
-        own = self._learned(op)
+        """(op kind to price with, learned model in the op's format or None for the
+        roofline)."""
+        fp8 = self.is_fp8(op)
+        own = self._learned(op, fp8)
         if op in GEMM_OPS or op is OpKind.LM_HEAD:
             if own is not None and self.shape.name in own.models:
                 return op, own
-            generic = self._learned(OpKind.GEMM)
+            generic = self._learned(OpKind.GEMM, fp8)
             if generic is not None:
                 return OpKind.GEMM, generic
             return op, own  # another shape's per-model GEMM: n/k features still apply
@@ -71,12 +95,13 @@ class Pricing:
         return op, own
 
     def estimated_ops(self) -> tuple[str, ...]:
-        """Operators priced by the roofline for this shape and TP degree."""
+        """Operators priced by the roofline for this shape and TP degree (FP8 ones as
+        "<op>:fp8")."""
         ops = [*GEMM_OPS, OpKind.LM_HEAD, OpKind.NORM, OpKind.ADD, OpKind.ACTIVATION]
         ops += [OpKind.ROPE, OpKind.EMBEDDING, OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN]
         if self.tp > 1:
             ops.append(OpKind.ALL_REDUCE)
-        return tuple(op.value for op in ops if self._source(op)[1] is None)
+        return tuple(op_name(op, self.is_fp8(op)) for op in ops if self._source(op)[1] is None)
 
     @property
     def scale(self) -> float:
@@ -86,11 +111,11 @@ class Pricing:
     def price_ms(self, op: OpKind, **params: object) -> np.ndarray:
         """One operator as it runs inside a step (its isolated time x `scale`)."""
         kind, model = self._source(op)
-        batch = OpBatch.make(kind, float(self.shape.dtype_bytes), **params)
+        act, widths = float(self.shape.dtype_bytes), self._widths(op)
         if model is None:
-            alone = self.roofline.predict_ms(OpBatch.make(op, batch.dtype_bytes, **params))
+            alone = self.roofline.predict_ms(OpBatch.make(op, act, **widths, **params))
         else:
-            alone = np.maximum(model.predict_ms(batch), 1e-6)
+            alone = np.maximum(model.predict_ms(OpBatch.make(kind, act, **widths, **params)), 1e-6)
         return alone * self.scale if self.scale != 1.0 else alone
 
     # -- per-step components, vectorised over token counts ----------------------------
@@ -156,11 +181,14 @@ class Pricing:
         return self.shape.num_layers * per
 
     def verify_ratio(self, num_seqs: np.ndarray, kv_mean: np.ndarray, decode_q: int) -> np.ndarray:
-        """Roofline cost of decode_q query positions relative to one."""
+        """Roofline cost of decode_q query positions relative to one (16-bit queries, the
+        shape's KV format)."""
         common = {"batch_size": num_seqs, "kv_len": kv_mean, "num_tokens": num_seqs}
         common |= self._heads()
-        one = OpBatch.make(OpKind.DECODE_ATTN, 2.0, q_len=1, **common)
-        many = OpBatch.make(OpKind.VERIFY_ATTN, 2.0, q_len=decode_q, **common)
+        # The KV width relative to 16-bit queries: 2.0 (as it always was) unless FP8.
+        kv = 2.0 * self.shape.kv_dtype_bytes / self.shape.dtype_bytes
+        one = OpBatch.make(OpKind.DECODE_ATTN, 2.0, kv_dtype_bytes=kv, q_len=1, **common)
+        many = OpBatch.make(OpKind.VERIFY_ATTN, 2.0, kv_dtype_bytes=kv, q_len=decode_q, **common)
         return self.roofline.predict_ms(many) / self.roofline.predict_ms(one)
 
 

@@ -1,6 +1,7 @@
 """Hold-out accuracy of fitted latency models (issue 3's accuracy targets).
 
-Per operator, two splits of its samples, each fitted afresh on the rest:
+Per operator and format (its FP8 variant apart, named "<op>:fp8"), two splits
+of its samples, each fitted afresh on the rest:
 
 - random: a seeded random `random_fraction` (20%) of the rows;
 - extrapolation: the rows with the largest `extrapolation_fraction` (10%) of
@@ -29,12 +30,13 @@ from optimizer.latency.model import (
     LatencyModel,
     fit_op_model,
     group_samples,
+    op_name,
 )
 from optimizer.records import HoldoutMetric, HoldoutSplit, KernelSample, OpKind
 from optimizer.shapes import ModelShape
 
-# (operator, split) just evaluated
-EvalProgress = Callable[[OpKind, HoldoutSplit], None]
+# (operator name as in HoldoutMetric.op, split) just evaluated
+EvalProgress = Callable[[str, HoldoutSplit], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,9 +71,9 @@ def ape(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
     return np.abs(np.asarray(predicted) / np.asarray(measured) - 1.0) * 100.0
 
 
-def _metric(op: OpKind, split: HoldoutSplit, errors: np.ndarray) -> HoldoutMetric:
+def _metric(name: str, split: HoldoutSplit, errors: np.ndarray) -> HoldoutMetric:
     return HoldoutMetric(
-        op.value,
+        name,
         split,
         int(errors.size),
         float(np.median(errors)),
@@ -112,20 +114,22 @@ def evaluate_holdout(
     holdout: HoldoutOptions | None = None,
     progress: EvalProgress | None = None,
 ) -> tuple[HoldoutMetric, ...]:
-    """Per operator and split, the hold-out error of models fitted like the real one."""
+    """Per operator, format and split, the hold-out error of models fitted like the real
+    one (`HoldoutMetric.op`: the op, or "<op>:fp8" for an FP8 variant)."""
     from threadpoolctl import threadpool_limits
 
     options = options or FitOptions()
     holdout = holdout or HoldoutOptions()
     metrics: list[HoldoutMetric] = []
     with threadpool_limits(limits=options.num_threads):  # predictions too, not only fits
-        for op, (batch, t) in group_samples(samples).items():
+        for (op, fp8), (batch, t) in group_samples(samples).items():
+            name = op_name(op, fp8)
             for split, mask in holdout_masks(batch, holdout).items():
                 errors = _split_error(batch, t, mask, options)
                 if errors is not None:
-                    metrics.append(_metric(op, split, errors))
+                    metrics.append(_metric(name, split, errors))
                 if progress is not None:
-                    progress(op, split)
+                    progress(name, split)
     return tuple(metrics)
 
 

@@ -7,6 +7,21 @@ plus log-scaled shape features for the learned residual (tile quantisation,
 kernel switches, cache regimes). Shapes follow DOMAIN.md §9; head counts are
 per GPU.
 
+Number formats: `dtype_bytes` is the activations' element size;
+`weight_dtype_bytes` that of a GEMM's weights and `kv_dtype_bytes` that of an
+attention's KV cache (both default to `dtype_bytes`). A GEMM moves its input
+and output activations at the activation width and its weights at the weight
+width; an attention moves Q and its output at the activation width and K and V
+at the KV width. A sample of dtype "fp8" (`FP8_DTYPE`) is, for a GEMM, a GEMM
+whose weights (and quantised input) are FP8 with a 16-bit output, and for an
+attention, one over an FP8 KV cache with 16-bit queries and output
+(AIConfigurator's FP8 tables; see `profiler.importers.aiconfigurator`). An
+FP8 batch (`is_fp8`) is priced by a model fitted on FP8 samples only: a fitted
+model holds its FP8 operators apart from its 16-bit ones
+(`optimizer.latency.model.group_samples`). With one width throughout, these
+formulas compute exactly (bit for bit) what every stored model was fitted on,
+so the feature versions below are unchanged by them.
+
 The residual's feature set is versioned (`FEATURE_VERSION`): a fitted model
 records the version it was trained on and is always priced with it, so models
 stored before a feature was added keep their meaning.
@@ -44,7 +59,10 @@ ELEMENTWISE_OPS = frozenset(
 ATTENTION_OPS = frozenset({OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.VERIFY_ATTN})
 MODELLED_OPS = GEMM_OPS | ELEMENTWISE_OPS | ATTENTION_OPS | {OpKind.ALL_REDUCE}
 
+FP8_DTYPE = "fp8"  # KernelSample.dtype of FP8 GEMMs (weights) and FP8-KV attention
+FP8_OPS = GEMM_OPS | ATTENTION_OPS  # operators that have FP8 variants
 _DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0}
+_FP8_ACTIVATION_BYTES = 2.0  # FP8 samples keep 16-bit activations (and attention queries)
 _ARRAYS = (
     "num_tokens",
     "n",
@@ -73,7 +91,8 @@ class OpBatch:
     """Parameters of `len(self)` instances of one operator, as float64 arrays.
 
     Unused parameters are zero (as in `KernelSample`). `dtype_bytes` is the
-    element size of activations, weights and KV cache.
+    element size of activations; `weight_dtype_bytes` (GEMM weights) and
+    `kv_dtype_bytes` (attention K and V) default to it (None).
     """
 
     op: OpKind
@@ -89,19 +108,40 @@ class OpBatch:
     num_gpus: np.ndarray
     message_bytes: np.ndarray
     dtype_bytes: float = 2.0
+    weight_dtype_bytes: float | None = None  # None: dtype_bytes (resolved on construction)
+    kv_dtype_bytes: float | None = None  # None: dtype_bytes (resolved on construction)
+
+    def __post_init__(self) -> None:
+        for name in ("weight_dtype_bytes", "kv_dtype_bytes"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, float(self.dtype_bytes))
 
     def __len__(self) -> int:
         return int(self.num_tokens.shape[0])
 
     @classmethod
-    def make(cls, op: OpKind, dtype_bytes: float = 2.0, **params: object) -> OpBatch:
+    def make(
+        cls,
+        op: OpKind,
+        dtype_bytes: float = 2.0,
+        *,
+        weight_dtype_bytes: float | None = None,
+        kv_dtype_bytes: float | None = None,
+        **params: object,
+    ) -> OpBatch:
         """Broadcast scalars/arrays given by name; parameters not given are zero."""
         unknown = sorted(set(params) - set(_ARRAYS))
         if unknown:
             raise FeatureError(f"{op}: unknown parameters {unknown}; expected some of {_ARRAYS}")
         arrays = [np.asarray(params.get(name, 0), dtype=np.float64) for name in _ARRAYS]
         arrays = np.broadcast_arrays(*arrays, np.zeros(1))[:-1]
-        return cls(op, *(np.ascontiguousarray(a) for a in arrays), dtype_bytes=dtype_bytes)
+        return cls(
+            op,
+            *(np.ascontiguousarray(a) for a in arrays),
+            dtype_bytes=dtype_bytes,
+            weight_dtype_bytes=weight_dtype_bytes,
+            kv_dtype_bytes=kv_dtype_bytes,
+        )
 
     @classmethod
     def from_samples(cls, op: OpKind, samples: Sequence[KernelSample]) -> OpBatch:
@@ -117,7 +157,21 @@ class OpBatch:
         if dtype not in _DTYPE_BYTES:
             raise FeatureError(f"{op}: unknown dtype {dtype!r}; expected one of {_DTYPE_BYTES}")
         cols = {name: np.fromiter((getattr(s, name) for s in rows), np.float64) for name in _ARRAYS}
-        return cls(op, dtype_bytes=_DTYPE_BYTES[dtype], **cols)
+        if dtype != FP8_DTYPE:
+            return cls(op, dtype_bytes=_DTYPE_BYTES[dtype], **cols)
+        if op not in FP8_OPS:
+            raise FeatureError(
+                f"{op}: dtype {FP8_DTYPE!r} is meant for GEMMs (FP8 weights) and attention "
+                "(FP8 KV cache) only"
+            )
+        fp8 = _DTYPE_BYTES[FP8_DTYPE]
+        return cls(
+            op,
+            dtype_bytes=_FP8_ACTIVATION_BYTES,
+            weight_dtype_bytes=fp8 if op in GEMM_OPS else None,
+            kv_dtype_bytes=fp8 if op in ATTENTION_OPS else None,
+            **cols,
+        )
 
     def take(self, index: np.ndarray) -> OpBatch:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -126,12 +180,27 @@ class OpBatch:
         return OpBatch(**values)
 
 
+def is_fp8(batch: OpBatch) -> bool:
+    """Whether `batch` is an FP8 variant: a GEMM with 1-byte weights or an attention over
+    a 1-byte KV cache (priced by FP8 models only, never by 16-bit ones)."""
+    fp8 = _DTYPE_BYTES[FP8_DTYPE]
+    if batch.op in GEMM_OPS:
+        return batch.weight_dtype_bytes == fp8
+    if batch.op in ATTENTION_OPS:
+        return batch.kv_dtype_bytes == fp8
+    return False
+
+
 def work(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
     """(FLOPs, bytes moved) per instance: the roofline's two axes."""
     op, dt = batch.op, batch.dtype_bytes
     m, n, k = batch.num_tokens, batch.n, batch.k
     if op in GEMM_OPS:
-        return 2.0 * m * n * k, dt * (m * k + k * n + m * n)
+        flops, w = 2.0 * m * n * k, batch.weight_dtype_bytes
+        if w == dt:  # one width: the formula every stored model was fitted with
+            return flops, dt * (m * k + k * n + m * n)
+        # activations in (m x k) and out (m x n) at their width, weights (k x n) at theirs
+        return flops, dt * (m * k + m * n) + w * k * n
     if op in ELEMENTWISE_OPS:
         width = np.maximum(n, 1.0)
         return 4.0 * m * width, 2.0 * dt * m * width
@@ -140,9 +209,11 @@ def work(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
         heads, kv_heads, d = batch.num_heads, batch.num_kv_heads, batch.head_dim
         # causal: query i (of q) sees kv - q + i + 1 keys
         pairs = b * q * np.maximum(kv - (q - 1) / 2.0, 1.0)
-        flops = 4.0 * heads * d * pairs
-        moved = dt * b * d * (2.0 * q * heads + 2.0 * kv * kv_heads)
-        return flops, moved
+        flops, kvw = 4.0 * heads * d * pairs, batch.kv_dtype_bytes
+        if kvw == dt:  # one width: the formula every stored model was fitted with
+            return flops, dt * b * d * (2.0 * q * heads + 2.0 * kv * kv_heads)
+        # Q read and output written at the activation width, K and V at the KV width
+        return flops, b * d * (dt * 2.0 * q * heads + kvw * 2.0 * kv * kv_heads)
     if op is OpKind.ALL_REDUCE:
         g = np.maximum(batch.num_gpus, 2.0)
         return np.zeros_like(batch.message_bytes), batch.message_bytes * 2.0 * (g - 1.0) / g

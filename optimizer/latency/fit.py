@@ -1,4 +1,5 @@
-"""Fitting a latency model: one regressor per operator (`optimizer.latency.model`), then,
+"""Fitting a latency model: one regressor per operator and format (`optimizer.latency.model`:
+the profile's own dtype, and FP8 where it measured FP8 GEMMs or FP8-KV attention), then,
 when the profile measured whole forwards, how they compose into a step
 (`optimizer.latency.compose.fit_mixed_overhead`: per-iteration overhead and operator
 scale)."""
@@ -13,6 +14,7 @@ from optimizer.latency.model import (
     FitOptions,
     LatencyModel,
     LatencyModelError,
+    OpModel,
     fit_op_model,
     group_samples,
     models_of,
@@ -29,25 +31,27 @@ def fit_latency_model(
     options: FitOptions | None = None,
     shape: ModelShape | None = None,
 ) -> LatencyModel:
-    """Fit one model per operator present in `samples` (operators with too few samples
-    or without latency features are skipped), then the per-iteration overhead when
-    there are MIXED_ITERATION samples (of `shape`, else of the preset they name)."""
+    """Fit one model per operator and format present in `samples` (FP8 samples, dtype
+    "fp8", fit the FP8 variants apart; groups with too few samples or without latency
+    features are skipped), then the per-iteration overhead when there are
+    MIXED_ITERATION samples (of `shape`, else of the preset they name)."""
     from threadpoolctl import threadpool_limits
 
     options = options or FitOptions()
     # Fits and the predictions of the composition fit run under `options.num_threads`
     # native threads (results are identical for any number).
     with threadpool_limits(limits=options.num_threads):
-        ops = {
-            op: fit_op_model(batch, t, options, models_of(samples, op))
-            for op, (batch, t) in group_samples(samples).items()
-            if len(batch) >= MIN_SAMPLES
-        }
-        if not ops:
+        ops: dict[OpKind, OpModel] = {}
+        fp8_ops: dict[OpKind, OpModel] = {}
+        for (op, fp8), (batch, t) in group_samples(samples).items():
+            if len(batch) >= MIN_SAMPLES:
+                fitted = fit_op_model(batch, t, options, models_of(samples, (op, fp8)))
+                (fp8_ops if fp8 else ops)[op] = fitted
+        if not ops and not fp8_ops:
             raise LatencyModelError(
                 f"{accelerator}: no operator has {MIN_SAMPLES}+ samples of a modelled kind"
             )
-        model = LatencyModel(accelerator, source, ops)
+        model = LatencyModel(accelerator, source, ops, fp8_ops=fp8_ops)
         mixed = [s for s in samples if s.op is OpKind.MIXED_ITERATION]
         if not mixed:
             return model

@@ -10,6 +10,13 @@ log(t / base). The base carries the physics (time grows linearly with work),
 so predictions beyond the profiled grid extrapolate along it: trees hold the
 correction constant at the grid's edge instead of flattening the latency.
 
+An operator may have two fitted variants: its 16-bit (or the profile's own
+dtype) model and an FP8 one (GEMMs with FP8 weights, attention over an FP8 KV
+cache; `features.is_fp8`), fitted separately on the samples of each
+(`group_samples`). A batch is priced by the variant of its own format, never by
+the other: a model without an FP8 variant refuses FP8 batches (pricing then
+falls back to the roofline, see `compose.Pricing`).
+
 Fitting uses scikit-learn; predicting a single iteration never should (the
 simulator uses `optimizer.latency.table`, compiled from these models).
 """
@@ -24,9 +31,11 @@ import numpy as np
 
 from optimizer.latency.features import (
     FEATURE_VERSION,
+    FP8_DTYPE,
     MODELLED_OPS,
     OpBatch,
     feature_matrix,
+    is_fp8,
     work,
 )
 from optimizer.records import KernelSample, OpKind
@@ -35,6 +44,10 @@ if TYPE_CHECKING:  # scipy and scikit-learn are imported by the fitting function
     from sklearn.ensemble import HistGradientBoostingRegressor
 
 MIN_SAMPLES = 8
+
+# An operator's samples of one format: (op, fp8). fp8: FP8 weights (GEMMs) or an FP8 KV
+# cache (attention), i.e. KernelSample.dtype == "fp8"; else the profile's own dtype.
+OpGroup = tuple[OpKind, bool]
 
 
 class LatencyModelError(ValueError):
@@ -68,6 +81,12 @@ class OpModel:
     num_gpus: tuple[int, ...] = ()  # all-reduce group sizes measured
     square_attention: bool = False  # prefill samples all had kv_len == q_len (no cached prefix)
     feature_version: int = FEATURE_VERSION  # residual's feature set (features.FEATURE_VERSION)
+    fp8: bool = False  # fitted on FP8 samples (FP8 weights / FP8 KV cache)
+
+    @property
+    def name(self) -> str:
+        """The operator and, for an FP8 variant, ":fp8" (as hold-out metrics name it)."""
+        return op_name(self.op, self.fp8)
 
     def base_ms(self, batch: OpBatch) -> np.ndarray:
         flops, moved = work(batch)
@@ -76,6 +95,11 @@ class OpModel:
     def predict_ms(self, batch: OpBatch) -> np.ndarray:
         if batch.op != self.op:
             raise LatencyModelError(f"model of {self.op.value!r} asked to price {batch.op.value!r}")
+        if is_fp8(batch) != self.fp8:
+            raise LatencyModelError(
+                f"model of {self.name!r} asked to price {op_name(batch.op, is_fp8(batch))!r}: "
+                "FP8 and 16-bit variants are fitted and priced apart"
+            )
         base = self.base_ms(batch)
         if self.residual is None or len(batch) == 0:
             return base
@@ -93,7 +117,9 @@ class LatencyModel:
     when the profile has none (compiled tables then assume a default).
     `op_scale` is how much slower operators run inside a whole forward than
     alone (consecutive operators evict each other's weights and activations
-    from cache); 1 without mixed iterations.
+    from cache); 1 without mixed iterations. `ops` holds the operators in the
+    profile's own dtype (16-bit on GPUs), `fp8_ops` their FP8 variants where the
+    profile measured some (FP8 GEMMs, attention over an FP8 KV cache).
     """
 
     accelerator: str
@@ -102,6 +128,7 @@ class LatencyModel:
     overhead_s: float | None = None
     num_mixed: int = 0  # mixed iterations the overhead was fitted on
     op_scale: float = 1.0
+    fp8_ops: dict[OpKind, OpModel] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.op_scale) and self.op_scale > 0):
@@ -109,17 +136,32 @@ class LatencyModel:
                 f"{self.accelerator}: op_scale must be > 0, got {self.op_scale}"
             )
 
-    def has(self, op: OpKind) -> bool:
-        return op in self.ops
+    def op_model(self, op: OpKind, fp8: bool = False) -> OpModel | None:
+        """The fitted model of `op` in the given format (None: not fitted)."""
+        return (self.fp8_ops if fp8 else self.ops).get(op)
+
+    def has(self, op: OpKind, fp8: bool = False) -> bool:
+        return self.op_model(op, fp8) is not None
+
+    def op_names(self) -> tuple[str, ...]:
+        """Every fitted operator, FP8 variants as "<op>:fp8"."""
+        return tuple(m.name for m in (*self.ops.values(), *self.fp8_ops.values()))
 
     def predict_ms(self, batch: OpBatch) -> np.ndarray:
-        model = self.ops.get(batch.op)
+        """`batch` priced by the model of its op and format (FP8 batches by FP8 models
+        only; LatencyModelError when that one is not fitted)."""
+        fp8 = is_fp8(batch)
+        model = self.op_model(batch.op, fp8)
         if model is None:
             raise LatencyModelError(
-                f"no fitted model of {batch.op.value!r} for {self.accelerator}; "
-                f"have {sorted(o.value for o in self.ops)}"
+                f"no fitted model of {op_name(batch.op, fp8)!r} for {self.accelerator}; "
+                f"have {sorted(self.op_names())}"
             )
         return model.predict_ms(batch)
+
+
+def op_name(op: OpKind, fp8: bool) -> str:
+    return f"{op.value}:{FP8_DTYPE}" if fp8 else op.value
 
 
 def _fit_base(batch: OpBatch, t: np.ndarray) -> np.ndarray:
@@ -135,7 +177,8 @@ def _fit_base(batch: OpBatch, t: np.ndarray) -> np.ndarray:
 def fit_op_model(
     batch: OpBatch, latency_ms: np.ndarray, options: FitOptions, models: tuple[str, ...] = ()
 ) -> OpModel:
-    """Fit one operator's model on its instances and measured median latencies (ms)."""
+    """Fit one operator's model on its instances and measured median latencies (ms), in
+    the batch's format (an FP8 batch gives an FP8 variant)."""
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_limits
 
@@ -172,17 +215,29 @@ def fit_op_model(
         num_gpus=tuple(sorted({int(g) for g in batch.num_gpus if g > 0})),
         square_attention=bool(np.all(batch.q_len == batch.kv_len)),
         feature_version=options.feature_version,
+        fp8=is_fp8(batch),
     )
 
 
-def group_samples(samples: Sequence[KernelSample]) -> dict[OpKind, tuple[OpBatch, np.ndarray]]:
-    """Samples of every modelled operator as (parameters, median latency ms)."""
-    out: dict[OpKind, tuple[OpBatch, np.ndarray]] = {}
-    for op in sorted({s.op for s in samples} & MODELLED_OPS):
-        rows = [s for s in samples if s.op == op]
-        out[op] = (OpBatch.from_samples(op, rows), np.array([s.median_ms for s in rows]))
+def sample_group(sample: KernelSample) -> OpGroup:
+    return sample.op, sample.dtype == FP8_DTYPE
+
+
+def group_samples(samples: Sequence[KernelSample]) -> dict[OpGroup, tuple[OpBatch, np.ndarray]]:
+    """Samples of every modelled operator, per (operator, fp8) group (16-bit first), as
+    (parameters, median latency ms). Each group is one format; the 16-bit group still
+    refuses a mix of dtypes (bfloat16 with float16)."""
+    rows_of: dict[OpGroup, list[KernelSample]] = {}
+    for s in samples:
+        if s.op in MODELLED_OPS:
+            rows_of.setdefault(sample_group(s), []).append(s)
+    out: dict[OpGroup, tuple[OpBatch, np.ndarray]] = {}
+    for group in sorted(rows_of, key=lambda g: (g[1], g[0])):
+        rows = rows_of[group]
+        out[group] = (OpBatch.from_samples(group[0], rows), np.array([s.median_ms for s in rows]))
     return out
 
 
-def models_of(samples: Sequence[KernelSample], op: OpKind) -> tuple[str, ...]:
-    return tuple(sorted({s.model for s in samples if s.op == op and s.model}))
+def models_of(samples: Sequence[KernelSample], group: OpGroup) -> tuple[str, ...]:
+    """Model shapes the per-model samples of `group` were measured on."""
+    return tuple(sorted({s.model for s in samples if sample_group(s) == group and s.model}))

@@ -11,6 +11,13 @@ Version 3 adds each operator's residual feature set
 (`features.FEATURE_VERSION`) and the fitted operator scale; version 1 and 2
 payloads load as feature set 1, the one they were fitted on, with scale 1, so
 they predict exactly as before.
+
+Version 3 was extended, compatibly and without a new number, by an optional
+`fp8_ops` part: the FP8 operator variants, rows laid out as `ops`' rows. A
+payload without it (every one written before FP8 variants existed) loads with
+none, its FP8 operators then priced by the roofline; a reader that predates
+the part ignores it, pricing FP8 as it always did. A new number would only
+have made such payloads unreadable to those readers for no gain.
 """
 
 from __future__ import annotations
@@ -29,28 +36,45 @@ class PayloadError(ValueError):
     """A stored latency-model payload that cannot be read."""
 
 
+def _rows(ops: dict[OpKind, OpModel]) -> list[tuple]:
+    return [
+        (
+            op.value,
+            m.coef,
+            m.residual,
+            m.dtype_bytes,
+            m.num_samples,
+            m.models,
+            m.num_gpus,
+            m.square_attention,
+            m.feature_version,
+        )
+        for op, m in ops.items()
+    ]
+
+
+def _op_models(rows: list[tuple], version: int, fp8: bool) -> dict[OpKind, OpModel]:
+    ops = {}
+    for value, coef, residual, dtype_bytes, num, models, gpus, square, *rest in rows:
+        op = OpKind(value)
+        features = int(rest[0]) if version >= 3 else 1
+        ops[op] = OpModel(
+            op, coef, residual, dtype_bytes, num, models, gpus, square, features, fp8=fp8
+        )
+    return ops
+
+
 def dump_model(model: LatencyModel) -> bytes:
     parts = {
         "accelerator": model.accelerator,
         "source": model.source,
-        "ops": [
-            (
-                op.value,
-                m.coef,
-                m.residual,
-                m.dtype_bytes,
-                m.num_samples,
-                m.models,
-                m.num_gpus,
-                m.square_attention,
-                m.feature_version,
-            )
-            for op, m in model.ops.items()
-        ],
+        "ops": _rows(model.ops),
         "overhead_s": model.overhead_s,
         "num_mixed": model.num_mixed,
         "op_scale": model.op_scale,
     }
+    if model.fp8_ops:
+        parts["fp8_ops"] = _rows(model.fp8_ops)
     return _MAGIC + pickle.dumps((PAYLOAD_SCHEMA_VERSION, parts), protocol=5)
 
 
@@ -66,24 +90,21 @@ def load_model(payload: bytes, schema_version: int = PAYLOAD_SCHEMA_VERSION) -> 
             f"latency model payload: stored as schema_version {schema_version} "
             f"but holds version {version}"
         )
-    ops = {}
-    for value, coef, residual, dtype_bytes, num, models, gpus, square, *rest in parts["ops"]:
-        op = OpKind(value)
-        features = int(rest[0]) if version >= 3 else 1
-        ops[op] = OpModel(op, coef, residual, dtype_bytes, num, models, gpus, square, features)
     overhead = parts.get("overhead_s") if version >= 2 else None
     return LatencyModel(
         parts["accelerator"],
         parts["source"],
-        ops,
+        _op_models(parts["ops"], version, fp8=False),
         overhead_s=None if overhead is None else float(overhead),
         num_mixed=int(parts.get("num_mixed", 0)),
         op_scale=float(parts["op_scale"]) if version >= 3 else 1.0,
+        fp8_ops=_op_models(parts.get("fp8_ops", []), version, fp8=True),
     )
 
 
 def feature_names(model: LatencyModel) -> tuple[str, ...]:
-    """What the model was fitted on, for the stored record."""
+    """What the model was fitted on, for the stored record (FP8 variants as "<op>:fp8")."""
     return tuple(
-        f"{op.value}:flops,bytes,log-shape v{m.feature_version}" for op, m in model.ops.items()
+        f"{m.name}:flops,bytes,log-shape v{m.feature_version}"
+        for m in (*model.ops.values(), *model.fp8_ops.values())
     )

@@ -7,6 +7,13 @@ latency. Efficiency factors are typical of well-tuned kernels (assumptions,
 not measurements); use them for what-if questions about hardware nobody has
 profiled. Everything built from this pricer reports `is_estimate=True` and is
 labelled "roofline estimate".
+
+Number formats come with the batch (`features.work`): FP8 weights move 1 byte
+each, an FP8 KV cache 1 byte per element. An FP8 GEMM computes at the
+accelerator's `fp8_tflops` when it has FP8 tensor cores, else at its bf16 peak
+(an A100 runs FP8 checkpoints weight-only: weights stored in FP8, multiplied in
+16 bits). Attention over an FP8 KV cache computes at the bf16 peak (only its
+bytes shrink): a conservative choice, as FlashAttention-3 may run its FP8 path.
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from optimizer.hardware import Accelerator
-from optimizer.latency.features import MODELLED_OPS, OpBatch, work
+from optimizer.latency.features import GEMM_OPS, MODELLED_OPS, OpBatch, is_fp8, work
+from optimizer.latency.overhead import DEFAULT_ENGINE_OVERHEAD, EngineOverhead
 from optimizer.records import OpKind
 
 ROOFLINE_LABEL = "roofline estimate"
@@ -29,14 +37,14 @@ class RooflineOptions:
     link_efficiency: float = 0.7  # share of NVLink bandwidth an all-reduce reaches
     launch_ms: float = 0.004  # per kernel launch
     all_reduce_latency_ms: float = 0.01
-    overhead_s: float = 0.0005  # engine per-iteration overhead (scheduling, sampling)
+    overhead: EngineOverhead = DEFAULT_ENGINE_OVERHEAD  # the engine's own time per step
 
     def __post_init__(self) -> None:
         for name in ("compute_efficiency", "memory_efficiency", "link_efficiency"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"RooflineOptions.{name} must be in (0, 1], got {value!r}")
-        for name in ("launch_ms", "all_reduce_latency_ms", "overhead_s"):
+        for name in ("launch_ms", "all_reduce_latency_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RooflineOptions.{name} must be >= 0")
 
@@ -48,8 +56,21 @@ class RooflinePricer:
     accelerator: Accelerator
     options: RooflineOptions = field(default_factory=RooflineOptions)
 
+    def __post_init__(self) -> None:
+        fp8 = self.accelerator.fp8_tflops
+        if fp8 is not None and not fp8 > 0:
+            raise ValueError(f"{self.accelerator.name}: fp8_tflops must be > 0 or absent")
+
     def has(self, op: OpKind) -> bool:
         return op in MODELLED_OPS
+
+    def peak_flops_per_s(self, batch: OpBatch) -> float:
+        """The compute peak `batch` runs at: FP8 tensor cores for an FP8 GEMM when the
+        accelerator has them, else the bf16 peak."""
+        acc = self.accelerator
+        if batch.op in GEMM_OPS and is_fp8(batch) and acc.fp8_tflops is not None:
+            return acc.fp8_tflops * 1e12
+        return acc.flops_per_s
 
     def predict_ms(self, batch: OpBatch) -> np.ndarray:
         flops, moved = work(batch)
@@ -57,6 +78,6 @@ class RooflinePricer:
         if batch.op is OpKind.ALL_REDUCE:
             link = acc.link_gb_s * 1e9 * o.link_efficiency
             return o.all_reduce_latency_ms + 1e3 * moved / link
-        compute_s = flops / (acc.flops_per_s * o.compute_efficiency)
+        compute_s = flops / (self.peak_flops_per_s(batch) * o.compute_efficiency)
         memory_s = moved / (acc.hbm_bytes_per_s * o.memory_efficiency)
         return o.launch_ms + 1e3 * np.maximum(compute_s, memory_s)

@@ -1,7 +1,7 @@
 """The compiled fast path: a step's latency from precomputed tables.
 
-For one (model shape, accelerator, TP degree) every operator prediction is
-tabulated once on quantised grids:
+For one (model shape in one precision, accelerator, TP degree) every operator
+prediction is tabulated once on quantised grids:
 
 - token-parallel work (all layers' GEMMs, elementwise ops, all-reduces) and
   the LM head by token count, rounded *up* to a multiple of 8;
@@ -35,6 +35,8 @@ import numpy as np
 
 from optimizer.latency.base import StepLoad, TableReach
 from optimizer.latency.compose import Pricing
+from optimizer.latency.overhead import EngineOverhead
+from optimizer.shapes import DEFAULT_PRECISION
 
 TOKEN_STEP = 8
 
@@ -99,7 +101,7 @@ class CompiledStepLatency:
     is_estimate: bool
     label: str  # e.g. "learned (aiconfigurator)" or "roofline estimate"
     estimated_ops: tuple[str, ...]  # operators priced by the roofline inside a learned model
-    overhead_s: float
+    overhead: EngineOverhead  # the engine's own time per step
     ppo: int
     dense_ms: list[float]  # index (T + 7) // 8
     lm_head_ms: list[float]
@@ -109,6 +111,7 @@ class CompiledStepLatency:
     n_q: int
     n_b: int
     grid: TableGrid = TableGrid()
+    precision: str = DEFAULT_PRECISION.label  # the shape's weight and KV formats (Precision)
 
     # -- scalar path ---------------------------------------------------------------
     def _tokens(self, table: list[float], n: int) -> float:
@@ -149,7 +152,8 @@ class CompiledStepLatency:
             ms += extra * _interpolate(
                 decode[qd - 1], b, self.n_b, load.decode_kv_tokens / b, self.ppo, self.n_kv
             )
-        return self.overhead_s + ms * 1e-3
+        o = self.overhead
+        return o.base_s + o.per_seq_s * (b + len(prefill_q)) + o.per_token_s * n + ms * 1e-3
 
     # -- batch path ------------------------------------------------------------------
     def _tokens_np(self, table: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -200,7 +204,8 @@ class CompiledStepLatency:
         kv_mean = np.asarray(decode_kv_tokens, dtype=np.float64) / np.maximum(b, 1.0)
         dec = self._bilinear_np(np.asarray(self.decode_ms[qd - 1]), b, self.n_b, kv_mean)
         ms += np.where(b > 0, dec * (decode_q / qd), 0.0)
-        return self.overhead_s + ms * 1e-3
+        seqs = b + (q > 0)
+        return self.overhead.step_s(seqs, tok.astype(np.float64)) + ms * 1e-3
 
 
 _log2 = math.log2
@@ -238,7 +243,7 @@ def _monotone(values: np.ndarray, rows: int | None = None) -> list[float]:
 
 def compile_step_latency(
     pricing: Pricing,
-    overhead_s: float,
+    overhead: EngineOverhead,
     *,
     label: str,
     is_estimate: bool,
@@ -248,8 +253,8 @@ def compile_step_latency(
     grid = grid or TableGrid()
     if grid.max_tokens % TOKEN_STEP or grid.max_tokens < 2 * TOKEN_STEP:
         raise ValueError(f"TableGrid.max_tokens must be a multiple of {TOKEN_STEP}, >= 16")
-    if overhead_s < 0:
-        raise ValueError(f"overhead_s must be >= 0, got {overhead_s}")
+    if not isinstance(overhead, EngineOverhead):
+        raise ValueError(f"overhead must be an EngineOverhead, got {overhead!r}")
     ppo = grid.points_per_octave
     tokens = np.maximum(np.arange(0, grid.max_tokens + 1, TOKEN_STEP), 1)
     q_axis = _log_grid(grid.max_log2_q, ppo)
@@ -273,7 +278,7 @@ def compile_step_latency(
         is_estimate=is_estimate,
         label=label,
         estimated_ops=() if is_estimate else pricing.estimated_ops(),
-        overhead_s=float(overhead_s),
+        overhead=overhead,
         ppo=ppo,
         dense_ms=_monotone(pricing.dense_ms(tokens)),
         lm_head_ms=_monotone(pricing.lm_head_ms(tokens)),
@@ -283,11 +288,14 @@ def compile_step_latency(
         n_q=q_axis.shape[0],
         n_b=n_b,
         grid=grid,
+        precision=shape.precision.label,
     )
 
 
 _TABLES = ("dense_ms", "lm_head_ms", "prefill_ms")
-TABLE_FORMAT = 1  # of table_to_bytes; also part of cache keys (bump when compilation changes)
+# Of table_to_bytes; also part of cache keys (bump when compilation changes). 2: tables
+# honour the shape's precision (FP8 GEMMs, FP8 KV cache) and record it.
+TABLE_FORMAT = 3
 
 
 def table_to_bytes(table: CompiledStepLatency) -> bytes:
@@ -300,12 +308,13 @@ def table_to_bytes(table: CompiledStepLatency) -> bytes:
         "is_estimate": table.is_estimate,
         "label": table.label,
         "estimated_ops": list(table.estimated_ops),
-        "overhead_s": table.overhead_s,
+        "overhead": asdict(table.overhead),
         "ppo": table.ppo,
         "n_kv": table.n_kv,
         "n_q": table.n_q,
         "n_b": table.n_b,
         "grid": asdict(table.grid),
+        "precision": table.precision,
     }
     arrays = {name: np.asarray(getattr(table, name), dtype=np.float64) for name in _TABLES}
     arrays["decode_ms"] = np.asarray(table.decode_ms, dtype=np.float64)
@@ -331,11 +340,12 @@ def table_from_bytes(data: bytes) -> CompiledStepLatency:
         is_estimate=meta["is_estimate"],
         label=meta["label"],
         estimated_ops=tuple(meta["estimated_ops"]),
-        overhead_s=meta["overhead_s"],
+        overhead=EngineOverhead(**meta["overhead"]),
         ppo=meta["ppo"],
         n_kv=meta["n_kv"],
         n_q=meta["n_q"],
         n_b=meta["n_b"],
         grid=TableGrid(**meta["grid"]),
+        precision=meta["precision"],
         **arrays,
     )

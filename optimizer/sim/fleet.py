@@ -100,10 +100,14 @@ def _make_price(
     return price
 
 
-def make_scheduler(*, num_spec: int, force_general: bool = False, **kw) -> BaseScheduler:
-    """The aggregate-decode fast path when it applies (no speculation), else per request."""
-    cls = PerRequestScheduler if num_spec or force_general else AggregateDecodeScheduler
-    return cls(num_spec=num_spec, **kw)
+def make_scheduler(
+    *, num_spec: int, force_general: bool = False, prefill_first: bool = False, **kw
+) -> BaseScheduler:
+    """The aggregate-decode fast path when it applies (no speculation, decodes every step),
+    else per request."""
+    general = num_spec or force_general or prefill_first
+    cls = PerRequestScheduler if general else AggregateDecodeScheduler
+    return cls(num_spec=num_spec, prefill_first=prefill_first, **kw)
 
 
 def request_limit(config: ServingConfig, plan: RolePlan) -> int:
@@ -175,7 +179,7 @@ def build_fleet(
         speculate = spec.enabled and plan.role is not Role.PREFILL
         reach = role_reach(config, plan, longest_request)
         try:
-            target = latency.for_instance(icfg.accelerator, icfg.tp, reach)
+            target = latency.for_instance(icfg.accelerator, icfg.tp, reach, shape.precision)
             draft = None
             if speculate and draft_latency is not None:
                 draft = draft_latency.for_instance(icfg.accelerator, icfg.tp, reach)
@@ -196,6 +200,7 @@ def build_fleet(
             inst = make_scheduler(
                 num_spec=num_spec,
                 force_general=force_general,
+                prefill_first=icfg.scheduling == "prefill_first",
                 role=plan.role.value,
                 index=index,
                 max_num_batched_tokens=icfg.max_num_batched_tokens,

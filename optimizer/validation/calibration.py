@@ -33,6 +33,7 @@ import numpy as np
 
 from optimizer.config import ServingConfig
 from optimizer.latency.base import LatencySource, StepLatency, StepLoad, TableReach
+from optimizer.shapes import DEFAULT_PRECISION, Precision
 from optimizer.sim import SLO, DecodeFloorError, simulate
 from optimizer.validation.compare import Comparison, RequestOutcomes, ValidationError, compare
 from optimizer.workload import Workload
@@ -114,9 +115,13 @@ class CalibratedSource:
     default: Calibration | None = None
 
     def for_instance(
-        self, accelerator: str, tp: int, reach: TableReach | None = None
+        self,
+        accelerator: str,
+        tp: int,
+        reach: TableReach | None = None,
+        precision: Precision = DEFAULT_PRECISION,
     ) -> StepLatency:
-        step = self.base.for_instance(accelerator, tp, reach)
+        step = self.base.for_instance(accelerator, tp, reach, precision)
         cal = self.calibrations.get((accelerator.lower(), tp), self.default)
         if cal is None or cal.is_identity:
             return step

@@ -7,10 +7,28 @@ Layout read (newest version folder of each table):
   <gpu>/comm/nccl/<ver>/nccl_perf.parquet            collectives, message_size in elements
   <gpu>/<gpu>.yaml                                   system spec (memory, preferred NCCL)
 
-Filters (the project's default is a bf16 model with a bf16 KV cache):
-- GEMM: `gemm_dtype == "bfloat16"` (fp8 variants dropped).
-- Attention: `attn_dtype` and `kv_cache_dtype` both "bfloat16"/"float16",
-  full attention only (`window_size == 0`), `beam_width == 1`.
+Filters (a bf16 model with a bf16 KV cache, plus the FP8 variants vLLM runs for
+FP8 checkpoints and `--kv-cache-dtype fp8`):
+- GEMM: `gemm_dtype` "bfloat16" (dtype "bfloat16") and "fp8" (dtype "fp8").
+  "fp8" rows are CUTLASS per-tensor scaled FP8 GEMMs
+  (`CutlassFP8ScaledMMLinearKernel`: FP8 weights with per-tensor or
+  per-channel scales, activations quantised dynamically to FP8, 16-bit
+  output): the kernel vLLM runs on Hopper for `quant_method: fp8` checkpoints
+  without a weight block size, ModelOpt FP8 and compressed-tensors FP8
+  (e.g. nvidia/...-FP8, RedHatAI/...-FP8(-dynamic)), i.e. what `ModelShape`
+  quantization "fp8" means. Dropped: "fp8_block" (128x128 block-scaled
+  weights, CUTLASS/DeepGEMM/FlashInfer kernels), which vLLM uses only for
+  checkpoints that declare `weight_block_size` (DeepSeek-V3 style, Qwen's own
+  Qwen3-*-FP8), on their own grid of shapes; the model has no block-scaled
+  format yet. A100 tables hold bf16 GEMMs only (no FP8 tensor cores).
+- Attention: `attn_dtype` "bfloat16"/"float16" with `kv_cache_dtype` either
+  16-bit (dtype = attn_dtype) or "fp8" (dtype "fp8": for an
+  attention sample the dtype names the KV-cache format; queries and output
+  stay in attn_dtype); full attention only (`window_size == 0`; sliding
+  windows dropped), `beam_width == 1`. H100/H200 vLLM 0.24 hold FP8-KV rows
+  (FlashAttention-3) for both phases: per GPU 16,129 decode and 13,158
+  prefill rows of full attention (30,683 decode rows with the sliding-window
+  ones this drops); A100 0.14 holds none.
 - NCCL: `op_name == "all_reduce"`, `nccl_dtype == "half"`; the version named
   by the spec YAML's `misc.nccl_version` when it holds all-reduce rows, else the
   newest such version. message_bytes = message_size x 2.
@@ -38,6 +56,8 @@ from profiler.importers._common import (
 )
 
 SIXTEEN_BIT = ("bfloat16", "float16")
+FP8 = "fp8"  # KernelSample.dtype of FP8 GEMMs and of attention over an FP8 KV cache
+GEMM_DTYPES = ("bfloat16", FP8)  # gemm_dtype values kept ("fp8_block" dropped)
 GEMM_COLUMNS = ("gemm_dtype", "m", "n", "k", "latency")
 ATTN_COLUMNS = (
     "batch_size",
@@ -84,10 +104,10 @@ def _read_spec(folder: Path) -> dict:
 
 
 def _gemm_samples(path: Path) -> list[KernelSample]:
-    df = read_parquet(path, GEMM_COLUMNS).filter(pl.col("gemm_dtype") == "bfloat16")
+    df = read_parquet(path, GEMM_COLUMNS).filter(pl.col("gemm_dtype").is_in(GEMM_DTYPES))
     return [
-        KernelSample(OpKind.GEMM, lat, lat, lat, dtype="bfloat16", num_tokens=m, n=n, k=k)
-        for m, n, k, lat in df.select("m", "n", "k", "latency").iter_rows()
+        KernelSample(OpKind.GEMM, lat, lat, lat, dtype=dtype, num_tokens=m, n=n, k=k)
+        for m, n, k, lat, dtype in df.select("m", "n", "k", "latency", "gemm_dtype").iter_rows()
     ]
 
 
@@ -97,16 +117,17 @@ def _attention_samples(path: Path, op: OpKind) -> list[KernelSample]:
         "window_size" not in df.columns
     ):  # older tables (e.g. A100 vLLM 0.14) hold full attention only
         df = df.with_columns(pl.lit(0).alias("window_size"))
+    kv = pl.col("kv_cache_dtype")
     df = df.filter(
         pl.col("attn_dtype").is_in(SIXTEEN_BIT),
-        pl.col("kv_cache_dtype").is_in(SIXTEEN_BIT),
+        kv.is_in(SIXTEEN_BIT) | (kv == FP8),
         pl.col("window_size") == 0,
         pl.col("beam_width") == 1,
-    )
+    ).with_columns(pl.when(kv == FP8).then(pl.lit(FP8)).otherwise(pl.col("attn_dtype")).alias("dt"))
     cols = ("batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim")
     out = []
     for b, isl, step, heads, kv_heads, head_dim, lat, dtype in df.select(
-        *cols, "latency", "attn_dtype"
+        *cols, "latency", "dt"
     ).iter_rows():
         out.append(
             KernelSample(
@@ -169,7 +190,7 @@ def import_aiconfigurator(folder: Path, gpu: str | None = None) -> ImportedProfi
     samples += _attention_samples(gen_path, OpKind.DECODE_ATTN)
     samples += _nccl_samples(folder / "comm" / "nccl", spec)
     if not samples:
-        raise ProfileImportError(f"{folder}: no bf16/fp16 rows found in the tables")
+        raise ProfileImportError(f"{folder}: no bf16/fp16 or fp8 rows found in the tables")
     device_name = str(read_parquet(gemm_path, ("device",))["device"][0])
     mem = (spec.get("gpu") or {}).get("mem_capacity")
     device = DeviceInfo(

@@ -11,7 +11,6 @@ import pytest
 from optimizer.hardware import get_accelerator
 from optimizer.latency import StepLoad, build_catalog, compile_learned
 from optimizer.latency.compose import (
-    DEFAULT_OVERHEAD_S,
     iteration_ms,
     iterations_ms,
     mixed_load,
@@ -27,6 +26,7 @@ from optimizer.latency.evaluate import (
 from optimizer.latency.features import FEATURE_VERSION, OpBatch
 from optimizer.latency.fit import fit_latency_model
 from optimizer.latency.model import FitOptions, LatencyModelError
+from optimizer.latency.overhead import DEFAULT_ENGINE_OVERHEAD, NO_OVERHEAD
 from optimizer.latency.persist import (
     _MAGIC,
     PAYLOAD_SCHEMA_VERSION,
@@ -162,8 +162,10 @@ def test_overhead_fitted_on_mixed_iterations_and_used_by_catalogs() -> None:
     load = StepLoad(40, 9, (32,), (32,), 8, 8 * 256)
     own = compile_learned(TINY, model, 1, grid=SMALL).step_time_s(load)
     default = compile_learned(TINY, plain, 1, grid=SMALL).step_time_s(load)
-    assert own - default == pytest.approx(0.002 - DEFAULT_OVERHEAD_S, rel=1e-9)
-    forced = build_catalog(TINY, [model], (1,), overhead_s=0.0, grid=SMALL).for_instance("cpu", 1)
+    assert own - default == pytest.approx(0.002 - DEFAULT_ENGINE_OVERHEAD.load_s(load), rel=1e-9)
+    forced = build_catalog(TINY, [model], (1,), overhead=NO_OVERHEAD, grid=SMALL).for_instance(
+        "cpu", 1
+    )
     assert own - forced.step_time_s(load) == pytest.approx(0.002, rel=1e-9)
     catalog = build_catalog(TINY, [model], (1,), grid=SMALL).for_instance("cpu", 1)
     assert catalog.step_time_s(load) == own

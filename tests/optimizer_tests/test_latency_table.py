@@ -68,13 +68,17 @@ def test_compiled_matches_exact_composition(learned, tp: int) -> None:
     loads = _random_loads(np.random.default_rng(tp), 60)
     roof = Pricing(SHAPE, tp, RooflinePricer(get_accelerator("h200")))
     table = compile_roofline(SHAPE, get_accelerator("h200"), tp)
-    exact = np.array([iteration_ms(roof, ld, table.overhead_s) / 1e3 for ld in loads])
+    exact = np.array(
+        [iteration_ms(roof, ld, 0.0) / 1e3 + table.overhead.load_s(ld) for ld in loads]
+    )
     err = np.abs(np.array([table.step_time_s(ld) for ld in loads]) / exact - 1.0)
     assert np.median(err) < 0.01 and err.max() < 0.08  # quantisation: tokens rounded up to 8
     # A learned model's tables are also made monotone, which lifts its local dips.
     table = learned.for_instance("h100", tp)
     pricing = Pricing(SHAPE, tp, RooflinePricer(get_accelerator("h100")), _gemm_model())
-    exact = np.array([iteration_ms(pricing, ld, table.overhead_s) / 1e3 for ld in loads])
+    exact = np.array(
+        [iteration_ms(pricing, ld, 0.0) / 1e3 + table.overhead.load_s(ld) for ld in loads]
+    )
     ratio = np.array([table.step_time_s(ld) for ld in loads]) / exact
     assert np.median(np.abs(ratio - 1.0)) < 0.02 and ratio.min() > 0.95
 
@@ -160,7 +164,7 @@ def test_catalog_fallback_and_errors(learned, tmp_path: Path) -> None:
     estimate = learned.for_instance("h200", 1)
     assert estimate.is_estimate and estimate.label == ROOFLINE_LABEL
     spec = tmp_path / "stacked.yaml"
-    spec.write_text("name: stacked\nbf16_tflops: 1000\nhbm_gb: 96\nhbm_tb_s: 16\n")
+    spec.write_text("name: stacked\nbf16_tflops: 1000\nmemory_gib: 96\nhbm_tb_s: 16\n")
     fast_mem = learned.for_instance(str(spec), 1)
     ld = StepLoad(1, 1, (), (), 1, 1000)
     assert fast_mem.is_estimate and fast_mem.step_time_s(ld) < estimate.step_time_s(ld)
@@ -188,7 +192,7 @@ def test_fit_composition_recovers_overhead_and_operator_scale() -> None:
     assert two.overhead_s == pytest.approx(np.median(0.17 * composed[:2] + 0.0003))
     with pytest.raises(ValueError, match="matching"):
         fit_composition(pricing, loads, list(composed[:2]))
-    with pytest.raises(ValueError, match="overhead_s"):
+    with pytest.raises(ValueError, match="overhead must be an EngineOverhead"):
         compile_step_latency(pricing, -1.0, label="x", is_estimate=True)
 
 
@@ -271,3 +275,29 @@ def test_native_thread_count_changes_no_table(learned) -> None:
     one = LatencyCatalog(SHAPE, learned.models, num_threads=1).for_instance("h100", 1, reach)
     two = LatencyCatalog(SHAPE, learned.models, num_threads=2).for_instance("h100", 1, reach)
     assert one == two
+
+
+def test_engine_overhead_grows_with_sequences_and_tokens() -> None:
+    """By hand: 1 ms + 20 us x 4 sequences + 0.1 us x 103 tokens = 1.0903 ms on top of
+    the same table without overhead, in the scalar and batch paths and after storage."""
+    from optimizer.latency.overhead import NO_OVERHEAD, EngineOverhead
+    from optimizer.latency.roofline import RooflineOptions
+    from optimizer.latency.table import TableGrid, table_from_bytes, table_to_bytes
+
+    grid = TableGrid(max_tokens=1024, max_log2_q=10, max_log2_kv=12, max_log2_batch=5)
+    acc = get_accelerator("h100")
+    overhead = EngineOverhead(base_s=1e-3, per_seq_s=20e-6, per_token_s=1e-7)
+    with_o = compile_roofline(SHAPE, acc, 1, options=RooflineOptions(overhead=overhead), grid=grid)
+    none = compile_roofline(SHAPE, acc, 1, options=RooflineOptions(overhead=NO_OVERHEAD), grid=grid)
+    load = StepLoad(103, 4, (100,), (300,), 3, 3 * 500)
+    assert with_o.step_time_s(load) - none.step_time_s(load) == pytest.approx(1.0903e-3, rel=1e-9)
+    decode_only = StepLoad(3, 3, (), (), 3, 1500)  # 1 ms + 3 x 20 us + 3 x 0.1 us
+    diff = with_o.step_time_s(decode_only) - none.step_time_s(decode_only)
+    assert diff == pytest.approx(1.0603e-3, rel=1e-9)
+    args = ([103, 3], [4, 3], [3, 3], [1500, 1500], [100, 0], [300, 0])
+    np.testing.assert_allclose(
+        with_o.step_times_s(*args) - none.step_times_s(*args), [1.0903e-3, 1.0603e-3], rtol=1e-9
+    )
+    assert table_from_bytes(table_to_bytes(with_o)).overhead == overhead
+    with pytest.raises(ValueError, match=r"EngineOverhead\.per_seq_s must be a finite number"):
+        EngineOverhead(per_seq_s=-1.0)

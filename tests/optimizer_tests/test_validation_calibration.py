@@ -39,7 +39,7 @@ class LinearStep:
 
 @dataclass(frozen=True, slots=True)
 class LinearSource:
-    def for_instance(self, accelerator: str, tp: int, reach=None) -> LinearStep:
+    def for_instance(self, accelerator: str, tp: int, reach=None, precision=None) -> LinearStep:
         return LinearStep()
 
 

@@ -29,9 +29,51 @@ def test_aiconfigurator_h100_ops_and_filters(h100) -> None:
     assert h100.device.kind == "imported" and "H100" in h100.device.name
     counts = Counter(s.op for s in h100.samples)
     assert set(counts) == {OpKind.GEMM, OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.ALL_REDUCE}
-    assert counts[OpKind.GEMM] == 35742  # bfloat16 rows only (fp8 and fp8_block dropped)
-    assert all(s.dtype == "bfloat16" for s in h100.samples if s.op is OpKind.GEMM)
+    gemm = Counter(s.dtype for s in h100.samples if s.op is OpKind.GEMM)
+    assert gemm == {"bfloat16": 35742, "fp8": 35742}  # fp8_block (35,704 rows) dropped
     assert all(s.median_ms > 0 for s in h100.samples)
+
+
+def test_aiconfigurator_fp8_rows_keep_their_measurements(h100, shared_data: Path) -> None:
+    """FP8 GEMMs (per-tensor scaled) come in as dtype "fp8", and so does attention over an
+    FP8 KV cache (full attention only); each sample is its parquet row."""
+    attn = Counter((s.op, s.dtype) for s in h100.samples if s.op is not OpKind.GEMM)
+    assert attn[(OpKind.DECODE_ATTN, "fp8")] == 16129  # 30,683 with sliding windows
+    assert attn[(OpKind.PREFILL_ATTN, "fp8")] == 13158
+    assert attn[(OpKind.DECODE_ATTN, "bfloat16")] == 16929  # FA3 16,129 + FA4 800
+    root = shared_data / "profiles" / "aiconfigurator" / "h100_sxm"
+    gemm = pl.read_parquet(root / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet")
+    row = gemm.filter(
+        pl.col("gemm_dtype") == "fp8", pl.col("m") == 8192, pl.col("n") == 8192, pl.col("k") == 8192
+    )
+    assert row["kernel_source"].to_list() == ["CutlassFP8ScaledMMLinearKernel"]
+    fp8 = [
+        s
+        for s in h100.samples
+        if s.op is OpKind.GEMM and s.dtype == "fp8" and (s.num_tokens, s.n, s.k) == (8192,) * 3
+    ]
+    assert [s.median_ms for s in fp8] == row["latency"].to_list()
+    gen = pl.read_parquet(
+        root / "attention" / "vllm" / "0.24.0" / "generation_attention_perf.parquet"
+    ).filter(
+        pl.col("kv_cache_dtype") == "fp8",
+        pl.col("window_size") == 0,
+        pl.col("batch_size") == 16,
+        pl.col("step") == 32767,
+        pl.col("num_heads") == 32,
+        pl.col("num_key_value_heads") == 8,
+        pl.col("head_dim") == 128,
+    )
+    decode = [
+        s
+        for s in h100.samples
+        if s.op is OpKind.DECODE_ATTN
+        and s.dtype == "fp8"
+        and (s.batch_size, s.kv_len, s.num_heads, s.num_kv_heads, s.head_dim)
+        == (16, 32768, 32, 8, 128)
+    ]
+    assert gen.height == 1 and [s.median_ms for s in decode] == gen["latency"].to_list()
+    assert all(s.q_len == 1 for s in decode)
 
 
 def test_aiconfigurator_attention_mapping(h100) -> None:
@@ -57,6 +99,7 @@ def test_aiconfigurator_a100_without_window_column(shared_data: Path) -> None:
     )
     assert p.accelerator == "a100"
     assert Counter(s.op for s in p.samples)[OpKind.DECODE_ATTN] > 1000
+    assert not [s for s in p.samples if s.dtype == "fp8"]  # A100: no FP8 rows measured
 
 
 def test_vidur_mlp_shapes(shared_data: Path) -> None:
