@@ -15,7 +15,7 @@ request when the previous one finishes (as `vllm bench serve
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
@@ -308,11 +308,57 @@ def synthetic_workload(
 
 
 @dataclass(frozen=True, slots=True)
-class ClosedLoopWorkload:
-    """N clients; each sends request j+N when its request j finishes (plus think time).
+class FrontendDelay:
+    """From a client sending a request to the engine scheduling it (docs/closed-loop.md).
 
-    The request lengths are fixed up front (arrays of `num_requests`); the
-    simulator fills in the arrival times.
+    vLLM's API server handles requests one at a time on one event loop: HTTP parsing,
+    validation, tokenisation, then a hand-off to the engine process. A request reaches
+    the engine `per_request_s + per_prompt_token_s x prompt` after the server is free
+    of the one before, plus a random delay (exponential, mean `jitter_s`: network,
+    OS scheduling, the client's own turnaround after its previous response). This is
+    what breaks up clients that start together with equal lengths: without it every
+    wave of a closed loop would reach the engine in the same instant and prefill in
+    one step. Figures are estimates (a fast tokenizer does ~2-3 M tokens/s); the
+    sensitivity of TTFT to them is in docs/closed-loop.md.
+    """
+
+    per_request_s: float = 0.002
+    per_prompt_token_s: float = 4e-7
+    jitter_s: float = 0.002
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("per_request_s", "per_prompt_token_s", "jitter_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise WorkloadError(f"frontend {name}: expected seconds >= 0, got {value!r}")
+
+    @property
+    def is_zero(self) -> bool:
+        return self.per_request_s == self.per_prompt_token_s == self.jitter_s == 0
+
+    def costs_s(self, input_tokens: np.ndarray) -> list[float]:
+        """Each request's time in the API server (seconds)."""
+        cost = self.per_request_s + self.per_prompt_token_s * input_tokens.astype(np.float64)
+        if self.jitter_s > 0:
+            rng = np.random.default_rng(self.seed)
+            cost = cost + rng.exponential(self.jitter_s, size=input_tokens.shape[0])
+        return cost.tolist()
+
+
+NO_FRONTEND = FrontendDelay(0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoopWorkload:
+    """A benchmark client: `num_clients` slots; each sends its next request (in order)
+    when its previous one finishes, plus think time, and not before that request's
+    `release_s` (a request rate's schedule; None: all released at 0). With
+    `num_clients` >= the requests and release times this is an open loop.
+
+    The request lengths are fixed up front; the simulator fills in the send times.
+    `frontend` is the path from a send to the engine (`FrontendDelay`); TTFT is
+    measured from the send, as the client measures it.
     """
 
     num_clients: int
@@ -320,6 +366,10 @@ class ClosedLoopWorkload:
     output_tokens: np.ndarray
     think_time_s: float = 0.0
     name: str = ""
+    release_s: np.ndarray | None = None
+    frontend: FrontendDelay = field(default_factory=FrontendDelay)
+    prefix_hashes: tuple[np.ndarray, ...] | None = None
+    prefix_block_tokens: int = 16
 
     def __post_init__(self) -> None:
         inp = _as_array("input_tokens", self.input_tokens, np.int64)
@@ -336,6 +386,19 @@ class ClosedLoopWorkload:
             raise WorkloadError(f"num_clients must be a positive integer, got {self.num_clients!r}")
         if not (math.isfinite(self.think_time_s) and self.think_time_s >= 0):
             raise WorkloadError(f"think_time_s must be >= 0, got {self.think_time_s}")
+        if self.release_s is not None:
+            rel = _as_array("release_s", self.release_s, np.float64)
+            if rel.shape != inp.shape:
+                raise WorkloadError(f"release_s: {rel.size} times for {inp.size} requests")
+            if not np.all(np.isfinite(rel)) or rel.min() < 0 or np.any(np.diff(rel) < 0):
+                raise WorkloadError("release_s must be finite, >= 0 and non-decreasing")
+            object.__setattr__(self, "release_s", rel)
+        if not isinstance(self.frontend, FrontendDelay):
+            raise WorkloadError("frontend: expected a FrontendDelay")
+        if self.prefix_hashes is not None and len(self.prefix_hashes) != inp.size:
+            raise WorkloadError(
+                f"prefix_hashes: {len(self.prefix_hashes)} rows for {inp.size} requests"
+            )
 
     def __len__(self) -> int:
         return int(self.input_tokens.shape[0])

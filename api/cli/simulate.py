@@ -127,9 +127,23 @@ def result_json(result: SimulationResult, config: ServingConfig) -> dict:
     }
 
 
+def load_bench_workload(path: Path):
+    """A `vllm bench serve` workload file (`optimizer.bench_serve`) as the client runs it."""
+    from optimizer.bench_serve import BenchServeError, BenchServeSpec
+
+    try:
+        return BenchServeSpec.load(path).build()
+    except BenchServeError as exc:
+        fail(f"--workload {exc}")
+
+
 def simulate(
-    trace: Annotated[str, typer.Option(help="stored trace id, or a trace file")],
     config: Annotated[Path, typer.Option(help="ServingConfig as YAML or JSON")],
+    trace: Annotated[str | None, typer.Option(help="stored trace id, or a trace file")] = None,
+    workload: Annotated[
+        Path | None,
+        typer.Option(help="a vllm bench serve workload file (random_input_len, ...)"),
+    ] = None,
     model: Annotated[
         str | None, typer.Option(help="model shape preset (overrides the config's)")
     ] = None,
@@ -171,6 +185,10 @@ def simulate(
         fail("give both --slo-ttft-ms and --slo-tpot-ms, or neither")
     if slo_e2e_ms is not None and slo_ttft_ms is None:
         fail("--slo-e2e-ms needs --slo-ttft-ms and --slo-tpot-ms too")
+    for flag, value in (("--slo-ttft-ms", slo_ttft_ms), ("--slo-tpot-ms", slo_tpot_ms),
+                        ("--slo-e2e-ms", slo_e2e_ms)):  # fmt: skip
+        if value is not None and not (math.isfinite(value) and value > 0):
+            fail(f"{flag}: expected a positive number of milliseconds, got {value:g}")
     slo = None
     if slo_ttft_ms is not None and slo_tpot_ms is not None:
         try:
@@ -180,18 +198,25 @@ def simulate(
             fail(str(exc))
     if not (math.isfinite(time_scale) and time_scale > 0):
         fail(f"--time-scale must be a positive number, got {time_scale}")
-    workload = load_workload(trace)
-    if time_scale != 1.0:
-        workload = workload.time_scaled(time_scale)
+    if (trace is None) == (workload is None):
+        fail("give exactly one of --trace (a trace) or --workload (a vllm bench serve file)")
+    if workload is not None:
+        if time_scale != 1.0:
+            fail("--time-scale applies to a trace; change request_rate in the workload file")
+        replay = load_bench_workload(workload)
+    else:
+        replay = load_workload(trace)
+        if time_scale != 1.0:
+            replay = replay.time_scaled(time_scale)
     latency, label = resolve_latency(cfg.model, latency_model)
     try:
-        result = run_simulation(workload, cfg, latency, seed=seed, slo=slo)
+        result = run_simulation(replay, cfg, latency, seed=seed, slo=slo)
     except (SimulationError, LookupError, ValueError) as exc:
         fail(str(exc))
     if as_json:
         typer.echo(json.dumps(result_json(result, cfg), indent=2))
         return
-    table = Table("figure", "value", title=f"{workload.name} on {cfg.mode.value} "
+    table = Table("figure", "value", title=f"{replay.name} on {cfg.mode.value} "
                   f"({result.num_gpus} GPUs), latency: {label}")  # fmt: skip
     for name, value in summary_rows(result):
         table.add_row(name, value)

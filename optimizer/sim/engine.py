@@ -62,6 +62,8 @@ class _EventLoop:
         "check",
         "closed",
         "disagg",
+        "fe_cost",
+        "fe_free",
         "fleet",
         "front_router",
         "heap",
@@ -77,10 +79,12 @@ class _EventLoop:
         "num_rejected",
         "num_transfers",
         "on_arrival",
+        "on_enter",
         "on_kv",
         "on_step_end",
         "outputs",
         "prompts",
+        "release",
         "seq",
         "think_s",
         "to_wake",
@@ -121,15 +125,24 @@ class _EventLoop:
         self.to_wake: list[BaseScheduler] = []
         # The handlers, bound once: heap entries carry them (and `arrive` compares by identity).
         self.on_arrival = self.arrive
+        self.on_enter = self.enter
         self.on_step_end = self.end_step
         self.on_kv = self.land_kv
+        self.fe_cost: list[float] | None = None
+        self.fe_free = 0.0
+        self.release: list[float] | None = None
         if self.closed:
             assert isinstance(workload, ClosedLoopWorkload)
             self.arrival_s = None
             self.think_s = workload.think_time_s
+            if workload.release_s is not None:
+                self.release = workload.release_s.tolist()
+            if not workload.frontend.is_zero:
+                self.fe_cost = workload.frontend.costs_s(workload.input_tokens)
             self.next_rid = min(workload.num_clients, self.n)
             for rid in range(self.next_rid):
-                heappush(self.heap, (0.0, next(self.seq), self.on_arrival, rid))
+                start = self.release[rid] if self.release is not None else 0.0
+                heappush(self.heap, (start, next(self.seq), self.on_arrival, rid))
         else:
             self.arrival_s = workload.arrival_s.tolist()
             self.think_s = 0.0
@@ -147,11 +160,22 @@ class _EventLoop:
     # ------------------------------------------------------------------ handlers
 
     def arrive(self, now: float, rid: int) -> None:
-        """A request arrives: admit it to a front instance, or reject it."""
+        """A request is sent (its TTFT counts from here); it reaches the engine at once, or
+        through the API server (`FrontendDelay`, closed loops)."""
         heap = self.heap
         if not self.closed and rid + 1 < self.n:
             heappush(heap, (self.arrival_s[rid + 1], next(self.seq), self.on_arrival, rid + 1))
         self.log.arrival_s[rid] = now
+        if self.fe_cost is not None:
+            t = (now if now > self.fe_free else self.fe_free) + self.fe_cost[rid]
+            self.fe_free = t
+            heappush(heap, (t, next(self.seq), self.on_enter, rid))
+            return
+        self.enter(now, rid)
+
+    def enter(self, now: float, rid: int) -> None:
+        """A request reaches the engine: admit it to a front instance, or reject it."""
+        heap = self.heap
         p, o = self.prompts[rid], self.outputs[rid]
         fleet = self.fleet
         if p + o > fleet.back_limit or (self.disagg and p + 1 > fleet.front_limit):
@@ -168,7 +192,11 @@ class _EventLoop:
             if not inst.busy:
                 # simultaneous arrivals are queued together before the idle instance starts
                 self.to_wake.append(inst)
-        if self.to_wake and not (heap and heap[0][0] == now and heap[0][2] is self.on_arrival):
+        if self.to_wake and not (
+            heap
+            and heap[0][0] == now
+            and (heap[0][2] is self.on_arrival or heap[0][2] is self.on_enter)
+        ):
             for idle in self.to_wake:
                 if not idle.busy:
                     self._start(idle, now)
@@ -243,9 +271,10 @@ class _EventLoop:
     def _next_client(self, now: float) -> None:
         """Closed loop: a client whose request ended (or was rejected) sends its next."""
         if self.closed and self.next_rid < self.n:
-            heappush(
-                self.heap, (now + self.think_s, next(self.seq), self.on_arrival, self.next_rid)
-            )
+            t = now + self.think_s
+            if self.release is not None and self.release[self.next_rid] > t:
+                t = self.release[self.next_rid]
+            heappush(self.heap, (t, next(self.seq), self.on_arrival, self.next_rid))
             self.next_rid += 1
 
 
@@ -279,8 +308,7 @@ def simulate(
     log = RunLog(len(workload))
     hashes = None
     block_tokens = 16
-    closed = isinstance(workload, ClosedLoopWorkload)
-    if config.enable_prefix_caching and not closed and workload.prefix_hashes is not None:
+    if config.enable_prefix_caching and workload.prefix_hashes is not None:
         hashes = hashes_as_lists(workload.prefix_hashes)
         block_tokens = workload.prefix_block_tokens
     clamped = [0]

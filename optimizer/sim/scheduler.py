@@ -48,6 +48,7 @@ class BaseScheduler(ABC):
     """Scheduler state of one instance. `schedule` plans a step; `complete` applies it."""
 
     __slots__ = (
+        "admit_reserve",
         "budget",
         "busy",
         "chunked",
@@ -66,6 +67,7 @@ class BaseScheduler(ABC):
         "num_spec",
         "outstanding",
         "pool",
+        "prefill_first",
         "prefix",
         "price",
         "pulls",
@@ -99,6 +101,7 @@ class BaseScheduler(ABC):
         tp: int = 1,
         floor_s: float = 0.0,
         price: Callable[[StepLoad], float] | None = None,
+        prefill_first: bool = False,
     ) -> None:
         self.role = role
         self.index = index
@@ -131,6 +134,10 @@ class BaseScheduler(ABC):
         self.tp = tp
         self.floor_s = floor_s
         self.price = price  # StepLoad -> seconds
+        # vLLM v0 (no chunked prefill): prompts get steps of their own, and a prompt is
+        # admitted only while 1% of the blocks stay free (its block manager's watermark).
+        self.prefill_first = prefill_first
+        self.admit_reserve = -(-num_blocks // 100) if prefill_first else 0
 
     # ------------------------------------------------------------------ queries
 
@@ -146,7 +153,13 @@ class BaseScheduler(ABC):
     def schedule(self, now: float) -> StepLoad | None:
         """Plan the next step; None when there is nothing to run."""
         self.chunks.clear()
+        if self.prefill_first and (self.waiting or self.ready):
+            self._admit(now, self.budget)
+            if self.chunks:  # a prefill-only step; the decodes wait for the next
+                return self._build_load()
         budget, preempted = self._schedule_running(now)
+        if self.prefill_first:
+            return self._build_load()
         if not preempted and budget > 0 and (self.waiting or self.ready):
             self._admit(now, budget)
         return self._build_load()
@@ -211,7 +224,7 @@ class BaseScheduler(ABC):
             need = pool.extra_blocks(r, computed + chunk)
             if hits:
                 need -= hits * prefix.blocks_per_hash
-            if need + revive > pool.num_free:
+            if need + revive > pool.num_free - self.admit_reserve:
                 break
             queue.popleft()
             if prefix is not None and r.num_computed == 0:

@@ -3,8 +3,10 @@
 Per-request arrays: `input_lens`, `output_lens`, `ttfts` (seconds) are
 required; `latencies` (seconds) is used when present, else each latency is
 TTFT plus the sum of its `itls`; `start_times` (seconds, any origin) give the
-arrivals, and without them the file must come from a burst run
-(`request_rate` inf: every request arrives at 0). Failed requests (a
+arrivals; without them a burst run (`request_rate` inf) has every request at 0,
+and a run at a finite rate (no `max_concurrency`) gets the schedule its client
+drew, regenerated from its seed (`optimizer.bench_serve.client_send_times`,
+the pre-0.9 client's order: these files predate `start_times`). Failed requests (a
 non-empty `errors` entry, or 0 output tokens) are dropped and counted.
 Summary fields (`duration`, `request_rate`, `mean_ttft_ms`, `p99_ttft_ms`,
 `mean_tpot_ms`, `request_goodput`, `spec_decode_acceptance_length`, ...) are
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from optimizer.bench_serve import client_send_times
 from optimizer.validation.compare import RequestOutcomes
 from optimizer.workload import Workload
 
@@ -59,6 +62,7 @@ class Observation:
     num_failed: int
     backend: str = ""
     model_id: str = ""
+    arrivals: str = "recorded"  # "burst" (rate inf), or "regenerated" from the client's seed
 
 
 def _fail(where: str, message: str) -> ObservationFormatError:
@@ -96,18 +100,36 @@ def _itl_sums(data: dict, where: str, n: int) -> np.ndarray:
     return sums
 
 
-def _arrivals(data: dict, where: str, n: int) -> np.ndarray:
+def _arrivals(data: dict, where: str, n: int) -> tuple[np.ndarray, str]:
+    """Arrival times and how they were known: "recorded", "burst", or "regenerated"."""
     if "start_times" in data:
         start = _numbers(data, "start_times", where, n)
-        return start - start.min()
+        return start - start.min(), "recorded"
     rate = data.get("request_rate")
     if rate in ("inf", "Infinity") or (isinstance(rate, float) and math.isinf(rate)):
-        return np.zeros(n)
-    raise _fail(
-        where,
-        f"no 'start_times' and request_rate={rate!r}: arrival times are unknown "
-        "(use a vLLM version that saves start_times, or a burst run with --request-rate inf)",
-    )
+        return np.zeros(n), "burst"
+    if data.get("max_concurrency") is not None:
+        raise _fail(
+            where,
+            f"no 'start_times', request_rate={rate!r} and max_concurrency="
+            f"{data['max_concurrency']!r}: when each request was sent depends on the run",
+        )
+    if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not rate > 0:
+        raise _fail(where, f"request_rate: expected a positive number or inf, got {rate!r}")
+    burst = data.get("burstiness", 1.0)
+    if burst is None:
+        burst = 1.0
+    if not isinstance(burst, (int, float)) or isinstance(burst, bool) or not burst > 0:
+        raise _fail(where, f"burstiness: expected a positive number, got {burst!r}")
+    seed = data.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise _fail(where, f"seed: expected a non-negative integer, got {seed!r}")
+    # A client that saves no start_times predates vLLM ~0.9: it sent the first request
+    # at 0 and each next one after a fresh gamma gap from numpy's generator seeded with
+    # --seed (0 unless the file says): the schedule is regenerated exactly so.
+    sends = client_send_times(n, float(rate), float(burst), seed, "cumulative")
+    assert sends is not None
+    return sends, "regenerated"
 
 
 def parse_vllm_result(data: object, *, name: str = "vllm-bench", where: str = "") -> Observation:
@@ -125,7 +147,7 @@ def parse_vllm_result(data: object, *, name: str = "vllm-bench", where: str = ""
         latency = _numbers(data, "latencies", where, n)
     else:
         latency = ttft + _itl_sums(data, where, n)
-    arrival = _arrivals(data, where, n)
+    arrival, arrivals = _arrivals(data, where, n)
     errors = data.get("errors")
     failed = out <= 0
     if errors is not None:
@@ -174,6 +196,7 @@ def parse_vllm_result(data: object, *, name: str = "vllm-bench", where: str = ""
         num_failed=int(failed.sum()),
         backend=str(data.get("backend", "")),
         model_id=str(data.get("model_id", "")),
+        arrivals=arrivals,
     )
 
 

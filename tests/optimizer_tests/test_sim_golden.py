@@ -220,7 +220,7 @@ class _CheapPrefill:
     def step_time_s(self, load) -> float:
         return C if load.num_decode_seqs else 0.001
 
-    def for_instance(self, accelerator: str, tp: int, reach=None):
+    def for_instance(self, accelerator: str, tp: int, reach=None, precision=None):
         return self
 
 
@@ -294,3 +294,20 @@ def test_a_full_decode_instance_backpressures_prefill():
     # for the decode instance until 7C (first token 8C).
     np.testing.assert_allclose(res.ttft_s, [2 * C, 5 * C, 8 * C], rtol=1e-3)
     np.testing.assert_allclose(res.e2e_s, [4 * C, 7 * C, 10 * C], rtol=1e-3)
+
+
+def test_vllm_v0_prefills_before_it_decodes():
+    """Three 600-token prompts, a 1,024-token budget, constant 10 ms steps. v0
+    (prefill_first): [A], then [B] (A's decode waits: prompts first), then [C], then the
+    three decode together. v1 (mixed): [A], [A decodes + B], [A, B decode + C]."""
+    wl = make_workload([0.0, 0.0, 0.0], [600, 600, 600], [3, 3, 3])
+    v0 = colocated(max_num_batched_tokens=1024, max_num_seqs=8, enable_chunked_prefill=False,
+                   scheduling="prefill_first")  # fmt: skip
+    res = simulate(wl, v0, const(), check_invariants=True)
+    np.testing.assert_allclose(res.ttft_s, [C, 2 * C, 3 * C])
+    # then 2 decode steps for everyone: all finish at 5 C
+    np.testing.assert_allclose(res.e2e_s, [5 * C, 5 * C, 5 * C])
+    v1 = colocated(max_num_batched_tokens=1024, max_num_seqs=8, enable_chunked_prefill=False)
+    res = simulate(wl, v1, const(), check_invariants=True)
+    np.testing.assert_allclose(res.ttft_s, [C, 2 * C, 3 * C])
+    np.testing.assert_allclose(res.e2e_s, [3 * C, 4 * C, 5 * C])

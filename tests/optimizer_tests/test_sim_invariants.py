@@ -29,7 +29,7 @@ class CheckingSource:
     spec_k: int = 0
     loads: list[StepLoad] = field(default_factory=list)
 
-    def for_instance(self, accelerator: str, tp: int, reach=None) -> CheckingSource:
+    def for_instance(self, accelerator: str, tp: int, reach=None, precision=None) -> CheckingSource:
         return self
 
     @property

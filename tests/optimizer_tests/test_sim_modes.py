@@ -19,6 +19,7 @@ from optimizer.latency.analytic import LinearLatency, SingleLatencySource
 from optimizer.sim import SLO, max_sustainable_rate, simulate
 from optimizer.sim.fleet import alpha_from_acceptance
 from optimizer.workload import (
+    NO_FRONTEND,
     ClosedLoopWorkload,
     FixedLength,
     LognormalLength,
@@ -34,14 +35,15 @@ LINEAR = SingleLatencySource(LinearLatency(base_s=0.007, per_token_s=3e-5, per_k
 
 def test_closed_loop_clients_send_the_next_request_when_the_last_finishes():
     # 2 clients, 4 requests of (10 prompt, 3 output), think 0: each round takes 3 steps.
-    c = ClosedLoopWorkload(2, np.full(4, 10), np.full(4, 3))
+    c = ClosedLoopWorkload(2, np.full(4, 10), np.full(4, 3), frontend=NO_FRONTEND)
     res = simulate(c, ServingConfig.colocated(MODEL), CONST)
     np.testing.assert_allclose(res.arrival_s, [0, 0, 3 * C, 3 * C])
     np.testing.assert_allclose(res.e2e_s, [3 * C] * 4)
 
 
 def test_closed_loop_think_time_delays_the_next_request():
-    c = ClosedLoopWorkload(1, np.full(2, 10), np.full(2, 2), think_time_s=1.0)
+    c = ClosedLoopWorkload(1, np.full(2, 10), np.full(2, 2), think_time_s=1.0,
+                           frontend=NO_FRONTEND)  # fmt: skip
     res = simulate(c, ServingConfig.colocated(MODEL), CONST)
     np.testing.assert_allclose(res.arrival_s, [0, 2 * C + 1.0])
 

@@ -62,6 +62,15 @@ def test_burst_run_without_start_times() -> None:
     assert parse_vllm_result(data).workload.arrival_s.tolist() == [0.0, 0.0, 0.0]
 
 
+def test_finite_rate_without_start_times_regenerates_the_clients_schedule() -> None:
+    # A pre-0.9 client: first request at 0, then numpy's gamma gaps seeded with --seed.
+    data = vllm_result(seed=7)
+    del data["start_times"]
+    gaps = np.random.RandomState(7).gamma(shape=1.0, scale=1.0 / 4.0, size=3)
+    expected = [0.0, gaps[0], gaps[0] + gaps[1]]
+    np.testing.assert_allclose(parse_vllm_result(data).workload.arrival_s, expected)
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -84,9 +93,13 @@ def test_missing_keys_and_arrivals() -> None:
     del data["ttfts"]
     with pytest.raises(ObservationFormatError, match=r"missing key 'ttfts'.*--save-detailed"):
         parse_vllm_result(data)
-    data = vllm_result()
+    data = vllm_result(max_concurrency=2)
     del data["start_times"]
-    with pytest.raises(ObservationFormatError, match="arrival times are unknown"):
+    with pytest.raises(ObservationFormatError, match="when each request was sent depends"):
+        parse_vllm_result(data)
+    data = vllm_result(request_rate="bad")
+    del data["start_times"]
+    with pytest.raises(ObservationFormatError, match="request_rate: expected a positive"):
         parse_vllm_result(data)
     with pytest.raises(ObservationFormatError, match="expected a JSON object"):
         parse_vllm_result([1, 2])
