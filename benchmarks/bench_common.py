@@ -13,7 +13,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SERVETUNE_SHARED_DATA", REPO.parent / "shared" / "data"))
 TRACES = SHARED / "traces" / "azure2023"
-AICONFIGURATOR_H100 = SHARED / "profiles" / "aiconfigurator" / "h100_sxm"
+AICONFIGURATOR = SHARED / "profiles" / "aiconfigurator"
+AICONFIGURATOR_H100 = AICONFIGURATOR / "h100_sxm"
 SERVETUNE = str(Path(sys.executable).with_name("servetune"))
 
 
@@ -27,8 +28,11 @@ def run(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[f
     return wall, done.stdout + done.stderr
 
 
-def prepare_database(url: str | None, workdir: Path) -> tuple[str, dict[str, str]]:
-    """A database holding a fitted H100 model (imported and fitted when it has none)."""
+def prepare_database(
+    url: str | None, workdir: Path, gpus: tuple[str, ...] = ("h100",)
+) -> tuple[str, dict[str, str]]:
+    """A database holding a fitted model of each of `gpus` (AIConfigurator's tables,
+    imported and fitted when it has none)."""
     from storage.db import make_engine, session_scope, upgrade_database
     from storage.latency_models import list_latency_models
 
@@ -37,11 +41,13 @@ def prepare_database(url: str | None, workdir: Path) -> tuple[str, dict[str, str
     upgrade_database(url)
     engine = make_engine(url)
     with session_scope(engine) as s:
-        has_h100 = any(m.accelerator == "h100" for m in list_latency_models(s))
+        have = {m.accelerator for m in list_latency_models(s)}
     engine.dispose()
-    if not has_h100:
-        print("importing and fitting the AIConfigurator H100 tables (once) ...", flush=True)
-        _, out = run([SERVETUNE, "profile", "import", str(AICONFIGURATOR_H100),
+    for gpu in gpus:
+        if gpu in have:
+            continue
+        print(f"importing and fitting the AIConfigurator {gpu} tables (once) ...", flush=True)
+        _, out = run([SERVETUNE, "profile", "import", str(AICONFIGURATOR / f"{gpu}_sxm"),
                       "--format", "aiconfigurator"], env)  # fmt: skip
         run_id = re.search(r"stored profile run (\d+)", out).group(1)
         run([SERVETUNE, "latency", "fit", "--profile", run_id], env)

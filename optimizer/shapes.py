@@ -192,6 +192,7 @@ PRESETS: dict[str, ModelShape] = {
         ModelShape("qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936),
         ModelShape("qwen3-0.6b", 28, 1024, 16, 8, 128, 3072, 151936, tie_word_embeddings=True),
         _llama("qwen2-7b", 28, 3584, 28, 4, 18944, 152064),
+        _llama("qwen1.5-7b", 32, 4096, 32, 32, 11008, 151936),
         _llama("qwen2-72b", 80, 8192, 64, 8, 29568, 152064),
         # Tiny shapes sized for CPU profiling and the reference engine.
         ModelShape("tiny", 4, 256, 8, 2, 32, 768, 4096, dtype="float32"),
@@ -214,6 +215,7 @@ HF_IDS: dict[str, str] = {
     "qwen3-32b": "Qwen/Qwen3-32B",
     "qwen3-0.6b": "Qwen/Qwen3-0.6B",
     "qwen2-7b": "Qwen/Qwen2-7B-Instruct",
+    "qwen1.5-7b": "Qwen/Qwen1.5-7B-Chat",
     "qwen2-72b": "Qwen/Qwen2-72B-Instruct",
 }
 
@@ -250,6 +252,10 @@ _CHECKPOINTS: dict[str, tuple[str, str]] = {
     "mistralai/mistral-7b-instruct-v0.1": ("mistral-7b", "none"),
     "mistralai/mistral-7b-v0.3": ("mistral-7b", "none"),
     "qwen/qwen2-7b": ("qwen2-7b", "none"),
+    "qwen/qwen1.5-7b": ("qwen1.5-7b", "none"),
+    # LLaMA-1 has Llama-2's dimensions (only its context, 2,048, is shorter).
+    "huggyllama/llama-7b": ("llama-2-7b", "none"),
+    "huggyllama/llama-13b": ("llama-2-13b", "none"),
     "qwen/qwen2-72b": ("qwen2-72b", "none"),
     "qwen/qwen3-8b-fp8": ("qwen3-8b", "fp8"),
     "qwen/qwen3-32b-fp8": ("qwen3-32b", "fp8"),

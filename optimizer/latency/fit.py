@@ -49,7 +49,9 @@ def fit_latency_model(
                 (fp8_ops if fp8 else ops)[op] = fitted
         if not ops and not fp8_ops:
             raise LatencyModelError(
-                f"{accelerator}: no operator has {MIN_SAMPLES}+ samples of a modelled kind"
+                f"{accelerator}: no operator has {MIN_SAMPLES}+ samples of a modelled kind "
+                f"({len(samples)} samples in all); a profile taken with `--grid quick` is a "
+                "smoke test too small to fit: profile with `--grid default`"
             )
         model = LatencyModel(accelerator, source, ops, fp8_ops=fp8_ops)
         mixed = [s for s in samples if s.op is OpKind.MIXED_ITERATION]

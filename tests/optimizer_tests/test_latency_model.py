@@ -89,7 +89,7 @@ def test_predictions_positive_and_monotone_in_work() -> None:
 
 def test_fit_errors() -> None:
     few = _gemm_samples(np.random.default_rng(4), 3)
-    with pytest.raises(LatencyModelError, match="no operator"):
+    with pytest.raises(LatencyModelError, match=r"no operator.*\(3 samples.*`--grid default`"):
         fit_latency_model(few, accelerator="h100")
     batch = OpBatch.make(OpKind.GEMM, num_tokens=np.arange(1, 20), n=64, k=64)
     with pytest.raises(LatencyModelError, match="finite and > 0"):

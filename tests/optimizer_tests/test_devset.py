@@ -1,0 +1,65 @@
+"""The development set (LLM-Inference-Bench vLLM batch runs) and its replay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from optimizer.latency.analytic import LinearLatency, SingleLatencySource
+from optimizer.sim import simulate
+from optimizer.validation.devset import BatchRun, Deployment, DevSetError, deployment, runs_of
+
+HEADER = "gpu,num_gpus,model,input_tokens,output_tokens,batch_size,latency_s,ttft_s\n"
+
+
+def _run(**change: object) -> BatchRun:
+    fields = dict(gpu="a100", tp=1, model="meta-llama/Llama-2-7b-hf", input_tokens=10,
+                  output_tokens=3, batch_size=2, latency_s=1.0, ttft_s=None)  # fmt: skip
+    fields.update(change)
+    return BatchRun(**fields)  # type: ignore[arg-type]
+
+
+def test_a_run_replays_as_the_v0_engine_ran_it() -> None:
+    dep = deployment(_run())
+    assert isinstance(dep, Deployment)
+    cfg = dep.config
+    assert cfg.model == "meta-llama/Llama-2-7b-hf"
+    inst = cfg.replica
+    assert inst.accelerator == "a100-40gb" and inst.scheduling == "prefill_first"
+    assert not inst.enable_chunked_prefill and inst.max_num_batched_tokens == 4096
+    assert inst.max_num_seqs == 256
+    # By hand, one step costing C: both prompts prefill in one step (first token), then
+    # two decode steps: the makespan is 3 C; the TTFT run is that one step.
+    c = 0.01
+    const = SingleLatencySource(LinearLatency(base_s=c))
+    res = simulate(dep.workload, cfg, const, seed=0)
+    assert float(np.nanmax(res.e2e_s)) == pytest.approx(3 * c)
+    res = simulate(dep.ttft_workload, cfg, const, seed=0)
+    assert float(np.nanmax(res.e2e_s)) == pytest.approx(c)
+
+
+def test_unmodelled_runs_say_why() -> None:
+    assert "not a dense Llama-style shape" in str(deployment(_run(model="bigscience/bloom-7b1")))
+    assert "is not one of" in str(deployment(_run(gpu="mi250")))
+    # LLaMA-1 has Llama-2's dimensions with a 2,048-token context
+    dep = deployment(_run(model="huggyllama/llama-7b"))
+    assert isinstance(dep, Deployment) and dep.config.replica.max_num_batched_tokens == 2048
+
+
+def test_malformed_rows_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "dev.csv"
+    path.write_text(HEADER + "a100,1,m,1024,1024,many,1.0,\n")
+    with pytest.raises(DevSetError, match="line 2"):
+        runs_of(path)
+    with pytest.raises(DevSetError, match="cannot read"):
+        runs_of(tmp_path / "missing.csv")
+
+
+def test_the_shared_file(shared_data: Path) -> None:
+    runs = runs_of(shared_data / "observations" / "llm-inference-bench" / "vllm_nvidia.csv")
+    assert len(runs) == 754
+    assert sum(r.ttft_s is not None for r in runs) == 9
+    replayed = [r for r in runs if isinstance(deployment(r), Deployment)]
+    assert len(replayed) >= 590  # every dense Llama-style model on A100, H100 and GH200
