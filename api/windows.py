@@ -4,10 +4,17 @@ A stream's window is its uploads of the last `window_s` seconds. Its summary
 combines the uploads' stored statistics: request-weighted means, and p90s as
 the request-weighted mean of each upload's p90 (exact for one upload, an
 approximation across several; good enough to notice a shift).
+
+The mean rate is the window's requests over the time its uploads cover together.
+Uploads keep arrival times relative to their first request, so an upload is placed
+on the clock by its upload time: it covers the `duration_s` before `created_at`.
+Overlapping spans (two uploads of the same hour, e.g. from two replicas' logs) are
+merged, so they count once: their rate is (N + M) / 3600 s, not (N + M) / 7200 s.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -42,11 +49,25 @@ class FigureChange:
 DRIFT_FIGURES = ("mean_rate", "input_mean", "input_p90", "output_mean", "output_p90")
 
 
+def covered_s(traces: list[TraceInfo]) -> float:
+    """Seconds the uploads cover together: the union of their spans, each the `duration_s`
+    before its upload time (overlapping spans merged, gaps not counted)."""
+    origin = min(t.created_at for t in traces)
+    ends = [(t.created_at - origin).total_seconds() for t in traces]
+    spans = sorted((end - t.stats.duration_s, end) for t, end in zip(traces, ends, strict=True))
+    total, reached = 0.0, -math.inf
+    for start, end in spans:
+        if end > reached:
+            total += end - max(start, reached)
+            reached = end
+    return total
+
+
 def summarize(traces: list[TraceInfo]) -> WindowSummary:
     if not traces:
         raise EmptyWindow("no uploads in the window")
     n = sum(t.stats.num_requests for t in traces)
-    duration = sum(t.stats.duration_s for t in traces)
+    duration = covered_s(traces)
 
     def weighted(get) -> float:
         return sum(get(t) * t.stats.num_requests for t in traces) / n

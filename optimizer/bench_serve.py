@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from optimizer.workload import ClosedLoopWorkload, FrontendDelay, WorkloadError
+from optimizer.workload import ClosedLoopWorkload, FrontendDelay, Workload, WorkloadError
 
 ARRIVAL_STYLES = ("rescaled", "cumulative")
 _MAX_PROMPTS = 10_000_000
@@ -189,6 +189,34 @@ class BenchServeSpec:
                 frontend=self.frontend,
                 prefix_hashes=self.prefix_hashes(),
             )
+        except WorkloadError as exc:
+            raise BenchServeError(str(exc)) from exc
+
+    def open_loop(self) -> Workload:
+        """The requests as an open-loop trace, each at its send time whatever the others
+        do: what `tune` sizes fleets for by scaling the arrival rate. Only a finite
+        `request_rate` with no `max_concurrency` below `num_prompts` is such a trace; a
+        closed loop's load is set by its clients, not by a rate (BenchServeError)."""
+        if self.max_concurrency is not None and self.max_concurrency < self.num_prompts:
+            raise BenchServeError(
+                f"max_concurrency: {self.max_concurrency} clients make a closed loop, whose "
+                "load no arrival rate describes; tune sizes fleets for a rate: give "
+                "request_rate and no max_concurrency, or compare configs of a closed loop "
+                "with `servetune simulate --workload`"
+            )
+        sends = self.release_times()
+        if sends is None:
+            raise BenchServeError(
+                "request_rate: inf sends every prompt at once, a burst no fleet is sized "
+                "for by rate; give a finite request_rate (requests/s) to tune"
+            )
+        inp, out = self.lengths()
+        hashes = self.prefix_hashes()
+        try:
+            return Workload(
+                sends - sends[0], inp, out, prefix_hashes=hashes,
+                prefix_block_tokens=16 if hashes is not None else 0, name=self.describe(),
+            )  # fmt: skip
         except WorkloadError as exc:
             raise BenchServeError(str(exc)) from exc
 

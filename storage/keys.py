@@ -94,9 +94,10 @@ def count_keys(session: Session, *, project: str | None = None) -> int:
     return int(session.scalar(query) or 0)
 
 
-def revoke_key(session: Session, key_id: int) -> ApiKeyInfo:
+def revoke_key(session: Session, key_id: int, *, project: str | None = None) -> ApiKeyInfo:
+    """Revoke a key (of `project` only, when given: another project's key is not found)."""
     row = session.get(ApiKeyRow, key_id)
-    if row is None:
+    if row is None or (project is not None and row.project != project):
         raise KeyNotFound(key_id)
     if row.revoked_at is None:
         row.revoked_at = datetime.now(UTC)

@@ -13,7 +13,7 @@ import math
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
-from croniter import croniter
+from croniter import CroniterBadDateError, CroniterError, croniter
 from sqlalchemy.orm import Session
 
 from optimizer.search import TuneRequest
@@ -31,17 +31,52 @@ class ScheduleNotFound(LookupError):
         self.schedule_id = schedule_id
 
 
+class TimingError(ValueError):
+    """A schedule's timing that cannot be used; `field` names the field at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+CRON_FIELDS = (
+    "minute 0-59, hour 0-23, day of month 1-31, month 1-12 or jan-dec, "
+    "weekday 0-6 or sun-sat; e.g. '*/15 * * * *'"
+)
+
+
 def check_timing(interval_s: float | None, cron: str | None) -> None:
-    """Exactly one of an interval (seconds) or a five-field cron expression."""
+    """Exactly one of an interval (seconds) or a five-field cron expression that fires."""
     if (interval_s is None) == (cron is None):
         raise ValueError("give exactly one of interval_s or cron")
     if interval_s is not None and (not math.isfinite(interval_s) or interval_s < MIN_INTERVAL_S):
-        raise ValueError(f"interval_s: expected at least {MIN_INTERVAL_S} s, got {interval_s}")
-    if cron is not None and (len(cron.split()) != 5 or not croniter.is_valid(cron)):
-        raise ValueError(
-            f"cron {cron!r}: expected five fields (minute hour day month weekday), "
-            "e.g. '*/15 * * * *'"
+        raise TimingError(
+            "interval_s", f"interval_s: expected at least {MIN_INTERVAL_S} s, got {interval_s}"
         )
+    if cron is not None:
+        _check_cron(cron)
+
+
+def _check_cron(cron: str) -> None:
+    """Our own words for every way croniter refuses an expression (its messages, such as
+    "failed to find next date", never reach users)."""
+    if len(cron.split()) != 5:
+        raise TimingError(
+            "cron", f"cron {cron!r}: expected five fields (minute hour day month weekday), "
+            "e.g. '*/15 * * * *'"
+        )  # fmt: skip
+    try:
+        croniter(cron, datetime.now(UTC)).get_next(datetime)
+    except CroniterBadDateError:
+        raise TimingError(
+            "cron", f"cron {cron!r} never fires: no calendar date matches its day of month, "
+            "month and weekday together (e.g. '0 0 31 2 *' asks for February 31st); use days "
+            "that every chosen month has, or 'L' for the last day of the month"
+        ) from None  # fmt: skip
+    except (CroniterError, ValueError, TypeError, KeyError, IndexError):
+        raise TimingError(
+            "cron", f"cron {cron!r}: a field is malformed or out of range; expected {CRON_FIELDS}"
+        ) from None
 
 
 def next_due(

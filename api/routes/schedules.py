@@ -8,8 +8,9 @@ from fastapi import APIRouter, Body, Response
 
 from api.deps import IdPath, PagingDep, PrincipalDep, SessionDep
 from api.problems import ApiError
-from api.schemas import Page, Problem, ScheduleCreate, page
+from api.schemas import FieldError, Page, Problem, ScheduleCreate, page
 from storage.schedules import (
+    TimingError,
     count_schedules,
     create_schedule,
     delete_schedule,
@@ -86,6 +87,9 @@ def create(
             trigger=spec.trigger,
             drift_threshold=spec.drift_threshold,
         )
+    except TimingError as exc:
+        where = FieldError(where=f"body.{exc.field}", message=str(exc))
+        raise ApiError(422, str(exc), kind="validation", errors=[where]) from None
     except ValueError as exc:
         raise ApiError(422, str(exc), kind="validation") from None
     response.headers["Location"] = f"/v1/schedules/{info.id}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
@@ -32,7 +32,7 @@ from optimizer.search.recommend import (
     recommend,
 )
 from optimizer.search.request import TuneRequest
-from optimizer.search.space import SearchSpace
+from optimizer.search.space import SearchSpace, config_key
 from optimizer.sim import SimulationResult
 
 OUTCOME_SCHEMA_VERSION = 3
@@ -55,8 +55,9 @@ class SLOCheck:
 
 @dataclass(frozen=True, slots=True)
 class Recommendation:
-    """The fleet to run, sized and verified on the whole trace. `trial` is None when it is
-    the engine's defaults, kept because no config found needs fewer GPUs (or dollars)."""
+    """The fleet to run, sized and verified on the whole trace. `trial` is the number of the
+    trial that screened its unit; None only when it is the engine's defaults (kept because
+    no config found needs fewer GPUs or dollars) and no trial tried exactly those."""
 
     trial: int | None
     config: ServingConfig
@@ -143,10 +144,19 @@ def slo_checks(request: TuneRequest, ev: Evaluation) -> tuple[SLOCheck, ...]:
 CAPACITY_FACTORS = (1.0, 2.0, 4.0)
 
 
-def _recommendation(request: TuneRequest, o: TrialOutcome, model_id: str | None) -> Recommendation:
+def _recommendation(
+    request: TuneRequest, o: TrialOutcome, model_id: str | None, trial: int | None
+) -> Recommendation:
     ev = o.evaluation
     launch = launch_commands(o.config, model=model_id)
-    return Recommendation(o.number, o.config, ev, slo_checks(request, ev), launch)
+    return Recommendation(trial, o.config, ev, slo_checks(request, ev), launch)
+
+
+def _trial_of(unit: ServingConfig, outcomes: Sequence[TrialOutcome]) -> int | None:
+    """The first trial that screened exactly `unit` (None: no trial did)."""
+    key = config_key(unit)
+    tried = (o.number for o in outcomes if o.number is not None and config_key(o.config) == key)
+    return min(tried, default=None)
 
 
 def capacity_plan(
@@ -240,7 +250,13 @@ def build_outcome(
         results[None], units[None] = v.result, base_unit
     pool = verified + ([base] if base.evaluation.status is not EvalStatus.INVALID else [])
     best = recommend(pool, per_dollar=per_dollar)
-    rec = _recommendation(request, best, model_id) if best else None
+    # The defaults stay trial None while recommending (they win ties), but when a trial
+    # screened exactly the defaults' unit, the answer names that trial.
+    base_trial = _trial_of(base_unit, outcomes)
+    rec = None
+    if best is not None:
+        rec_trial = base_trial if best.number is None else best.number
+        rec = _recommendation(request, best, model_id, rec_trial)
     capacity: tuple[CapacityRow, ...] = ()
     if best is not None:
         on_step("capacity plan: GPUs needed at 2x and 4x the traffic")
@@ -263,7 +279,10 @@ def build_outcome(
         evaluated=evaluator.evaluated,
         recommendation=rec,
         baseline=comparison,
-        pareto=tuple(pareto_front(pool, per_dollar=per_dollar, keep=best)),
+        pareto=tuple(
+            replace(r, trial=base_trial) if r.trial is None else r
+            for r in pareto_front(pool, per_dollar=per_dollar, keep=best)
+        ),
         capacity=capacity,
         diagnosis=Diagnosis(d_base, d_rec, account),
         shortfall="" if best is not None else shortfall(request, pool),

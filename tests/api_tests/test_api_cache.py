@@ -74,13 +74,13 @@ def test_concurrent_misses_share_one_load_and_none_is_not_cached() -> None:
 
 def test_revoking_through_the_api_takes_effect_at_once(service: Service) -> None:
     admin = service.auth(service.admin)
-    created = service.client.post("/v1/keys", json={"project": "a"}, headers=admin).json()
+    created = service.client.post("/v1/keys", json={"project": "ops"}, headers=admin).json()
     mine = service.auth(created["key"])
     assert service.client.get("/v1/traces", headers=mine).status_code == 200  # now cached
     assert service.client.delete(f"/v1/keys/{created['id']}", headers=admin).status_code == 200
     r = service.client.get("/v1/traces", headers=mine)
     assert r.status_code == 401 and "revoked" in r.json()["detail"]
-    listed = service.client.get("/v1/keys?project=a", headers=admin).json()["items"]
+    listed = service.client.get("/v1/keys?project=ops", headers=admin).json()["items"]
     assert [k["revoked_at"] is not None for k in listed] == [False, True]
 
 

@@ -81,3 +81,31 @@ def test_piped_output_is_wide_unless_columns_says_otherwise():
         probe, env={**env, "COLUMNS": "100"}, capture_output=True, text=True, check=True
     )
     assert narrow.stdout.strip() == "100"
+
+
+def test_tune_a_vllm_bench_serve_workload(cli_db, runner, tmp_path):
+    """A finite-rate `vllm bench serve` file is tuned as the trace its client sends:
+    stored once as a trace of its send times and lengths."""
+    path = tmp_path / "bench.yaml"
+    path.write_text(
+        "dataset_name: random\nrandom_input_len: 512\nrandom_output_len: 64\n"
+        "num_prompts: 120\nrequest_rate: 4\nseed: 3\n"
+    )
+    space = json.dumps({"tp": [1], "max_num_batched_tokens": [2048], "max_num_seqs": [64],
+                        "modes": ["colocated"]})  # fmt: skip
+    args = ["tune", "--workload", str(path), "--model", "llama-3.1-8b", "--gpu", "h100",
+            "--gpus", "1", "--slo-ttft-ms", "2000", "--slo-tpot-ms", "60", "--trials", "2",
+            "--space", space, "--workers", "1"]  # fmt: skip
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "trace: 120 requests over" in text
+    listed = runner.invoke(app, ["traces", "list"])
+    assert "bench-serve random 512/64" in listed.output
+    # A closed loop has no arrival rate to size for: refused, saying what to do instead.
+    path.write_text("random_input_len: 512\nnum_prompts: 40\nmax_concurrency: 8\n")
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "max_concurrency: 8 clients make a closed loop" in res.output
+    assert "servetune simulate --workload" in " ".join(res.output.split())
+    res = runner.invoke(app, [*args[:1], "--trace", "1", *args[1:]])
+    assert res.exit_code == 2 and "exactly one of --trace" in res.output

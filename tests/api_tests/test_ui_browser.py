@@ -73,12 +73,16 @@ def live_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
         thread.join(timeout=30)
 
 
-def test_result_page_in_headless_chromium(live_server, tmp_path: Path) -> None:
+def _require_browser() -> None:
     missing = _browser_missing()
     if missing:
         if os.environ.get("SERVETUNE_REQUIRE_BROWSER", "") in ("1", "true", "yes"):
             pytest.fail(f"browser required (SERVETUNE_REQUIRE_BROWSER=1) but {missing}")
         pytest.skip(f"browser test skipped: {missing} (set SERVETUNE_REQUIRE_BROWSER=1 to fail)")
+
+
+def test_result_page_in_headless_chromium(live_server, tmp_path: Path) -> None:
+    _require_browser()
     from playwright.sync_api import sync_playwright
 
     base, key = live_server
@@ -125,3 +129,74 @@ def test_result_page_in_headless_chromium(live_server, tmp_path: Path) -> None:
         shutil.copy(shot, os.environ["SERVETUNE_SCREENSHOT_COPY"])
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+POLL_S = 1.5  # the page's polling period (job.html)
+
+
+def _job_requests(page, job_id: int) -> list[str]:
+    """Record the page's requests for the job (not its result)."""
+    seen: list[str] = []
+    page.on(
+        "request",
+        lambda r: seen.append(r.url) if r.url.endswith(f"/v1/tuning-jobs/{job_id}") else None,
+    )
+    return seen
+
+
+def _answer(status: int, body: dict):
+    """A route handler that answers every request with `status` and a problem body."""
+
+    def handle(route, _request=None) -> None:
+        route.fulfill(
+            status=status, json=body, headers={"content-type": "application/problem+json"}
+        )
+
+    return handle
+
+
+def test_result_page_stops_polling_on_a_client_error(live_server) -> None:
+    """A 404 (no such job in the key's project) or another 4xx stops the polling with a
+    clear message; a 5xx is transient and the page keeps polling."""
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    base, key = live_server
+    problem = {"type": "about:blank", "title": "Forbidden", "status": 403, "detail": "no access"}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            context = browser.new_context()  # one context: the key is entered once
+            page = context.new_page()
+            seen = _job_requests(page, 999_999)
+            page.goto(base + "/ui/jobs/999999")  # a real 404 from the API
+            page.fill("#key-input", key)
+            page.click("#key-entry button")
+            page.wait_for_selector("body[data-stopped='404']", timeout=30_000)
+            time.sleep(POLL_S + 1.0)  # time for another poll, if one were scheduled
+            assert len(seen) == 1, seen
+            assert page.inner_text("#status") == "NOT FOUND"
+            message = page.inner_text("#error")
+            assert "Tuning job 999999 was not found" in message
+            assert "another project" in message and "Stopped checking for updates" in message
+            assert page.is_hidden("#pareto-card") and page.is_hidden("#recommendation-card")
+
+            for status, body, stops in ((403, problem, True), (503, {"detail": "busy"}, False)):
+                page = context.new_page()
+                seen = _job_requests(page, 7)
+                page.route("**/v1/tuning-jobs/7", _answer(status, body))
+                page.goto(base + "/ui/jobs/7")  # the key is kept in localStorage
+                if stops:
+                    page.wait_for_selector(f"body[data-stopped='{status}']", timeout=30_000)
+                    time.sleep(POLL_S + 1.0)
+                    assert len(seen) == 1, seen
+                    assert "HTTP 403): no access" in page.inner_text("#error")
+                else:
+                    deadline = time.monotonic() + 3 * POLL_S + 5
+                    while len(seen) < 3 and time.monotonic() < deadline:
+                        page.wait_for_timeout(100)
+                    assert len(seen) >= 3, seen  # still polling
+                    assert page.get_attribute("body", "data-stopped") is None
+                    assert page.inner_text("#error") == "busy"
+        finally:
+            browser.close()
