@@ -143,9 +143,17 @@ def print_outcome(outcome: TuneOutcome) -> None:
         console.print(f"  {c.metric}: {c.predicted:.1f} vs SLO {c.target:g}  {mark}")
     if outcome.capacity:
         console.print(_capacity_table(outcome))
+    if rec.launch:
+        console.print(
+            "\n[bold]Launch commands[/] (vLLM's or SGLang's, each on the node it names; GPUs "
+            "are numbered from 0 on every node)",
+            highlight=False,
+        )
     for c in rec.launch:
         note = f" [dim]({c.note})[/]" if c.note else ""
-        console.print(f"\n[bold]{c.engine} {c.role}[/] (x{c.count}):{note}", highlight=False)
+        where = f"node {c.node}" + (f", {c.accelerator}" if c.accelerator else "")
+        times = f" x{c.count}" if c.count > 1 else ""  # outcomes stored before the layout
+        console.print(f"\n[bold]{c.engine} {c.role}[/]{times} on {where}:{note}", highlight=False)
         console.print(c.command, highlight=False, soft_wrap=True)
     console.print("\n[bold]Diagnosis[/]")
     for line in outcome.diagnosis.account:
@@ -167,8 +175,20 @@ def write_outputs(outcome: TuneOutcome, out_dir: Path) -> list[Path]:
     return paths
 
 
+def _workload_trace_id(path: Path) -> int:
+    """A `vllm bench serve` workload file at a finite rate, stored as a trace (once)."""
+    from api.services.tuning import store_bench_workload
+    from optimizer.bench_serve import BenchServeError, BenchServeSpec
+
+    try:
+        spec = BenchServeSpec.load(path)
+        with session() as s:
+            return store_bench_workload(s, spec).id
+    except BenchServeError as exc:
+        fail(f"--workload {exc}")
+
+
 def tune(
-    trace: Annotated[str, typer.Option(help="stored trace id, or a trace file to import")],
     model: Annotated[str, typer.Option(help="model shape preset, e.g. llama-3.1-8b")],
     gpu: Annotated[list[str], typer.Option(help="GPU type on offer (repeat for several)")],
     gpus: Annotated[int, typer.Option(help="GPU budget")],
@@ -213,9 +233,22 @@ def tune(
         typer.Option(help="drafted tokens accepted, per token (default: the trace's, else 0.7)"),
     ] = None,
     out: Annotated[Path | None, typer.Option(help="folder for JSON/YAML/PNG/HTML")] = None,
+    trace: Annotated[
+        str | None, typer.Option(help="stored trace id, or a trace file to import")
+    ] = None,
+    workload: Annotated[
+        Path | None,
+        typer.Option(
+            help="a vllm bench serve workload file at a finite request_rate (random_input_len, "
+            "...), tuned as the trace its client sends"
+        ),
+    ] = None,
 ) -> None:
     """Find the fewest GPUs (or lowest $/h) that meet the SLOs, and the configs to run."""
     from optimizer.search import TuneRequest, TuneRequestError
+
+    if (trace is None) == (workload is None):
+        fail("give exactly one of --trace (a trace) or --workload (a vllm bench serve file)")
 
     try:
         overrides = json.loads(space) if space else {}
@@ -227,7 +260,8 @@ def tune(
         fail(f"--space: expected a JSON object of search-space overrides, got {space!r}")
     try:
         request = TuneRequest(
-            trace_id=_trace_id(trace), model=model, gpu_types=tuple(gpu), gpu_budget=gpus,
+            trace_id=_trace_id(trace) if trace is not None else _workload_trace_id(workload),
+            model=model, gpu_types=tuple(gpu), gpu_budget=gpus,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, attainment=attainment,
             num_trials=trials, seed=seed, search_space=overrides, max_requests=max_requests,
             screen_requests=screen_requests, headroom=headroom, peak_window_s=peak_window_s,

@@ -66,7 +66,7 @@ def test_job_flow_progress_result_recommendation(service: Service, tmp_path: Pat
     )
     outcome = result.json()["outcome"]
     assert outcome["schema_version"] == 3 and outcome["request"]["trace_id"] == tid
-    assert outcome["recommendation"]["launch"][0]["command"].startswith("vllm serve")
+    assert " vllm serve " in outcome["recommendation"]["launch"][0]["command"]
     assert outcome["recommendation"]["predicted"]["ttft_p90_ms"] == 850.0
     assert outcome["baseline"]["gain"] == 1.6 and len(outcome["pareto"]) == 4
 
@@ -146,7 +146,7 @@ def test_real_tuner_runs_a_small_job(service: Service, tmp_path: Path) -> None:
     assert outcome["latency"]["label"].startswith("roofline") and outcome["diagnosis"]["account"]
     if outcome["recommendation"] is not None:
         commands = [c["command"] for c in outcome["recommendation"]["launch"]]
-        assert any(c.startswith("vllm serve") for c in commands)
+        assert any(" vllm serve " in c for c in commands)
 
 
 def test_unknown_model_is_rejected_at_creation(service: Service, tmp_path: Path) -> None:

@@ -374,10 +374,14 @@ def test_vllm_and_sglang_golden_commands():
         num_replicas=4,
         speculation=SpeculationConfig(method=SpecMethod.EAGLE, num_speculative_tokens=3),
     )
-    vllm, sglang = launch_commands(cfg, draft_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
-    assert vllm.count == 4 and vllm.role == "replica"
+    vllm, sglang, *_, router = launch_commands(
+        cfg, draft_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    )
+    # vLLM: the 4 replicas as one data-parallel server; SGLang: one server each + router.
+    assert vllm.count == 1 and vllm.role == "replica" and router.role == "proxy"
     assert vllm.command == (
-        "vllm serve meta-llama/Llama-3.1-8B-Instruct --tensor-parallel-size 2 "
+        "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 vllm serve meta-llama/Llama-3.1-8B-Instruct "
+        "--port 8000 --data-parallel-size 4 --tensor-parallel-size 2 "
         "--max-num-batched-tokens 2048 --max-num-seqs 128 --enable-chunked-prefill "
         "--gpu-memory-utilization 0.9 --block-size 16 --no-enable-prefix-caching "
         "--speculative-config "
@@ -386,8 +390,9 @@ def test_vllm_and_sglang_golden_commands():
     )
     assert sglang.note == ""  # --disable-radix-cache states it
     assert sglang.command == (
-        "python -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct "
-        "--tp-size 2 --chunked-prefill-size 2048 --max-prefill-tokens 2048 "
+        "CUDA_VISIBLE_DEVICES=0,1 python -m sglang.launch_server --model-path "
+        "meta-llama/Llama-3.1-8B-Instruct --port 30000 --tp-size 2 --chunked-prefill-size 2048 "
+        "--max-prefill-tokens 2048 "
         "--max-running-requests 128 --mem-fraction-static 0.9 --disable-radix-cache "
         "--speculative-algorithm EAGLE3 --speculative-draft-model-path "
         "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B --speculative-num-steps 3 "
@@ -435,7 +440,8 @@ def test_disaggregated_commands_carry_the_kv_roles():
     cmds = launch_commands(cfg)
     pre = next(c for c in cmds if c.engine == "vllm" and c.role == "prefill")
     dec = next(c for c in cmds if c.engine == "vllm" and c.role == "decode")
-    assert pre.count == 2 and dec.count == 6
+    roles = [c.role for c in cmds if c.engine == "vllm"]
+    assert roles == ["prefill"] * 2 + ["decode"] * 6 + ["proxy"]
     assert pre.command.endswith(
         """--no-enable-chunked-prefill --gpu-memory-utilization 0.9 --block-size 16 """
         # chunked prefill off: vLLM needs max_model_len <= the token budget
@@ -443,24 +449,28 @@ def test_disaggregated_commands_carry_the_kv_roles():
         """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'"""
     )
     assert """"kv_role":"kv_consumer"}'""" in dec.command
-    assert [c.role for c in cmds if c.engine == "vllm"] == ["prefill", "decode", "proxy"]
     proxy = next(c for c in cmds if c.engine == "vllm" and c.role == "proxy")
     assert proxy.count == 1 and proxy.command == (
-        "python tests/v1/kv_connector/nixl_integration/toy_proxy_server.py --port 8192 "
-        "--prefiller-hosts PREFILL_HOST_1 PREFILL_HOST_2 --prefiller-ports 8000 8000 "
-        "--decoder-hosts DECODE_HOST_1 DECODE_HOST_2 DECODE_HOST_3 DECODE_HOST_4 "
-        "DECODE_HOST_5 DECODE_HOST_6 --decoder-ports 8000 8000 8000 8000 8000 8000"
+        "python tests/v1/kv_connector/nixl_integration/toy_proxy_server.py --host 0.0.0.0 "
+        "--port 8192 --prefiller-hosts 127.0.0.1 127.0.0.1 --prefiller-ports 8000 8001 "
+        "--decoder-hosts "
+        + " ".join(["127.0.0.1"] * 6)
+        + " --decoder-ports "
+        + " ".join(str(p) for p in range(8002, 8008))
     )
     sg = [c for c in cmds if c.engine == "sglang"]
-    assert [c.role for c in sg] == ["prefill", "decode", "proxy"]
+    assert [c.role for c in sg] == ["prefill"] * 2 + ["decode"] * 6 + ["proxy"]
     assert "--chunked-prefill-size -1" in sg[0].command
     assert "--context-length 8192" in sg[0].command
     assert "--max-model-len" not in dec.command  # chunked: no limit beyond the KV cache
-    assert "--disaggregation-mode decode --disaggregation-transfer-backend nixl" in sg[1].command
-    assert sg[2].command == (
-        "python -m sglang_router.launch_router --pd-disaggregation "
-        "--prefill http://PREFILL_HOST_1:30000 --prefill http://PREFILL_HOST_2:30000 "
-        + " ".join(f"--decode http://DECODE_HOST_{i}:30000" for i in range(1, 7))
+    assert sg[2].command.endswith(
+        "--disaggregation-mode decode --disaggregation-transfer-backend nixl"
+    )
+    assert sg[-1].command == (
+        "python -m sglang_router.launch_router --host 0.0.0.0 --port 8000 --pd-disaggregation "
+        "--prefill http://127.0.0.1:30000 8998 --prefill http://127.0.0.1:30001 8999 "
+        + " ".join(f"--decode http://127.0.0.1:{p}" for p in range(30002, 30008))
+        + " --policy round_robin"
     )
 
 
@@ -524,8 +534,11 @@ def test_heterogeneous_gpu_types_split_prefill_and_decode_and_are_priced_per_rol
     assert hetero.price_per_hour == pytest.approx(10.0 * hetero.num_units)
     # A100 decode (2.0 TB/s against 3.35) is slower per token than H100 decode.
     assert hetero.tpot_p90_ms > same.tpot_p90_ms
-    commands = {(c.engine, c.role): c for c in launch_commands(cfg)}
-    assert commands[("vllm", "prefill")].count == 2 and commands[("vllm", "decode")].count == 1
+    vllm = [c for c in launch_commands(cfg) if c.engine == "vllm"]
+    # One node per GPU type: the H100 prefill servers and the A100 decode server.
+    assert [(c.role, c.node, c.accelerator) for c in vllm] == [
+        ("prefill", 0, "h100"), ("prefill", 0, "h100"), ("decode", 1, "a100"), ("proxy", 0, "")
+    ]  # fmt: skip
 
 
 def test_naming_a_drafter_searches_speculation_depths():
@@ -578,7 +591,9 @@ def test_precision_is_in_the_commands_as_simulated():
     fp8_ckpt = ServingConfig.colocated("nvidia/Llama-3.1-8B-Instruct-FP8", InstanceConfig())
     vllm, sglang = launch_commands(fp8_ckpt)
     # Pre-quantised: the engines read the checkpoint's quantization_config.
-    assert vllm.command.startswith("vllm serve nvidia/Llama-3.1-8B-Instruct-FP8 ")
+    assert vllm.command.startswith(
+        "CUDA_VISIBLE_DEVICES=0 vllm serve nvidia/Llama-3.1-8B-Instruct-FP8 "
+    )
     assert "--quantization" not in vllm.command and "--kv-cache-dtype" not in vllm.command
     on_the_fly = ServingConfig.colocated(
         "llama-3.1-8b", InstanceConfig(), quantization="fp8", kv_cache_dtype="fp8"
