@@ -27,6 +27,7 @@ from api.routes import (
 )
 from api.routes.recommendations import LATEST_PATH
 from api.settings import Settings, get_settings
+from api.uploads import clean_spool_at_start
 from api.worker import Executor, Worker, WorkerOptions, default_executors
 from api.worker.runner import start_worker_thread
 from storage.db import head_revision, is_sqlite, make_engine, upgrade_database
@@ -56,6 +57,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        clean_spool_at_start(settings.upload_dir)  # what killed server processes left
         upgrade_database(settings.database_url)
         engine = make_engine(settings.database_url)
         app.state.engine = engine

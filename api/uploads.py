@@ -2,24 +2,124 @@
 
 The size limit is enforced while streaming (413 as soon as it is passed, the
 partial file removed), so a large upload never sits in memory. Text fields
-(`format`, `name`, `stream`) are capped at a few KiB.
+(`format`, `name`, `stream`, ...) are capped at a few KiB; a field the route does
+not know is refused (422). A body that ends before the closing multipart boundary
+(the client stopped or disconnected mid-upload) is refused with 400: its last
+part would otherwise be stored cut short.
+
+The spool. Uploads are spooled in `SERVETUNE_UPLOAD_DIR` (default: the system's
+temp folder) as `servetune-upload-<host>-<pid>-*.part` files, and profile imports
+unpack into `servetune-profile-<host>-<pid>-*` folders; <host> is a hash of the
+host name, <pid> the owning server process. Every failure path removes its own
+files. What a killed process left behind is removed by `clean_upload_spool` when
+an app starts: entries of ours whose owner is gone (same host, no such process)
+and entries of any owner untouched for `STALE_AFTER_S` (an hour; also the rule
+for other hosts sharing the folder, for reused pids, and for older names without
+an owner). Several server processes may therefore share one spool folder, on one
+host or several; processes that share it from separate pid namespaces (containers)
+under the same host name should each get their own folder.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
+import re
+import shutil
+import socket
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from fastapi import Request
 from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.requests import ClientDisconnect
 
 from api.problems import ApiError
+from optimizer.traces.errors import MAX_ECHO_ITEMS, clip
 
 MAX_FIELD_BYTES = 4096
 FILE_FIELD = "file"
 TEXT_FIELDS = ("format", "name", "stream")
+SPOOL_PREFIXES = ("servetune-upload-", "servetune-profile-")
+STALE_AFTER_S = 3600.0
+_OWNER = re.compile(r"servetune-(?:upload|profile)-([0-9a-f]{8})-([0-9]+)-")
+log = logging.getLogger("servetune.api")
+
+
+def _host_tag() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def spool_prefix(kind: str) -> str:
+    """`servetune-<kind>-<host>-<pid>-`: a spooled entry's name start, naming its owner."""
+    return f"servetune-{kind}-{_host_tag()}-{os.getpid()}-"
+
+
+def _process_alive(pid: int) -> bool:
+    if os.name != "posix":
+        return True  # no safe probe (os.kill would terminate it): rely on the age rule
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: alive, another user's
+        return True
+    return True
+
+
+def _is_stale(name: str, mtime: float, now: float, max_age_s: float) -> bool:
+    owner = _OWNER.match(name)
+    if owner and owner[1] == _host_tag() and not _process_alive(int(owner[2])):
+        return True
+    return now - mtime > max_age_s
+
+
+def clean_upload_spool(
+    spool_dir: str | Path | None, *, max_age_s: float = STALE_AFTER_S, now: float | None = None
+) -> int:
+    """Remove stale spool entries (see the module docstring); return how many.
+
+    Only names starting with `SPOOL_PREFIXES` and owned by this user are looked at;
+    symbolic links are removed, never followed.
+    """
+    directory = Path(spool_dir) if spool_dir else Path(tempfile.gettempdir())
+    now = time.time() if now is None else now
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.name.startswith(SPOOL_PREFIXES):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if uid is not None and st.st_uid != uid:
+                continue
+            if not _is_stale(entry.name, st.st_mtime, now, max_age_s):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
+        removed += 1
+    return removed
+
+
+def clean_spool_at_start(spool_dir: str | None) -> None:
+    """At startup, clean the upload spool of what killed server processes left."""
+    removed = clean_upload_spool(spool_dir)
+    if removed:
+        log.info("removed %d stale upload file(s) from %s", removed, spool_dir or "the temp dir")
 
 
 @dataclass(slots=True)
@@ -77,6 +177,11 @@ async def receive_upload(
     text_fields: tuple[str, ...] = TEXT_FIELDS,
     setting: str = "SERVETUNE_MAX_UPLOAD_BYTES",
 ) -> Upload:
+    """Spool the `file` part to a temporary file and read the text fields.
+
+    On any failure (an ApiError, a client that disconnects, a cancelled task)
+    nothing is left in the spool; on success the caller must `discard()` it.
+    """
     ctype, params = parse_options_header(request.headers.get("content-type", ""))
     if ctype != b"multipart/form-data" or b"boundary" not in params:
         raise ApiError(
@@ -88,11 +193,51 @@ async def receive_upload(
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes + 64 * 1024:
         raise _too_large(max_bytes, setting)
-    fd, name = tempfile.mkstemp(prefix="servetune-upload-", suffix=".part", dir=tmp_dir)
-    out = os.fdopen(fd, "wb")
+    fd, name = tempfile.mkstemp(prefix=spool_prefix("upload"), suffix=".part", dir=tmp_dir)
     upload = Upload(path=Path(name), filename="", num_bytes=0)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            await _receive(request, params[b"boundary"], out, upload, max_bytes, text_fields)
+    except _TooLarge:
+        upload.discard()
+        raise _too_large(max_bytes, setting) from None
+    except ClientDisconnect:
+        upload.discard()
+        raise _truncated("the client disconnected before the upload ended") from None
+    except ApiError:
+        upload.discard()
+        raise
+    except Exception as exc:  # malformed multipart body
+        upload.discard()
+        raise ApiError(422, f"malformed multipart body: {exc}", kind="validation") from exc
+    except BaseException:  # cancelled: no one to answer, but nothing may stay behind
+        upload.discard()
+        raise
+    return upload
+
+
+def _truncated(why: str) -> ApiError:
+    return ApiError(
+        400,
+        f"{why}: the multipart body has no closing boundary, so the upload is incomplete; "
+        "nothing was stored (send the whole file again)",
+        kind="truncated-upload",
+    )
+
+
+async def _receive(
+    request: Request,
+    boundary: bytes,
+    out: BinaryIO,
+    upload: Upload,
+    max_bytes: int,
+    text_fields: tuple[str, ...],
+) -> None:
     part = _Part()
     seen_file = False
+    ended = False
+    unknown: list[str] = []
+    num_unknown_bytes = 0
 
     def on_part_begin() -> None:
         nonlocal part
@@ -120,8 +265,11 @@ async def receive_upload(
                 raise ApiError(422, "more than one `file` part; upload one file per request")
             seen_file = True
             upload.filename = Path(part.filename or "upload").name or "upload"
+        elif part.name not in text_fields and part.name not in unknown:
+            unknown.append(part.name)
 
     def on_part_data(data: bytes, start: int, end: int) -> None:
+        nonlocal num_unknown_bytes
         if part.name == FILE_FIELD:
             upload.num_bytes += end - start
             if upload.num_bytes > max_bytes:
@@ -131,6 +279,10 @@ async def receive_upload(
             part.text += data[start:end]
             if len(part.text) > MAX_FIELD_BYTES:
                 raise ApiError(422, f"field {part.name!r} is longer than {MAX_FIELD_BYTES} bytes")
+        else:  # an unknown part is refused below; a large one at once
+            num_unknown_bytes += end - start
+            if num_unknown_bytes > MAX_FIELD_BYTES:
+                raise _unknown_fields(unknown, text_fields)
 
     def on_part_end() -> None:
         if part.name in text_fields:
@@ -139,8 +291,12 @@ async def receive_upload(
             except UnicodeDecodeError as exc:
                 raise ApiError(422, f"field {part.name!r} is not UTF-8 text") from exc
 
+    def on_end() -> None:
+        nonlocal ended
+        ended = True
+
     parser = MultipartParser(
-        params[b"boundary"],
+        boundary,
         {
             "on_part_begin": on_part_begin,
             "on_header_field": on_header_field,
@@ -149,31 +305,30 @@ async def receive_upload(
             "on_headers_finished": on_headers_finished,
             "on_part_data": on_part_data,
             "on_part_end": on_part_end,
+            "on_end": on_end,
         },
     )
-    try:
-        async for chunk in request.stream():
-            parser.write(chunk)
-        parser.finalize()
-    except _TooLarge:
-        out.close()
-        upload.discard()
-        raise _too_large(max_bytes, setting) from None
-    except ApiError:
-        out.close()
-        upload.discard()
-        raise
-    except Exception as exc:  # malformed multipart body
-        out.close()
-        upload.discard()
-        raise ApiError(422, f"malformed multipart body: {exc}", kind="validation") from exc
-    out.close()
+    async for chunk in request.stream():
+        parser.write(chunk)
+    parser.finalize()  # checks nothing (python-multipart 0.0.x): `ended` is the check
+    if not ended:
+        raise _truncated("the upload ended early")
     if not seen_file:
-        upload.discard()
         raise ApiError(
             422,
             "missing the `file` part: send it as multipart field `file` "
             f"(optional fields: {', '.join(text_fields)})",
             kind="validation",
         )
-    return upload
+    if unknown:
+        raise _unknown_fields(unknown, text_fields)
+
+
+def _unknown_fields(names: list[str], text_fields: tuple[str, ...]) -> ApiError:
+    shown = ", ".join(repr(clip(name, 64)) for name in names[:MAX_ECHO_ITEMS])
+    return ApiError(
+        422,
+        f"unknown multipart field(s) {shown}; expected `file` and optionally "
+        f"{', '.join(text_fields)}",
+        kind="validation",
+    )

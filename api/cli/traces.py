@@ -63,7 +63,9 @@ def import_(
     ] = None,
     name: Annotated[str | None, typer.Option(help="name to store (default: file name)")] = None,
     arrival: Annotated[str | None, typer.Option(help="generic: arrival column")] = None,
-    arrival_unit: Annotated[str, typer.Option(help="generic: s, ms, us or datetime")] = "s",
+    arrival_unit: Annotated[
+        str | None, typer.Option(help="generic: s (default), ms, us or datetime")
+    ] = None,
     input_col: Annotated[
         str | None, typer.Option("--input", help="generic: input tokens column")
     ] = None,
@@ -74,20 +76,18 @@ def import_(
     """Validate and store a trace (idempotent: the same file returns the stored trace)."""
     from api.ingest import ingest_trace
     from api.settings import get_settings
-    from optimizer.traces import ColumnMapping, IngestLimits, TimeUnit, TraceFormatError
+    from optimizer.traces import IngestLimits, TraceFormatError, generic_mapping
 
-    mapping = None
-    if arrival or input_col or output_col:
-        if not (arrival and input_col and output_col):
-            fail("a generic column mapping needs all of --arrival, --input and --output")
-        try:
-            unit = TimeUnit(arrival_unit)
-        except ValueError:
-            fail(f"--arrival-unit {arrival_unit!r}: expected one of {[u.value for u in TimeUnit]}")
-        mapping = ColumnMapping(
-            arrival=arrival, input_tokens=input_col, output_tokens=output_col, time_unit=unit
+    try:
+        mapping = generic_mapping(
+            format,
+            arrival=arrival,
+            input_tokens=input_col,
+            output_tokens=output_col,
+            arrival_unit=arrival_unit,
         )
-        format = format or TraceFormat.GENERIC
+    except ValueError as exc:
+        fail(f"{exc} (options --arrival, --input, --output, --arrival-unit)")
     settings = get_settings()
     limits = IngestLimits(max_bytes=settings.max_upload_bytes, max_rows=settings.max_trace_rows)
     if not path.exists():

@@ -21,7 +21,7 @@ from api.archives import ArchiveError, ArchiveTooLarge, UnpackLimits, remove_tre
 from api.deps import AdminDep, EngineDep, IdPath, PagingDep, PrincipalDep, SessionDep
 from api.problems import ApiError
 from api.schemas import Page, Problem, page
-from api.uploads import Upload, receive_upload
+from api.uploads import Upload, receive_upload, spool_prefix
 from optimizer.records import OpKind, ProfileRunInfo
 from profiler.importers import ImportedProfile, ImportFormat, ProfileImportError, import_profile
 from storage.db import session_scope
@@ -113,6 +113,7 @@ def _import(
     summary="Import measurements (admin): an uploaded archive or Vidur CSV, stored atomically",
     responses={
         **ADMIN_ERRORS,
+        400: {"model": Problem, "description": "the upload was cut off (no closing boundary)"},
         413: {"model": Problem, "description": "the upload or its unpacked size is too large"},
         415: {"model": Problem, "description": "not multipart, or an unknown `format`"},
         422: {"model": Problem, "description": "not a readable archive or profile"},
@@ -129,8 +130,9 @@ async def import_(
         text_fields=TEXT_FIELDS,
         setting="SERVETUNE_MAX_PROFILE_BYTES",
     )
-    tmp = Path(tempfile.mkdtemp(prefix="servetune-profile-", dir=settings.upload_dir))
+    tmp: Path | None = None
     try:
+        tmp = Path(tempfile.mkdtemp(prefix=spool_prefix("profile"), dir=settings.upload_dir))
         fmt = _format(upload)
         gpu = upload.text("gpu", 64)
         stem = upload.filename.split(".", 1)[0] or "upload"
@@ -161,7 +163,8 @@ async def import_(
             raise ApiError(422, f"{upload.filename}: {exc}", kind="invalid-profile") from None
     finally:
         upload.discard()
-        remove_tree(tmp)
+        if tmp is not None:
+            remove_tree(tmp)
     response.headers["Location"] = f"/v1/profiles/{info.id}"
     return info
 

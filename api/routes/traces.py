@@ -11,13 +11,23 @@ from api.deps import NAME_PATTERN, EngineDep, IdPath, PagingDep, PrincipalDep, S
 from api.ingest import IngestResult, ingest_trace
 from api.problems import ApiError
 from api.schemas import FieldError, Page, Problem, TraceCreated, page
-from api.uploads import Upload, receive_upload
+from api.uploads import TEXT_FIELDS, Upload, receive_upload
 from optimizer.records import TraceFormat, TraceInfo, TraceStats
-from optimizer.traces import IngestLimits, TraceFormatError
+from optimizer.traces import (
+    ColumnMapping,
+    IngestLimits,
+    TimeUnit,
+    TraceFormatError,
+    generic_mapping,
+)
 from storage.db import session_scope
 from storage.traces import count_traces, delete_trace, get_trace, list_traces
 
 router = APIRouter(prefix="/v1/traces", tags=["traces"])
+# The generic format's column mapping: the names of `servetune traces import`'s options.
+MAPPING_FIELDS = ("arrival", "input", "output", "arrival_unit")
+UPLOAD_FIELDS = (*TEXT_FIELDS, *MAPPING_FIELDS)
+_MAPPING_DOC = "format generic (implied by arrival, input and output): "
 
 ERRORS = {
     401: {"model": Problem, "description": "missing or unknown API key"},
@@ -48,7 +58,28 @@ _UPLOAD_BODY = {
                             "maxLength": 200,
                             "description": "add the upload to a named trace stream",
                         },
+                        "arrival": {
+                            "type": "string",
+                            "maxLength": 200,
+                            "description": _MAPPING_DOC + "the arrival time column",
+                        },
+                        "input": {
+                            "type": "string",
+                            "maxLength": 200,
+                            "description": _MAPPING_DOC + "the input (prompt) tokens column",
+                        },
+                        "output": {
+                            "type": "string",
+                            "maxLength": 200,
+                            "description": _MAPPING_DOC + "the output tokens column",
+                        },
+                        "arrival_unit": {
+                            "type": "string",
+                            "enum": [u.value for u in TimeUnit],
+                            "description": _MAPPING_DOC + "the arrival column's unit (default s)",
+                        },
                     },
+                    "additionalProperties": False,
                 },
                 "example": {"file": "(azure_code.csv)", "stream": "prod-chat"},
             }
@@ -67,6 +98,25 @@ def _format(upload: Upload) -> TraceFormat | None:
         allowed = ", ".join(f.value for f in TraceFormat)
         raise ApiError(
             415, f"unsupported trace format {value!r}; supported: {allowed}", kind="unsupported"
+        ) from None
+
+
+def _mapping(upload: Upload, fmt: TraceFormat | None) -> ColumnMapping | None:
+    """The generic column mapping the form fields name, built as the CLI builds it."""
+    try:
+        return generic_mapping(
+            fmt,
+            arrival=upload.text("arrival"),
+            input_tokens=upload.text("input"),
+            output_tokens=upload.text("output"),
+            arrival_unit=upload.text("arrival_unit", 16),
+        )
+    except ValueError as exc:
+        raise ApiError(
+            422,
+            f"{exc} (form fields {', '.join(MAPPING_FIELDS)})",
+            kind="validation",
+            errors=[FieldError(where="body", message=str(exc))],
         ) from None
 
 
@@ -92,9 +142,13 @@ def _format_error(exc: TraceFormatError, upload: Upload, limits: IngestLimits) -
     responses={
         **ERRORS,
         200: {"model": TraceCreated, "description": "the same content was already stored"},
+        400: {"model": Problem, "description": "the upload was cut off (no closing boundary)"},
         413: {"model": Problem, "description": "over the size or row limit"},
         415: {"model": Problem, "description": "not multipart, or an unknown `format`"},
-        422: {"model": Problem, "description": "the file is not a valid trace"},
+        422: {
+            "model": Problem,
+            "description": "not a valid trace, an unknown field, or a bad column mapping",
+        },
     },
 )
 async def upload_trace(
@@ -102,10 +156,14 @@ async def upload_trace(
 ) -> TraceCreated:
     settings = request.app.state.settings
     upload = await receive_upload(
-        request, max_bytes=settings.max_upload_bytes, tmp_dir=settings.upload_dir
+        request,
+        max_bytes=settings.max_upload_bytes,
+        tmp_dir=settings.upload_dir,
+        text_fields=UPLOAD_FIELDS,
     )
     try:
         fmt = _format(upload)
+        mapping = _mapping(upload, fmt)
         name = (upload.text("name") or upload.filename.rsplit(".", 1)[0] or "upload")[:200]
         stream = upload.text("stream")
         limits = IngestLimits(max_bytes=settings.max_upload_bytes, max_rows=settings.max_trace_rows)
@@ -117,6 +175,7 @@ async def upload_trace(
                     upload.path,
                     name=name,
                     format=fmt,
+                    mapping=mapping,
                     limits=limits,
                     project=principal.project,
                     stream=stream,

@@ -18,6 +18,14 @@ Extra columns are ignored. Output: `arrival_s` float64 from 0 (the first
 request), sorted by arrival (stable); token counts int64 > 0; hash_ids as int64
 arrays; chat_id (or the mapped session column) as session ids.
 
+hash_ids is a JSON list of integer block hashes (in CSV, its text), or an object of
+named lists, one per prompt part: {"system": [1, 2], "context": [3], "question":
+[4, 5]} is read as [1, 2, 3, 4, 5], the lists joined in the object's key order as
+written in the file; each named list must hold non-negative integers.
+
+A generic mapping from the CLI's `--arrival --input --output --arrival-unit` or the
+REST upload's form fields of the same names is built by `generic_mapping`.
+
 Rejected with `TraceFormatError` (path, 1-based data row, column, what was found
 and what was expected), nothing returned:
 - file missing, empty (0 bytes or whitespace only), or over `IngestLimits.max_bytes`;
@@ -28,10 +36,15 @@ and what was expected), nothing returned:
   and its columns), a missing column (the detected or forced format's columns are
   named), a duplicate column in the header or a duplicate key in the first record;
 - a ragged CSV row (wrong number of fields) or an invalid JSON line;
+- a file cut off mid-record: no line end after the last line, and that line a CSV
+  row short of the header's fields (or inside a quoted field) or not complete JSON
+  (a complete last line without a line end is accepted);
 - an empty, non-numeric or non-finite arrival or token value; a fractional token count;
 - an unparseable timestamp (datetime formats);
 - zero or negative token counts (apart from the BurstGPT repair below);
-- hash_ids that are not a list of integers; an acceptance length below 1.
+- hash_ids that are neither a list of integers nor an object of lists of
+  non-negative integers (the row and the object's key are named); an acceptance
+  length below 1.
 
 Repaired, with a warning in `ParsedTrace.warnings` (also stored in the stats):
 - unsorted timestamps: stable sort by arrival (ties keep file order);
@@ -45,7 +58,13 @@ Statistics definitions are in `optimizer.traces.stats`.
 """
 
 from optimizer.traces.errors import TraceFormatError
-from optimizer.traces.formats import FORMAT_SPECS, ColumnMapping, FormatSpec, TimeUnit
+from optimizer.traces.formats import (
+    FORMAT_SPECS,
+    ColumnMapping,
+    FormatSpec,
+    TimeUnit,
+    generic_mapping,
+)
 from optimizer.traces.parse import IngestLimits, ParsedTrace, parse_trace
 from optimizer.traces.stats import compute_stats, prefix_hit_ratio, token_stats
 
@@ -58,6 +77,7 @@ __all__ = [
     "TimeUnit",
     "TraceFormatError",
     "compute_stats",
+    "generic_mapping",
     "parse_trace",
     "prefix_hit_ratio",
     "token_stats",

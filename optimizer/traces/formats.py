@@ -169,6 +169,52 @@ def generic_spec(mapping: ColumnMapping) -> FormatSpec:
     return FormatSpec(TraceFormat.GENERIC, mapping)
 
 
+def generic_mapping(
+    format: TraceFormat | None,
+    *,
+    arrival: str | None = None,
+    input_tokens: str | None = None,
+    output_tokens: str | None = None,
+    arrival_unit: str | None = None,
+) -> ColumnMapping | None:
+    """The generic column mapping named by `servetune traces import --arrival --input
+    --output --arrival-unit`, and by the REST upload's form fields `arrival`, `input`,
+    `output` and `arrival_unit` (the one place both build it).
+
+    None when no column is named and `format` is not GENERIC: a known format, forced or
+    detected. Columns without a format imply GENERIC. ValueError, with a message naming
+    the options, when only some columns are named, the unit is unknown, a column is
+    named twice, or any of them comes with a format other than generic.
+    """
+    options = {"arrival": arrival, "input": input_tokens, "output": output_tokens}
+    given = [name for name, value in options.items() if value]
+    if format not in (None, TraceFormat.GENERIC):
+        named = given + (["arrival_unit"] if arrival_unit else [])
+        if named:
+            raise ValueError(
+                f"{', '.join(named)}: only for format generic (a column mapping); format "
+                f"{format.value} has its own columns (drop them, or use format generic)"
+            )
+        return None
+    if not given and format is None:
+        if arrival_unit:
+            raise ValueError("arrival_unit needs the columns arrival, input and output")
+        return None
+    missing = [name for name, value in options.items() if not value]
+    if missing:
+        raise ValueError(
+            "a generic trace needs the column names arrival, input and output "
+            f"(missing: {', '.join(missing)})"
+        )
+    try:
+        unit = TimeUnit(arrival_unit or TimeUnit.S)
+    except ValueError:
+        allowed = ", ".join(u.value for u in TimeUnit)
+        raise ValueError(f"arrival_unit {arrival_unit!r}: expected one of {allowed}") from None
+    assert arrival and input_tokens and output_tokens
+    return ColumnMapping(arrival, input_tokens, output_tokens, time_unit=unit)
+
+
 def known_formats_text() -> str:
     """One line per format and its expected columns, for error messages."""
     lines = [spec.describe() for spec in FORMAT_SPECS.values()]

@@ -1,7 +1,10 @@
 """One streaming pass over the raw bytes: size limit, content hash, binary and encoding checks.
 
 Also reads the column names (CSV header, first JSONL record's keys, Parquet
-schema) that format detection needs. Nothing here parses data rows.
+schema) that format detection needs, and refuses a text file cut off inside its
+last record (no line end after it, and a CSV row short of the header's fields or
+a JSONL line that is not complete JSON): such a row would otherwise be read with
+its last value cut short. Nothing else here parses data rows.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ def inspect_file(path: Path, max_bytes: int) -> FileFacts:
         raise TraceFormatError(
             path, "file is compressed (gzip/zip); decompress it to CSV or JSONL first"
         )
-    content_hash = _hash_text(path)
+    content_hash, num_lines, last_newline = _hash_text(path)
     text_head = head.decode("utf-8", errors="ignore").lstrip(_BOM)
     control = _CONTROL_CHARS.search(text_head)
     if control is not None:
@@ -81,6 +84,8 @@ def inspect_file(path: Path, max_bytes: int) -> FileFacts:
         raise TraceFormatError(path, "empty file (only whitespace); expected data rows")
     kind = _text_kind(path, text_head)
     columns = _jsonl_keys(path) if kind is FileKind.JSONL else _csv_header(path)
+    if last_newline + 1 < num_bytes:
+        _check_last_line(path, kind, columns, last_newline + 1, num_lines + 1)
     return FileFacts(kind, num_bytes, content_hash, columns)
 
 
@@ -92,12 +97,14 @@ def _hash_only(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _hash_text(path: Path) -> str:
-    """sha256 of the bytes, rejecting NUL bytes (binary data) and invalid UTF-8 on the way."""
+def _hash_text(path: Path) -> tuple[str, int, int]:
+    """sha256 of the bytes, rejecting NUL bytes (binary data) and invalid UTF-8 on the way;
+    also the number of line ends and the byte offset of the last one (-1: none)."""
     digest = hashlib.sha256()
     decoder = codecs.getincrementaldecoder("utf-8")()
     offset = 0
     num_lines = 0
+    last_newline = -1
     with path.open("rb") as fh:
         while chunk := fh.read(_CHUNK_BYTES):
             digest.update(chunk)
@@ -121,6 +128,9 @@ def _hash_text(path: Path) -> str:
                     "Latin-1 or UTF-16)",
                 ) from None
             num_lines += chunk.count(b"\n")
+            newline = chunk.rfind(b"\n")
+            if newline >= 0:
+                last_newline = offset + newline
             offset += len(chunk)
     try:
         decoder.decode(b"", final=True)
@@ -128,7 +138,58 @@ def _hash_text(path: Path) -> str:
         raise TraceFormatError(
             path, "not UTF-8: the file ends inside a multi-byte character; expected UTF-8 text"
         ) from None
-    return digest.hexdigest()
+    return digest.hexdigest(), num_lines, last_newline
+
+
+def _check_last_line(
+    path: Path, kind: FileKind, columns: tuple[str, ...], start: int, line_no: int
+) -> None:
+    """Refuse a file whose unterminated last line (from byte `start`) is cut mid-record.
+
+    A complete last line without a line end is fine. CSV: the last record has fewer
+    fields than the header, or ends inside a quoted field. JSONL: the last line is
+    not complete JSON. A file of one line is left to the header / first-record checks.
+    """
+    if start == 0:
+        return
+    with path.open("rb") as fh:
+        fh.seek(start)
+        text = fh.read().decode("utf-8")
+    if not text.strip() or text.endswith("\r"):
+        return
+    where = f"the last line (line {line_no})"
+    cut = "with no line end after it: the file looks cut off mid-record; send the complete file"
+    if kind is FileKind.JSONL:
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TraceFormatError(
+                path, f"{where} is not complete JSON ({exc.msg}), {cut}"
+            ) from None
+        except RecursionError:
+            pass  # complete or not, the row pass names it
+        return
+    fields = _last_csv_record(path, where, cut) if '"' in text else next(csv.reader([text]), [])
+    if fields is not None and len(fields) < len(columns):
+        raise TraceFormatError(
+            path, f"{where} has {len(fields)} of the header's {len(columns)} fields, {cut}"
+        )
+
+
+def _last_csv_record(path: Path, where: str, cut: str) -> list[str] | None:
+    """The file's last CSV record (a full pass, only for a last line with quotes);
+    TraceFormatError when the file ends inside a quoted field; None when an earlier
+    malformed row stops the pass (the row pass names it)."""
+    last: list[str] = []
+    with path.open(encoding="utf-8-sig", newline="") as fh:
+        try:
+            for fields in csv.reader(fh, strict=True):
+                last = fields
+        except csv.Error as exc:
+            if "unexpected end of data" in str(exc):
+                raise TraceFormatError(path, f"{where} ends inside a quoted field, {cut}") from None
+            return None
+    return last
 
 
 def _text_kind(path: Path, text_head: str) -> FileKind:
