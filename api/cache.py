@@ -10,8 +10,9 @@ Used on the hot read path so most requests never touch the database or a thread:
   worker, in any process, is served within that delay. Misses (404) are never
   cached, so the first recommendation of a deployment shows up at once.
 
-Concurrent misses on one key share a single load (run in the thread pool), so
-an expiry under load costs one database query, not one per waiting client.
+Concurrent misses on one key share a single load (run in the thread pool, or by
+the app's `api.reads.Reader`), so an expiry under load costs one database query,
+not one per waiting client.
 A TTL of 0 disables caching. Reads and writes happen on the event loop;
 `discard_where` may also be called from a thread. Entries are bounded by `max_entries` (the oldest
 insertion is evicted first).
@@ -21,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, Generic, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+Runner = Callable[[Callable[..., Any]], Awaitable[Any]]
 
 
 class TtlCache(Generic[K, V]):
@@ -78,23 +80,48 @@ class TtlCache(Generic[K, V]):
     def clear(self) -> None:
         self._entries.clear()
 
-    async def get_or_load(self, key: K, load: Callable[[], V | None]) -> V | None:
-        """The cached value, else `load()` run once in the thread pool for all concurrent
-        callers. A None result is not cached; an exception reaches every waiter. A caller
-        that goes away (client disconnect) does not cancel the load for the others."""
-        value = self.get(key)
-        if value is not None:
-            return value
-        task = self._loading.get(key)
-        if task is None:
-            task = asyncio.ensure_future(run_in_threadpool(load))
-            self._loading[key] = task
-            task.add_done_callback(lambda done: self._loaded(key, done))
-        return await asyncio.shield(task)
+    async def get_or_load(
+        self, key: K, load: Callable[..., V | None], *, run: Runner = run_in_threadpool
+    ) -> V | None:
+        """The cached value, else `await run(load)` once for all concurrent callers (by
+        default `load()` in the thread pool; `run=reader.run` reads with the app's `Reader`,
+        which passes `load` a session). A None result is not cached; an exception reaches
+        every waiter. If the caller running the load goes away (client disconnect), a
+        waiting caller loads instead.
 
-    def _loaded(self, key: K, task: asyncio.Future[V | None]) -> None:
-        self._loading.pop(key, None)
-        if not task.cancelled() and task.exception() is None:
-            value = task.result()
+        The first caller runs the load itself rather than in a task of its own: under load
+        every extra task step waits one more turn of a busy event loop (measured: three
+        times the latency of a request that does not wait)."""
+        while True:
+            value = self.get(key)
+            if value is not None:
+                return value
+            pending = self._loading.get(key)
+            if pending is None:
+                return await self._load(key, load, run)
+            try:
+                return await asyncio.shield(pending)
+            except _LoaderGone:
+                continue  # take over the load
+
+    async def _load(self, key: K, load: Callable[..., V | None], run: Runner) -> V | None:
+        pending: asyncio.Future[V | None] = asyncio.get_running_loop().create_future()
+        self._loading[key] = pending
+        try:
+            value = await run(load)
+        except BaseException as exc:
+            gone = isinstance(exc, asyncio.CancelledError)
+            pending.set_exception(_LoaderGone() if gone else exc)
+            pending.exception()  # retrieved: no "never retrieved" log when nobody waited
+            raise
+        else:
             if value is not None:
                 self.put(key, value)
+            pending.set_result(value)
+            return value
+        finally:
+            self._loading.pop(key, None)
+
+
+class _LoaderGone(Exception):
+    """The caller running a load was cancelled before it finished."""

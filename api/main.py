@@ -14,6 +14,7 @@ from api.cache import TtlCache
 from api.fastpath import CachedGetMiddleware
 from api.metrics import Metrics, MetricsMiddleware
 from api.problems import install_problem_handlers
+from api.reads import Reader
 from api.routes import (
     health,
     jobs,
@@ -61,6 +62,8 @@ def create_app(
         upgrade_database(settings.database_url)
         engine = make_engine(settings.database_url)
         app.state.engine = engine
+        reader = Reader(engine)
+        app.state.reader = reader
         app.state.head_revision = head_revision()
         stop = threading.Event()
         thread = None
@@ -84,6 +87,7 @@ def create_app(
             stop.set()
             if thread is not None:
                 thread.join(timeout=30)
+            reader.close()
             engine.dispose()
 
     app = FastAPI(

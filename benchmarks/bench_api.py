@@ -1,106 +1,80 @@
-"""REST service load benchmark against PostgreSQL (traffic to 127.0.0.1 only).
+"""REST read-path load benchmark: p50/p99 per GET endpoint at 50 clients (target p99 <= 50 ms).
 
-1. `--clients` concurrent clients GET the latest recommendation for `--duration` s:
-   p50/p99 latency, req/s and errors (target: p99 <= 50 ms, 0 errors). The load
-   generator is Debian's `wrk` (C, `-t 2`, a Lua script sets the Authorization
-   header) so it does not steal the server's CPU; without `wrk` on PATH (or with
-   `--python-client`) an httpx async client in this process is used instead,
-   which competes with the server for the CPU. The output says which was used.
-2. `--uploads` parallel uploads of distinct 100k-row traces: all succeed, each
-   stored exactly once (then all re-uploaded: no new trace).
+1. Seeds a scratch database the way users fill one: three projects with two keys
+   and an admin key each; the real traces in shared/data/traces (else generated
+   ones) plus generated ones, ingested per project by the upload path's
+   `ingest_trace`; finished tuning jobs with recommendations (fake outcomes, no
+   search run), failed and cancelled jobs; schedules (not due during the run);
+   profile runs imported from shared/data/profiles (AIConfigurator H100, 130k
+   samples; Vidur); latency models with megabyte payloads.
+2. Starts `servetune serve` (uvicorn, the product's default settings; SQLite with
+   its embedded worker, or PostgreSQL with `--database postgresql`).
+3. For every GET route of the app, `--clients` keep-alive connections from a
+   separate load process (a raw asyncio HTTP/1.1 client, light on the CPU) send
+   `--duration` s of requests spread over keys and ids of several projects: the
+   detail routes over every stored id, the 404s over other projects' ids, an
+   unknown key (401: a database lookup each time, never cached), and the latest
+   recommendation both as a repeated poll (served from the response cache) and
+   as a first hit (distinct filters, never in the cache). Then one mixed phase
+   over all of them at once. The sweep is run `--repeats` times; the table shows
+   the medians of p50/p99 and PASS/MISS against p99 <= 50 ms.
 
-Usage: .venv/bin/python benchmarks/bench_api.py [--duration 60] [--server-workers 1]
-Needs the PostgreSQL server (SERVETUNE_TEST_POSTGRES_URL, default
-postgresql+psycopg://postgres@127.0.0.1:5432/test); a scratch database is
-created and dropped.
+Usage: .venv/bin/python benchmarks/bench_api.py [--database sqlite|postgresql|URL]
+       [--duration 3] [--repeats 3] [--clients 50] [--uploads 10]
+`--uploads N` also checks N parallel uploads of distinct 100k-row traces (each stored
+once, re-uploads store nothing). PostgreSQL (SERVETUNE_TEST_POSTGRES_URL, default
+postgresql+psycopg://postgres@127.0.0.1:5432/test): a scratch database is created
+and dropped.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import math
+import multiprocessing
 import os
-import re
-import shutil
+import random
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import numpy as np
 import sqlalchemy as sa
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from api_seed import PROJECTS, Seeded, seed, write_trace
+from bench_common import REPO, SERVETUNE
+from http_load import encode_get, load_process
+
 sys.path.insert(0, str(REPO))
 ADMIN_URL = os.environ.get(
     "SERVETUNE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
-QUERY = "/v1/recommendations/latest?stream=prod&model=llama-3.1-8b&gpu=h100"
+TARGET_P99_MS = 50.0
 
 
-def seed(url: str) -> str:
-    """Migrate, create a key, and store one finished job with a recommendation."""
-    from optimizer.search import TuneRequest
-    from storage.db import make_engine, session_scope, upgrade_database
-    from storage.jobs import claim_job, enqueue_job, finish_job
-    from storage.keys import create_key
-    from storage.service_records import JobStatus
-    from tests.api_tests.fakes import fake_outcome
-
-    upgrade_database(url)
-    engine = make_engine(url)
-    params = TuneRequest(
-        model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=8, slo_ttft_ms=2000,
-        slo_tpot_ms=50, stream="prod",
-    )  # fmt: skip
-    with session_scope(engine) as s:
-        _, key = create_key(s, project="bench")
-        for _ in range(50):  # some history, so "latest" has rows to pick from
-            enqueue_job(s, project="bench", params=params)
-    for _ in range(50):
-        with session_scope(engine) as s:
-            claim = claim_job(s, worker="bench", lease_s=60)
-            finish_job(s, claim, status=JobStatus.SUCCEEDED, outcome=fake_outcome(params, 6))
-    engine.dispose()
-    return key
-
-
-def start_server(url: str, workers: int) -> tuple[subprocess.Popen, str]:
+def start_server(url: str) -> tuple[subprocess.Popen, str, int]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "SERVETUNE_DATABASE_URL": url, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "api.main:create_app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ],
-        env=env,
-        cwd=REPO,
-    )
+    cmd = [SERVETUNE, "serve", "--port", str(port), "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                return proc, base
+                return proc, base, port
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
@@ -108,117 +82,204 @@ def start_server(url: str, workers: int) -> tuple[subprocess.Popen, str]:
     raise SystemExit("server did not become ready")
 
 
-async def load(base: str, key: str, clients: int, duration: float) -> None:
-    latencies: list[float] = []
-    errors: dict[str, int] = {}
-    headers = {"Authorization": f"Bearer {key}"}
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits, timeout=10) as c:
-        end = time.monotonic() + duration
+# --- the plan: (label, [(path, key, expected status)]) per GET route ----------------------
 
-        async def client() -> None:
-            while time.monotonic() < end:
-                t = time.perf_counter()
-                try:
-                    r = await c.get(QUERY)
-                    ok = r.status_code == 200
-                    if not ok:
-                        errors[str(r.status_code)] = errors.get(str(r.status_code), 0) + 1
-                except httpx.HTTPError as exc:
-                    ok = False
-                    errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
-                if ok:
-                    latencies.append((time.perf_counter() - t) * 1e3)
-
-        await asyncio.gather(*(client() for _ in range(clients)))
-    arr = np.array(latencies)
-    print(
-        f"GET recommendation [python httpx client, same process]: {clients} clients x "
-        f"{duration:.0f} s: {len(arr):,} ok "
-        f"({len(arr) / duration:,.0f} req/s), p50 {np.percentile(arr, 50):.1f} ms, "
-        f"p99 {np.percentile(arr, 99):.1f} ms, errors {sum(errors.values())} {errors or ''}"
-    )
+Request = tuple[str, str | None, int]
 
 
-_WRK_LUA = """wrk.method = "GET"
-wrk.headers["Authorization"] = "Bearer {key}"
-"""
-_UNITS_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}
+def plan(seeded: Seeded) -> dict[str, list[Request]]:
+    rng = random.Random(1)
+    own = [(p, k) for p in PROJECTS for k in seeded.keys[p]]
+
+    def each(resource: dict[str, list[int]], fmt: str, status: int = 200) -> list[Request]:
+        return [(fmt.format(i), k, status) for p, k in own for i in resource[p]]
+
+    def foreign(resource: dict[str, list[int]], fmt: str) -> list[Request]:
+        return [
+            (fmt.format(i), k, 404) for p, k in own for q in PROJECTS if q != p for i in resource[q]
+        ]
+
+    any_key = [k for _, k in own]
+    first_hits = [
+        (f"/v1/recommendations/latest?{q}", k, 200)
+        for p, k in own for q in sorted(seeded.filters[p])
+    ]  # fmt: skip
+    rng.shuffle(first_hits)
+    polls = [
+        ("/v1/recommendations/latest?model=llama-3.1-8b&gpu=h100&num_gpus=8", k, 200)
+        for k in any_key
+    ]
+    out: dict[str, list[Request]] = {
+        "/healthz": [("/healthz", None, 200)],
+        "/readyz": [("/readyz", None, 200)],
+        "/metrics": [("/metrics", None, 200)],
+        "/openapi.json": [("/openapi.json", None, 200)],
+        "/docs": [("/docs", None, 200)],
+        "/docs/oauth2-redirect": [("/docs/oauth2-redirect", None, 200)],
+        "/redoc": [("/redoc", None, 200)],
+        "/v1/traces": [("/v1/traces", k, 200) for k in any_key]
+        + [("/v1/traces?stream=prod-chat", k, 200) for k in any_key],
+        "/v1/traces (401 unknown key)": [("/v1/traces", f"st_bogus{i}", 401) for i in range(50)],
+        "/v1/traces/{trace_id}": each(seeded.traces, "/v1/traces/{}"),
+        "/v1/traces/{trace_id} (404 other project)": foreign(seeded.traces, "/v1/traces/{}"),
+        "/v1/traces/{trace_id}/stats": each(seeded.traces, "/v1/traces/{}/stats"),
+        "/v1/tuning-jobs": [("/v1/tuning-jobs", k, 200) for k in any_key]
+        + [("/v1/tuning-jobs?status=succeeded&limit=20", k, 200) for k in any_key],
+        "/v1/tuning-jobs/{job_id}": each(seeded.jobs, "/v1/tuning-jobs/{}"),
+        "/v1/tuning-jobs/{job_id} (404 other project)": foreign(seeded.jobs, "/v1/tuning-jobs/{}"),
+        "/v1/tuning-jobs/{job_id}/result": [
+            (path, k, 200 if s == 200 else 409)
+            for path, k, s in each(seeded.jobs, "/v1/tuning-jobs/{}/result")
+        ],
+        "/v1/recommendations/latest (first hit)": first_hits,
+        "/v1/recommendations/latest (repeat poll)": polls,
+        "/v1/schedules": [("/v1/schedules", k, 200) for k in any_key],
+        "/v1/schedules/{schedule_id}": each(seeded.schedules, "/v1/schedules/{}"),
+        "/v1/profiles": [("/v1/profiles", k, 200) for k in any_key],
+        "/v1/profiles/{run_id}": [
+            (f"/v1/profiles/{i}", k, 200) for i in seeded.profiles for k in any_key
+        ],
+        "/v1/latency-models": [("/v1/latency-models", k, 200) for k in any_key],
+        "/v1/latency-models/{model_id}": [
+            (f"/v1/latency-models/{i}", k, 200) for i in seeded.latency_models for k in any_key
+        ],
+        "/v1/keys": [
+            (path, key, 200)
+            for p, key in seeded.admins.items()
+            for path in ("/v1/keys", f"/v1/keys?project={p}")
+        ],
+        "/ui/jobs/{job_id}": [(f"/ui/jobs/{i}", None, 200) for i in seeded.jobs["alpha"]],
+    }
+    return out
 
 
-def _wrk_ms(text: str, label: str) -> float:
-    match = re.search(rf"^\s*{label}\s+([\d.]+)(us|ms|s|m)\s*$", text, re.MULTILINE)
-    if match is None:
-        raise SystemExit(f"wrk output has no {label} latency:\n{text}")
-    return float(match.group(1)) * _UNITS_MS[match.group(2)]
+def check_coverage(labels: list[str]) -> list[str]:
+    """GET routes of the app that the plan does not drive."""
+    from api.main import create_app
+    from api.settings import Settings
+
+    def walk(routes):
+        for route in routes:
+            included = getattr(route, "original_router", None)  # an included APIRouter
+            yield from walk(included.routes) if included is not None else (route,)
+
+    app = create_app(Settings(database_url="sqlite://"))
+    routes = {r.path for r in walk(app.routes) if "GET" in (getattr(r, "methods", None) or ())}
+    covered = {label.split(" (")[0] for label in labels}
+    return sorted(routes - covered)
 
 
-def load_wrk(wrk: str, base: str, key: str, clients: int, duration: float) -> None:
-    """Closed-loop load from wrk (C, 2 threads): p50/p99 from its --latency report."""
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as fh:
-        fh.write(_WRK_LUA.format(key=key))
-    try:
-        out = subprocess.run(
-            [
-                *(wrk, "-c", str(clients), "-t", "2", "-d", f"{duration:.0f}s", "--latency"),
-                *("-s", fh.name, base + QUERY),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=duration + 60,
-        ).stdout
-    finally:
-        os.unlink(fh.name)
-    if os.environ.get("BENCH_VERBOSE"):
-        print(out)
-    total = int(re.search(r"(\d+) requests in", out).group(1))
-    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    errors = (int(non2xx.group(1)) if non2xx else 0) + (
-        sum(int(g) for g in sock.groups()) if sock else 0
-    )
-    print(
-        f"GET recommendation [wrk -c {clients} -t 2]: {clients} clients x {duration:.0f} s: "
-        f"{total:,} requests ({rate:,.0f} req/s), p50 {_wrk_ms(out, '50%'):.1f} ms, "
-        f"p99 {_wrk_ms(out, '99%'):.1f} ms, errors {errors}"
-        + (
-            f" ({non2xx.group(0) if non2xx else ''} {sock.group(0) if sock else ''})"
-            if errors
-            else ""
+def fix_statuses(base: str, requests: dict[str, list[Request]]) -> None:
+    """Job results: 200 when the job succeeded, else 409 (asked once, before the load)."""
+    with httpx.Client(base_url=base, timeout=30) as c:
+        fixed = []
+        for path, key, _ in requests["/v1/tuning-jobs/{job_id}/result"]:
+            r = c.get(path, headers={"Authorization": f"Bearer {key}"})
+            fixed.append((path, key, r.status_code))
+        requests["/v1/tuning-jobs/{job_id}/result"] = fixed
+
+
+@dataclass
+class Stats:
+    """Per sweep: p50 and p99 in ms, requests per second."""
+
+    p50: list[float] = field(default_factory=list)
+    p99: list[float] = field(default_factory=list)
+    rate: list[float] = field(default_factory=list)
+
+    def add(self, latencies: list[float], wall: float) -> None:
+        # None answered in the phase (every client stuck behind others): infinitely slow.
+        self.p50.append(float(np.percentile(latencies, 50)) if latencies else math.inf)
+        self.p99.append(float(np.percentile(latencies, 99)) if latencies else math.inf)
+        self.rate.append(len(latencies) / wall)
+
+
+@dataclass
+class Row:
+    alone: Stats = field(default_factory=Stats)  # 50 clients on this endpoint only
+    mixed: Stats = field(default_factory=Stats)  # 50 clients over every endpoint at once
+    errors: int = 0
+
+
+MIXED = "all endpoints at once"
+
+
+def sweep(port: int, requests: dict[str, list[Request]], args, pool) -> dict[str, Row]:
+    labels = list(requests)
+    alone = [
+        [(i, encode_get(p, k), s) for p, k, s in requests[label]] for i, label in enumerate(labels)
+    ]
+    # Every endpoint equally often, each cycling through its own requests.
+    rounds = min(max(map(len, alone)), 5000)
+    order = list(range(len(alone)))
+    mixed = []
+    for k in range(rounds):
+        random.Random(k).shuffle(order)
+        mixed += [alone[i][k % len(alone[i])] for i in order]
+    rows = {label: Row() for label in [*labels, MIXED]}
+    for r in range(args.repeats):
+        load = os.getloadavg()[0]
+        got = pool.submit(load_process, port, [*alone, mixed], args.clients, args.duration)
+        *each, (mix_latencies, mix_errors, mix_wall) = got.result()
+        for label, (latencies, errors, wall) in zip(labels, each, strict=True):
+            (values,) = latencies.values()
+            rows[label].alone.add(values, wall)
+            rows[label].errors += sum(errors.values())
+        for i, label in enumerate(labels):
+            rows[label].mixed.add(mix_latencies[i], mix_wall)
+            rows[label].errors += mix_errors[i]
+        rows[MIXED].mixed.add([v for vs in mix_latencies.values() for v in vs], mix_wall)
+        print(
+            f"  sweep {r + 1}/{args.repeats}: 1-min load average {load:.2f} before, "
+            f"{os.getloadavg()[0]:.2f} after",
+            flush=True,
         )
+    return rows
+
+
+def _verdict(p99: float | None) -> str:
+    return "" if p99 is None else ("PASS" if p99 <= TARGET_P99_MS else "MISS")
+
+
+def report(rows: dict[str, Row], args) -> None:
+    """Medians over the sweeps; PASS when p99 <= the target (and no unexpected status)."""
+    width = max(len(label) for label in rows)
+    med = statistics.median
+    print(
+        f"\n{args.clients} clients, medians of {args.repeats} sweeps of {args.duration:g} s; "
+        f"target p99 <= {TARGET_P99_MS:.0f} ms\n"
+        f"{'':<{width}}  {'alone: 50 clients on it':^30}  {'in the mix: all endpoints':^30}\n"
+        f"{'GET endpoint':<{width}}  {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7}      "
+        f"{'req/s':>7} {'p50 ms':>7} {'p99 ms':>7}      errors"
     )
-
-
-def write_trace(path: Path, n: int, seed_: int) -> Path:
-    rng = np.random.default_rng(seed_)
-    arrivals = np.sort(rng.uniform(0, 3600, n))
-    inputs = rng.integers(10, 4000, n)
-    outputs = rng.integers(1, 500, n)
-    with path.open("w") as fh:
-        fh.write("arrived_at,num_prefill_tokens,num_decode_tokens\n")
-        fh.writelines(
-            f"{a:.6f},{i},{o}\n" for a, i, o in zip(arrivals, inputs, outputs, strict=True)
-        )
-    return path
+    passed = total = 0
+    for label, row in rows.items():
+        cells = []
+        for stats in (row.alone, row.mixed):
+            if not stats.p99:
+                cells.append(f"{'':>7} {'':>7} {'':>7} {'':4}")
+                continue
+            p99 = med(stats.p99)
+            verdict = _verdict(p99) if row.errors == 0 else "MISS"
+            passed += verdict == "PASS"
+            total += 1
+            cells.append(f"{med(stats.rate):>7,.0f} {med(stats.p50):>7.1f} {p99:>7.1f} {verdict:4}")
+        print(f"{label:<{width}}  {cells[0]}  {cells[1]}  {row.errors:>6}")
+    print(f"{passed}/{total} PASS")
 
 
 def uploads(base: str, key: str, url: str, count: int, rows: int) -> None:
     headers = {"Authorization": f"Bearer {key}"}
     with tempfile.TemporaryDirectory() as tmp:
-        files = [write_trace(Path(tmp) / f"t{i}.csv", rows, 100 + i) for i in range(count)]
+        files = [write_trace(Path(tmp) / f"t{i}.csv", rows, 1000 + i) for i in range(count)]
 
         def send(path: Path) -> tuple[int, float]:
             t = time.perf_counter()
             with path.open("rb") as fh:
                 r = httpx.post(
-                    base + "/v1/traces",
-                    headers=headers,
-                    files={"file": fh},
-                    data={"stream": "bulk"},
-                    timeout=600,
-                )
+                    base + "/v1/traces", headers=headers, files={"file": fh},
+                    data={"stream": "bulk"}, timeout=600,
+                )  # fmt: skip
             return r.status_code, time.perf_counter() - t
 
         t0 = time.perf_counter()
@@ -230,55 +291,71 @@ def uploads(base: str, key: str, url: str, count: int, rows: int) -> None:
     engine = sa.create_engine(url)
     with engine.connect() as conn:
         traces = conn.execute(sa.text("SELECT count(*) FROM traces WHERE stream='bulk'")).scalar()
-        stored = conn.execute(sa.text("SELECT count(*) FROM trace_requests")).scalar()
     engine.dispose()
     print(
         f"uploads: {count} x {rows:,} rows in parallel: statuses {sorted(s for s, _ in first)}, "
         f"wall {wall:.1f} s (slowest {max(t for _, t in first):.1f} s); re-upload statuses "
-        f"{sorted({s for s, _ in again})}; stored traces {traces}, request rows {stored:,} "
-        f"(expected {count} and {count * rows:,})"
+        f"{sorted({s for s, _ in again})}; stored traces {traces} (expected {count})"
     )
+
+
+@contextmanager
+def scratch_database(which: str, workdir: Path):
+    if which == "sqlite":
+        yield f"sqlite:///{workdir / 'servetune.db'}"
+        return
+    admin_url = ADMIN_URL if which == "postgresql" else which
+    name = f"st_bench_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield admin_url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--duration", type=float, default=60)
+    ap.add_argument("--database", default="sqlite", help="sqlite, postgresql or an admin URL")
     ap.add_argument("--clients", type=int, default=50)
-    ap.add_argument("--uploads", type=int, default=10)
-    ap.add_argument("--rows", type=int, default=100_000)
-    # One API process: on two shared cores, with wrk using one, it gives the better tail
-    # (measured: 1 process ~9k req/s p99 30 ms; 2 processes ~16k req/s p99 55 ms, load ~7).
-    ap.add_argument("--server-workers", type=int, default=1, help="uvicorn worker processes")
-    ap.add_argument("--python-client", action="store_true", help="httpx load even with wrk")
-    ap.add_argument("--skip-uploads", action="store_true")
+    ap.add_argument("--duration", type=float, default=3.0, help="seconds per endpoint phase")
+    ap.add_argument("--repeats", type=int, default=3, help="sweeps; the table shows medians")
+    ap.add_argument("--only", default="", help="only endpoints whose label contains this")
+    ap.add_argument("--uploads", type=int, default=0, help="then N parallel 100k-row uploads")
     args = ap.parse_args()
-    name = f"st_bench_{uuid.uuid4().hex[:8]}"
-    admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
-    proc = None
-    try:
-        key = seed(url)
-        proc, base = start_server(url, args.server_workers)
-        print(f"load before: {os.getloadavg()[0]:.2f} (1-min), {os.cpu_count()} CPUs")
-        wrk = None if args.python_client else shutil.which("wrk")
-        if wrk is not None:
-            load_wrk(wrk, base, key, args.clients, args.duration)
-        else:
-            why = "--python-client" if args.python_client else "no wrk (apt-get install wrk)"
-            print(f"{why}: using the python client (it competes with the server for the CPU)")
-            asyncio.run(load(base, key, args.clients, args.duration))
-        print(f"load after: {os.getloadavg()[0]:.2f} (1-min)")
-        if not args.skip_uploads:
-            uploads(base, key, url, args.uploads, args.rows)
-    finally:
-        if proc is not None:
+    with tempfile.TemporaryDirectory() as tmp, scratch_database(args.database, Path(tmp)) as url:
+        t = time.perf_counter()
+        seeded = seed(url, Path(tmp))
+        print(
+            f"seeded {sa.make_url(url).get_backend_name()} in {time.perf_counter() - t:.0f} s: "
+            f"{sum(map(len, seeded.traces.values()))} traces, "
+            f"{sum(map(len, seeded.jobs.values()))} jobs, {len(seeded.profiles)} profile runs",
+            flush=True,
+        )
+        requests = plan(seeded)
+        empty = [label for label, reqs in requests.items() if not reqs]  # no shared data
+        requests = {label: reqs for label, reqs in requests.items() if reqs}
+        missing = check_coverage(list(requests))
+        no_data = f" (no data for {empty})" if empty else ""
+        print(f"GET routes not driven: {missing or 'none'}{no_data}")
+        if args.only:
+            requests = {k: v for k, v in requests.items() if args.only in k}
+        proc, base, port = start_server(url)
+        try:
+            if "/v1/tuning-jobs/{job_id}/result" in requests:
+                fix_statuses(base, requests)
+            print(f"{os.cpu_count()} CPUs; server: `servetune serve` (pid {proc.pid})", flush=True)
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                rows = sweep(port, requests, args, pool)
+            report(rows, args)
+            if args.uploads:
+                uploads(base, seeded.keys["alpha"][0], url, args.uploads, 100_000)
+        finally:
             proc.terminate()
             proc.wait(timeout=30)
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 `make_engine(url)` builds an engine for SQLite (WAL, foreign keys on, a busy
 timeout so concurrent writers wait instead of failing) or PostgreSQL.
+`session_scope(engine)` is one read-write transaction, `read_scope(engine)` one
+that only reads (on SQLite it does not queue for the single writer's lock).
 `upgrade_database(url)` applies the Alembic migrations shipped in
 `storage/migrations`. Nothing here runs at import time.
 """
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
@@ -36,10 +38,20 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
+# Execution option marking a connection whose transaction only reads (see `read_scope`).
+READ_ONLY = "servetune_read_only"
+
+
 def _sqlite_begin(conn) -> None:
     # IMMEDIATE takes the write lock up front: SQLite has a single writer, and a
-    # deferred transaction that upgrades later can fail instead of waiting.
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    # deferred transaction that upgrades later can fail instead of waiting. A read-only
+    # transaction takes no lock: in WAL mode it reads a snapshot and neither waits for
+    # the writer nor blocks it (under load, readers queueing for the write lock starve
+    # in SQLite's sleeping busy handler: seconds, up to the 30 s busy timeout).
+    if conn.get_execution_options().get(READ_ONLY):
+        conn.exec_driver_sql("BEGIN")
+    else:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def make_engine(url: str, *, echo: bool = False) -> Engine:
@@ -65,15 +77,38 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
 
 
 @contextmanager
-def session_scope(engine: Engine) -> Iterator[Session]:
+def session_scope(bind: Engine | Connection) -> Iterator[Session]:
     """One transaction: commit on success, roll back on any error."""
-    with Session(engine, expire_on_commit=False) as session:
+    with Session(bind, expire_on_commit=False) as session:
         try:
             yield session
             session.commit()
         except BaseException:
             session.rollback()
             raise
+
+
+@contextmanager
+def read_scope(bind: Engine | Connection) -> Iterator[Session]:
+    """One transaction that only reads: on SQLite a deferred one (a WAL snapshot, no write
+    lock), on PostgreSQL the same as `session_scope`. Do not write in it: on SQLite a write
+    fails at once ("database is locked") when another writer is active or has committed
+    since the snapshot was taken. On an engine the connection is taken at the first
+    query; a connection (kept by its caller for reads, see `api.reads`) is marked
+    read-only for good."""
+    with session_scope(bind.execution_options(**{READ_ONLY: True})) as session:
+        yield session
+
+
+def connect_reader(engine: Engine, *, busy_timeout_ms: int) -> Connection:
+    """A connection of its own for `read_scope`s run one after another on one thread (the
+    API's event loop), marked read-only; on SQLite it waits at most `busy_timeout_ms` for
+    a lock (a WAL reader waits only while another connection recovers or resets the WAL)."""
+    connection = engine.connect().execution_options(**{READ_ONLY: True})
+    if is_sqlite(engine):
+        connection.exec_driver_sql(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        connection.commit()
+    return connection
 
 
 def _alembic_config(url: str):

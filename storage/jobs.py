@@ -2,7 +2,7 @@
 
 Claims lock the row they take: `SELECT ... FOR UPDATE SKIP LOCKED` on
 PostgreSQL (concurrent workers skip each other's rows), and on SQLite the
-single-writer `BEGIN IMMEDIATE` transaction every session opens (see
+single-writer `BEGIN IMMEDIATE` transaction every `session_scope` opens (see
 storage/db.py), so two claims never interleave. A claim sets a lease
 (`lease_owner`, `lease_expires_at`) and bumps `attempts`; a running job whose
 lease expired (its worker died) is claimed again by another worker. Every
@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from optimizer.search import TuneOutcome, TuneProgress, TuneRequest
-from storage.codec import from_json, to_json
+from storage.codec import from_json, from_json_shared, to_json
 from storage.models import JobRow
 from storage.recommendations import save_recommendation
 from storage.service_records import (
@@ -52,13 +52,15 @@ class LeaseState:
     cancel_requested: bool
 
 
-def _info(row: JobRow) -> JobInfo:
+def _info(row: JobRow | sa.Row, *, shared: bool = False) -> JobInfo:
+    """The job's record; `shared`: its request decoded once and shared (read paths)."""
+    decode = from_json_shared if shared else from_json
     return JobInfo(
         id=row.id,
         project=row.project,
         kind=JobKind(row.kind),
         status=JobStatus(row.status),
-        params=from_json(TuneRequest, row.params),
+        params=decode(TuneRequest, row.params),
         created_at=row.created_at,
         progress=None if row.progress is None else from_json(TuneProgress, row.progress),
         window=None if row.window is None else from_json(WindowSummary, row.window),
@@ -100,6 +102,15 @@ def enqueue_job(
     return _info(row)
 
 
+# A job's description never needs its result, the largest document (the whole Pareto
+# front with launch commands, tens of kilobytes): read only for the result itself.
+_WITHOUT_RESULT = (defer(JobRow.result),)
+# The description by id as a plain select (no ORM identity bookkeeping: ~0.1 ms less).
+_JOB_BY_ID = sa.select(*(c for c in JobRow.__table__.c if c.name != "result")).where(
+    JobRow.__table__.c.id == sa.bindparam("id")
+)
+
+
 def _row(session: Session, job_id: int, project: str | None) -> JobRow:
     row = session.get(JobRow, job_id)
     if row is None or (project is not None and row.project != project):
@@ -108,7 +119,10 @@ def _row(session: Session, job_id: int, project: str | None) -> JobRow:
 
 
 def get_job(session: Session, job_id: int, *, project: str | None = None) -> JobInfo:
-    return _info(_row(session, job_id, project))
+    row = session.execute(_JOB_BY_ID, {"id": job_id}).first()
+    if row is None or (project is not None and row.project != project):
+        raise JobNotFound(job_id)
+    return _info(row, shared=True)
 
 
 def _listing(query, project: str | None, status: JobStatus | None):
@@ -127,8 +141,9 @@ def list_jobs(
     limit: int = 100,
     offset: int = 0,
 ) -> list[JobInfo]:
-    query = _listing(sa.select(JobRow), project, status).order_by(JobRow.id.desc())
-    return [_info(r) for r in session.scalars(query.limit(limit).offset(offset))]
+    query = _listing(sa.select(JobRow).options(*_WITHOUT_RESULT), project, status)
+    query = query.order_by(JobRow.id.desc())
+    return [_info(r, shared=True) for r in session.scalars(query.limit(limit).offset(offset))]
 
 
 def count_jobs(

@@ -22,6 +22,7 @@ from optimizer.records import DeviceInfo, KernelSample, OpKind, ProfileRunInfo
 from storage.models.profiles import KernelSampleRow, ProfileRunRow
 
 DEVICE_SCHEMA_VERSION = 1
+OP_SUMMARY_SCHEMA_VERSION = 1
 
 _FLOAT_FIELDS = ("median_ms", "p10_ms", "p90_ms")
 _STR_FIELDS = {"model": 200, "dtype": 32}
@@ -163,11 +164,26 @@ def create_profile_run(
         created_at=datetime.now(UTC),
         num_samples=len(samples),
         device=device_to_json(device),
+        op_summary=_summarise(cols["op"], cols["median_ms"]),
     )
     session.add(row)
     session.flush()
     _bulk_insert(session, row.id, cols)
     return _info(row)
+
+
+def _summarise(ops: list[str], medians_ms: list[float]) -> dict:
+    """The stored per-op summary: [op, num_samples, min and max median_ms], sorted by op."""
+    rows: dict[str, list] = {}
+    for op, median in zip(ops, medians_ms, strict=True):
+        row = rows.get(op)
+        if row is None:
+            rows[op] = [op, 1, median, median]
+        else:
+            row[1] += 1
+            row[2] = min(row[2], median)
+            row[3] = max(row[3], median)
+    return {"schema_version": OP_SUMMARY_SCHEMA_VERSION, "ops": [rows[op] for op in sorted(rows)]}
 
 
 def _bulk_insert(session: Session, run_id: int, cols: dict[str, list]) -> None:
@@ -237,9 +253,20 @@ def load_samples(session: Session, run_id: int, op: OpKind | None = None) -> lis
 
 
 def count_samples_by_op(session: Session, run_id: int) -> dict[OpKind, tuple[int, float, float]]:
-    """Per op: (number of samples, smallest and largest median in ms)."""
-    if session.get(ProfileRunRow, run_id) is None:
+    """Per op: (number of samples, smallest and largest median in ms), ordered by op name.
+    Read from the summary stored at import; summarised from the samples for a run stored
+    without one."""
+    row = session.get(ProfileRunRow, run_id)
+    if row is None:
         raise ProfileRunNotFound(run_id)
+    summary = row.op_summary
+    if summary is not None:
+        if summary.get("schema_version") != OP_SUMMARY_SCHEMA_VERSION:
+            raise ValueError(
+                f"profile run {run_id}: op summary schema_version "
+                f"{summary.get('schema_version')!r}, expected {OP_SUMMARY_SCHEMA_VERSION}"
+            )
+        return {OpKind(op): (int(n), float(lo), float(hi)) for op, n, lo, hi in summary["ops"]}
     t = KernelSampleRow
     rows = session.execute(
         sa.select(t.op, sa.func.count(), sa.func.min(t.median_ms), sa.func.max(t.median_ms))

@@ -17,7 +17,7 @@ from croniter import CroniterBadDateError, CroniterError, croniter
 from sqlalchemy.orm import Session
 
 from optimizer.search import TuneRequest
-from storage.codec import from_json, to_json
+from storage.codec import from_json, from_json_shared, to_json
 from storage.keys import check_project_name
 from storage.models import ScheduleRow
 from storage.service_records import ScheduleInfo, ScheduleTrigger
@@ -93,12 +93,14 @@ def next_due(
     return due
 
 
-def _info(row: ScheduleRow) -> ScheduleInfo:
+def _info(row: ScheduleRow | sa.Row, *, shared: bool = False) -> ScheduleInfo:
+    """The schedule's record; `shared`: its request decoded once and shared (read paths)."""
+    decode = from_json_shared if shared else from_json
     return ScheduleInfo(
         id=row.id,
         project=row.project,
         name=row.name,
-        params=from_json(TuneRequest, row.params),
+        params=decode(TuneRequest, row.params),
         interval_s=row.interval_s,
         cron=row.cron,
         trigger=ScheduleTrigger(row.trigger),
@@ -161,8 +163,17 @@ def _row(session: Session, schedule_id: int, project: str | None) -> ScheduleRow
     return row
 
 
+# The description by id as a plain select (no ORM identity bookkeeping: ~0.1 ms less).
+_SCHEDULE_BY_ID = sa.select(ScheduleRow.__table__).where(
+    ScheduleRow.__table__.c.id == sa.bindparam("id")
+)
+
+
 def get_schedule(session: Session, schedule_id: int, *, project: str | None = None) -> ScheduleInfo:
-    return _info(_row(session, schedule_id, project))
+    row = session.execute(_SCHEDULE_BY_ID, {"id": schedule_id}).first()
+    if row is None or (project is not None and row.project != project):
+        raise ScheduleNotFound(schedule_id)
+    return _info(row, shared=True)
 
 
 def list_schedules(
@@ -171,7 +182,7 @@ def list_schedules(
     query = sa.select(ScheduleRow).order_by(ScheduleRow.id)
     if project is not None:
         query = query.where(ScheduleRow.project == project)
-    return [_info(r) for r in session.scalars(query.limit(limit).offset(offset))]
+    return [_info(r, shared=True) for r in session.scalars(query.limit(limit).offset(offset))]
 
 
 def count_schedules(session: Session, *, project: str | None = None) -> int:

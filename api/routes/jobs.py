@@ -7,9 +7,11 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Response
+from sqlalchemy.orm import Session
 
-from api.deps import IdPath, PagingDep, PrincipalDep, SessionDep
+from api.deps import IdPath, PagingDep, PrincipalDep, ReaderDep, SessionDep
 from api.problems import ApiError
+from api.reads import json_response
 from api.schemas import JobCreated, JobResultOut, Page, Problem, page
 from api.windows import EmptyWindow, resolve_window
 from optimizer.search import TuneRequest
@@ -105,17 +107,20 @@ def create(
 
 
 @router.get("", response_model=Page[JobInfo], responses=ERRORS, summary="List tuning jobs")
-def list_(
-    session: SessionDep,
+async def list_(
+    reader: ReaderDep,
     principal: PrincipalDep,
     paging: PagingDep,
     status: Annotated[JobStatus | None, Query(description="only jobs in this state")] = None,
-) -> Page[JobInfo]:
-    items = list_jobs(
-        session, project=principal.project, status=status, limit=paging.limit, offset=paging.offset
-    )
-    total = count_jobs(session, project=principal.project, status=status)
-    return page(items, total=total, limit=paging.limit, offset=paging.offset)
+) -> Response:
+    project, limit, offset = principal.project, paging.limit, paging.offset
+
+    def query(session: Session) -> Page[JobInfo]:
+        items = list_jobs(session, project=project, status=status, limit=limit, offset=offset)
+        total = count_jobs(session, project=project, status=status)
+        return page(items, total=total, limit=limit, offset=offset)
+
+    return await reader.json(Page[JobInfo], query)
 
 
 @router.get(
@@ -124,8 +129,10 @@ def list_(
     responses=ERRORS,
     summary="Status and progress (trials done/total, best so far, ETA)",
 )
-def status(job_id: IdPath, session: SessionDep, principal: PrincipalDep) -> JobInfo:
-    return get_job(session, job_id, project=principal.project)
+async def status(job_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> Response:
+    return await reader.json(
+        JobInfo, lambda session: get_job(session, job_id, project=principal.project)
+    )
 
 
 @router.get(
@@ -134,14 +141,17 @@ def status(job_id: IdPath, session: SessionDep, principal: PrincipalDep) -> JobI
     summary="Pareto front, recommendation with launch commands, baseline, diagnosis",
     responses={**ERRORS, 409: {"model": Problem, "description": "the job has no result yet"}},
 )
-def result(job_id: IdPath, session: SessionDep, principal: PrincipalDep) -> Response:
-    try:
-        stored = get_result(session, job_id, project=principal.project)
-    except JobNotFinished as exc:
-        raise ApiError(409, str(exc), kind="not-finished") from None
-    # The document as stored (no re-validation of every config): `outcome.json`'s layout.
-    body = {"job_id": stored.job_id, "outcome": stored.outcome}
-    return Response(json.dumps(body, allow_nan=False), media_type="application/json")
+async def result(job_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> Response:
+    def body(session: Session) -> bytes:
+        try:
+            stored = get_result(session, job_id, project=principal.project)
+        except JobNotFinished as exc:
+            raise ApiError(409, str(exc), kind="not-finished") from None
+        # The document as stored (no re-validation of every config): `outcome.json`'s layout.
+        document = {"job_id": stored.job_id, "outcome": stored.outcome}
+        return json.dumps(document, allow_nan=False).encode()
+
+    return json_response(await reader.run(body))
 
 
 @router.post(

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
+from sqlalchemy.orm import Session
 
-from api.deps import AdminDep, IdPath, KeyCacheDep, PagingDep, SessionDep
+from api.deps import AdminDep, IdPath, KeyCacheDep, PagingDep, ReaderDep, SessionDep
 from api.problems import ApiError
 from api.schemas import KeyCreate, KeyCreated, Page, Problem, page
 from storage.keys import count_keys, create_key, list_keys, revoke_key
@@ -53,20 +54,23 @@ def create(spec: KeyCreate, session: SessionDep, admin: AdminDep) -> KeyCreated:
 @router.get(
     "", response_model=Page[ApiKeyInfo], responses=ERRORS, summary="List the project's keys"
 )
-def list_(
-    session: SessionDep,
+async def list_(
+    reader: ReaderDep,
     admin: AdminDep,
     paging: PagingDep,
     project: Annotated[
         str | None,
         Query(max_length=100, pattern=r"^[A-Za-z0-9._-]+$", description="default: the key's"),
     ] = None,
-) -> Page[ApiKeyInfo]:
+) -> Response:
     project = _own_project(admin, project or admin.project, "list the keys of")
-    items = list_keys(session, project=project, limit=paging.limit, offset=paging.offset)
-    return page(
-        items, total=count_keys(session, project=project), limit=paging.limit, offset=paging.offset
-    )
+    limit, offset = paging.limit, paging.offset
+
+    def query(session: Session) -> Page[ApiKeyInfo]:
+        items = list_keys(session, project=project, limit=limit, offset=offset)
+        return page(items, total=count_keys(session, project=project), limit=limit, offset=offset)
+
+    return await reader.json(Page[ApiKeyInfo], query)
 
 
 @router.delete("/{key_id}", response_model=ApiKeyInfo, responses=ERRORS, summary="Revoke a key")

@@ -19,9 +19,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import Field
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import AdminDep, EngineDep, IdPath, PagingDep, PrincipalDep, SessionDep
+from api.deps import AdminDep, EngineDep, IdPath, PagingDep, PrincipalDep, ReaderDep
 from api.problems import ApiError
 from api.schemas import Page, Problem, StrictBody, page
 from optimizer.shapes import PRESETS
@@ -65,23 +66,26 @@ Label = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[^\
 @router.get(
     "", response_model=Page[LatencyModelInfo], responses=ERRORS, summary="List latency models"
 )
-def list_(
-    session: SessionDep,
+async def list_(
+    reader: ReaderDep,
     _: PrincipalDep,
     paging: PagingDep,
     accelerator: Label = None,
     name: Label = None,
-) -> Page[LatencyModelInfo]:
-    models = list_latency_models(session, accelerator=accelerator, name=name)
-    items = models[paging.offset : paging.offset + paging.limit]
-    return page(items, total=len(models), limit=paging.limit, offset=paging.offset)
+) -> Response:
+    def query(session: Session) -> Page[LatencyModelInfo]:
+        models = list_latency_models(session, accelerator=accelerator, name=name)
+        items = models[paging.offset : paging.offset + paging.limit]
+        return page(items, total=len(models), limit=paging.limit, offset=paging.offset)
+
+    return await reader.json(Page[LatencyModelInfo], query)
 
 
 @router.get(
     "/{model_id}", response_model=LatencyModelInfo, responses=ERRORS, summary="A latency model"
 )
-def get(model_id: IdPath, session: SessionDep, _: PrincipalDep) -> LatencyModelInfo:
-    return get_latency_model(session, model_id)
+async def get(model_id: IdPath, reader: ReaderDep, _: PrincipalDep) -> Response:
+    return await reader.json(LatencyModelInfo, lambda session: get_latency_model(session, model_id))
 
 
 @router.post(

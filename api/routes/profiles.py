@@ -15,10 +15,11 @@ from pathlib import Path
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api.archives import ArchiveError, ArchiveTooLarge, UnpackLimits, remove_tree, unpack_upload
-from api.deps import AdminDep, EngineDep, IdPath, PagingDep, PrincipalDep, SessionDep
+from api.deps import AdminDep, EngineDep, IdPath, PagingDep, PrincipalDep, ReaderDep, SessionDep
 from api.problems import ApiError
 from api.schemas import Page, Problem, page
 from api.uploads import Upload, receive_upload, spool_prefix
@@ -170,10 +171,13 @@ async def import_(
 
 
 @router.get("", response_model=Page[ProfileRunInfo], responses=ERRORS, summary="List profiles")
-def list_(session: SessionDep, _: PrincipalDep, paging: PagingDep) -> Page[ProfileRunInfo]:
-    runs = list_profile_runs(session)
-    items = runs[paging.offset : paging.offset + paging.limit]
-    return page(items, total=len(runs), limit=paging.limit, offset=paging.offset)
+async def list_(reader: ReaderDep, _: PrincipalDep, paging: PagingDep) -> Response:
+    def query(session: Session) -> Page[ProfileRunInfo]:
+        runs = list_profile_runs(session)
+        items = runs[paging.offset : paging.offset + paging.limit]
+        return page(items, total=len(runs), limit=paging.limit, offset=paging.offset)
+
+    return await reader.json(Page[ProfileRunInfo], query)
 
 
 @router.get(
@@ -182,13 +186,16 @@ def list_(session: SessionDep, _: PrincipalDep, paging: PagingDep) -> Page[Profi
     responses=ERRORS,
     summary="A profile run and its samples per operator",
 )
-def get(run_id: IdPath, session: SessionDep, _: PrincipalDep) -> ProfileDetail:
-    run = get_profile_run(session, run_id)
-    ops = [
-        OpSummary(op=op, num_samples=n, min_median_ms=lo, max_median_ms=hi)
-        for op, (n, lo, hi) in count_samples_by_op(session, run_id).items()
-    ]
-    return ProfileDetail(run=run, ops=ops)
+async def get(run_id: IdPath, reader: ReaderDep, _: PrincipalDep) -> Response:
+    def query(session: Session) -> ProfileDetail:
+        run = get_profile_run(session, run_id)
+        ops = [
+            OpSummary(op=op, num_samples=n, min_median_ms=lo, max_median_ms=hi)
+            for op, (n, lo, hi) in count_samples_by_op(session, run_id).items()
+        ]
+        return ProfileDetail(run=run, ops=ops)
+
+    return await reader.json(ProfileDetail, query)
 
 
 @router.delete(

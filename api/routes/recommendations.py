@@ -14,13 +14,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import TypeAdapter
-from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
-from api.deps import NAME_PATTERN, EngineDep, PrincipalDep, ResponseCacheDep
+from api.deps import NAME_PATTERN, PrincipalDep, ReaderDep, ResponseCacheDep
 from api.fastpath import fast_key
 from api.problems import ApiError
 from api.schemas import Problem
-from storage.db import session_scope
 from storage.recommendations import DeploymentFilter, latest_recommendation
 from storage.service_records import RecommendationInfo
 
@@ -33,9 +32,8 @@ def _adapter() -> TypeAdapter[RecommendationInfo]:
     return TypeAdapter(RecommendationInfo)
 
 
-def _load_latest(engine: Engine, project: str, where: DeploymentFilter) -> bytes:
-    with session_scope(engine) as session:
-        info = latest_recommendation(session, project=project, where=where)
+def _load_latest(session: Session, project: str, where: DeploymentFilter) -> bytes:
+    info = latest_recommendation(session, project=project, where=where)
     return _adapter().dump_json(info)
 
 
@@ -54,7 +52,7 @@ Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=NAME_PA
 )
 async def latest(
     request: Request,
-    engine: EngineDep,
+    reader: ReaderDep,
     principal: PrincipalDep,
     cache: ResponseCacheDep,
     trace_id: Annotated[int | None, Query(ge=1, le=2**31 - 1, examples=[1])] = None,
@@ -82,7 +80,9 @@ async def latest(
     )
     project = principal.project
     body = await cache.get_or_load(
-        ("latest-recommendation", project, where), lambda: _load_latest(engine, project, where)
+        ("latest-recommendation", project, where),
+        lambda session: _load_latest(session, project, where),
+        run=reader.run,
     )
     # Also under the raw query, for repeated polls answered by api.fastpath.
     cache.put(fast_key(LATEST_PATH, project, request.scope.get("query_string", b"")), body)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Response
+from sqlalchemy.orm import Session
 
-from api.deps import IdPath, PagingDep, PrincipalDep, SessionDep
+from api.deps import IdPath, PagingDep, PrincipalDep, ReaderDep, SessionDep
 from api.problems import ApiError
 from api.schemas import FieldError, Page, Problem, ScheduleCreate, page
 from storage.schedules import (
@@ -97,17 +98,23 @@ def create(
 
 
 @router.get("", response_model=Page[ScheduleInfo], responses=ERRORS, summary="List schedules")
-def list_(session: SessionDep, principal: PrincipalDep, paging: PagingDep) -> Page[ScheduleInfo]:
-    items = list_schedules(
-        session, project=principal.project, limit=paging.limit, offset=paging.offset
-    )
-    total = count_schedules(session, project=principal.project)
-    return page(items, total=total, limit=paging.limit, offset=paging.offset)
+async def list_(reader: ReaderDep, principal: PrincipalDep, paging: PagingDep) -> Response:
+    project, limit, offset = principal.project, paging.limit, paging.offset
+
+    def query(session: Session) -> Page[ScheduleInfo]:
+        items = list_schedules(session, project=project, limit=limit, offset=offset)
+        total = count_schedules(session, project=project)
+        return page(items, total=total, limit=limit, offset=offset)
+
+    return await reader.json(Page[ScheduleInfo], query)
 
 
 @router.get("/{schedule_id}", response_model=ScheduleInfo, responses=ERRORS, summary="Get one")
-def get(schedule_id: IdPath, session: SessionDep, principal: PrincipalDep) -> ScheduleInfo:
-    return get_schedule(session, schedule_id, project=principal.project)
+async def get(schedule_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> Response:
+    return await reader.json(
+        ScheduleInfo,
+        lambda session: get_schedule(session, schedule_id, project=principal.project),
+    )
 
 
 @router.post("/{schedule_id}/pause", response_model=ScheduleInfo, responses=ERRORS)

@@ -5,9 +5,18 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import NAME_PATTERN, EngineDep, IdPath, PagingDep, PrincipalDep, SessionDep
+from api.deps import (
+    NAME_PATTERN,
+    EngineDep,
+    IdPath,
+    PagingDep,
+    PrincipalDep,
+    ReaderDep,
+    SessionDep,
+)
 from api.ingest import IngestResult, ingest_trace
 from api.problems import ApiError
 from api.schemas import FieldError, Page, Problem, TraceCreated, page
@@ -202,31 +211,38 @@ async def upload_trace(
 
 
 @router.get("", response_model=Page[TraceInfo], responses=ERRORS, summary="List traces")
-def list_(
-    session: SessionDep,
+async def list_(
+    reader: ReaderDep,
     principal: PrincipalDep,
     paging: PagingDep,
     stream: Annotated[
         str | None, Query(max_length=200, pattern=NAME_PATTERN, description="only this stream")
     ] = None,
-) -> Page[TraceInfo]:
-    items = list_traces(
-        session, project=principal.project, stream=stream, limit=paging.limit, offset=paging.offset
-    )
-    total = count_traces(session, project=principal.project, stream=stream)
-    return page(items, total=total, limit=paging.limit, offset=paging.offset)
+) -> Response:
+    project, limit, offset = principal.project, paging.limit, paging.offset
+
+    def query(session: Session) -> Page[TraceInfo]:
+        items = list_traces(session, project=project, stream=stream, limit=limit, offset=offset)
+        total = count_traces(session, project=project, stream=stream)
+        return page(items, total=total, limit=limit, offset=offset)
+
+    return await reader.json(Page[TraceInfo], query)
 
 
 @router.get("/{trace_id}", response_model=TraceInfo, responses=ERRORS, summary="Get a trace")
-def get(trace_id: IdPath, session: SessionDep, principal: PrincipalDep) -> TraceInfo:
-    return get_trace(session, trace_id, project=principal.project)
+async def get(trace_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> Response:
+    return await reader.json(
+        TraceInfo, lambda session: get_trace(session, trace_id, project=principal.project)
+    )
 
 
 @router.get(
     "/{trace_id}/stats", response_model=TraceStats, responses=ERRORS, summary="A trace's stats"
 )
-def stats(trace_id: IdPath, session: SessionDep, principal: PrincipalDep) -> TraceStats:
-    return get_trace(session, trace_id, project=principal.project).stats
+async def stats(trace_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> Response:
+    return await reader.json(
+        TraceStats, lambda session: get_trace(session, trace_id, project=principal.project).stats
+    )
 
 
 @router.delete("/{trace_id}", status_code=204, responses=ERRORS, summary="Delete a trace")

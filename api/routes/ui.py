@@ -25,5 +25,5 @@ def _template() -> Template:
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(job_id: IdPath) -> HTMLResponse:
+async def job_page(job_id: IdPath) -> HTMLResponse:
     return HTMLResponse(_template().substitute(job_id=int(job_id)))

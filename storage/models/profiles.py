@@ -18,6 +18,9 @@ class ProfileRunRow(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     num_samples: Mapped[int] = mapped_column(Integer)
     device: Mapped[dict] = mapped_column(JSON)  # DeviceInfo with schema_version
+    # per op: [op, num_samples, min median_ms, max median_ms], with schema_version; written
+    # at import (None only if written by an older build: then summarised on read)
+    op_summary: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
 
 class KernelSampleRow(Base):

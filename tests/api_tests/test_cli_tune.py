@@ -100,8 +100,12 @@ def test_tune_a_vllm_bench_serve_workload(cli_db, runner, tmp_path):
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert "trace: 120 requests over" in text
-    listed = runner.invoke(app, ["traces", "list"])
-    assert "bench-serve random 512/64" in listed.output
+    from api.cli.common import session
+    from storage.traces import list_traces
+
+    with session() as s:
+        (stored,) = list_traces(s)
+    assert stored.name.startswith("bench-serve random 512/64") and stored.stats.num_requests == 120
     # A closed loop has no arrival rate to size for: refused, saying what to do instead.
     path.write_text("random_input_len: 512\nnum_prompts: 40\nmax_concurrency: 8\n")
     res = runner.invoke(app, args)

@@ -1,0 +1,79 @@
+"""Closed-loop HTTP/1.1 GET load for bench_api.py, run in a process of its own.
+
+A raw asyncio client (keep-alive connections, pre-encoded requests, no HTTP
+library) spends tens of microseconds a request, so on a small machine the
+server, not the client, sets the pace. `load_process(port, phases, clients,
+duration)` runs each phase in turn: `clients` connections send the phase's
+requests (label index, raw bytes, expected status) round-robin for `duration`
+seconds, each connection starting at its own offset, and it returns per phase
+the latencies in ms and the unexpected statuses per label, and the wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+
+
+def encode_get(path: str, key: str | None) -> bytes:
+    """A GET request with a bearer key (or none), as sent on the wire."""
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\n".encode("latin-1")
+
+
+async def _read_response(reader: asyncio.StreamReader) -> int:
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head[9:12])
+    lower = head.lower()
+    at = lower.find(b"content-length:")
+    if at >= 0:
+        await reader.readexactly(int(lower[at + 15 : lower.find(b"\r\n", at)]))
+    elif b"transfer-encoding: chunked" in lower:
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+    return status
+
+
+async def _phase(
+    port: int, requests: list[tuple[int, bytes, int]], clients: int, duration: float
+) -> tuple[dict[int, list[float]], dict[int, int], float]:
+    """Latencies in ms and unexpected statuses per label index, and the wall time in s."""
+    latencies: dict[int, list[float]] = {i: [] for i, _, _ in requests}
+    errors = dict.fromkeys(latencies, 0)
+    end = time.monotonic() + duration
+
+    async def client(start: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        n = start
+        while time.monotonic() < end:
+            label, raw, expected = requests[n % len(requests)]
+            n += 1
+            t = time.perf_counter()
+            writer.write(raw)
+            status = await _read_response(reader)
+            latencies[label].append((time.perf_counter() - t) * 1e3)
+            errors[label] += status != expected
+        writer.close()
+
+    t0 = time.monotonic()
+    await asyncio.gather(*(client(len(requests) * c // clients) for c in range(clients)))
+    return latencies, errors, time.monotonic() - t0
+
+
+async def _drive(port: int, phases, clients: int, duration: float):
+    return [await _phase(port, requests, clients, duration) for requests in phases]
+
+
+def load_process(port: int, phases, clients: int, duration: float):
+    # No collector pauses in the measuring process (a full collection of what it imported
+    # takes tens of ms, which would be counted as server latency): the load makes no cycles.
+    gc.collect()
+    gc.disable()
+    try:
+        return asyncio.run(_drive(port, phases, clients, duration))
+    finally:
+        gc.enable()
