@@ -42,6 +42,7 @@ from optimizer.config import (
     ServingMode,
     SpecMethod,
 )
+from optimizer.search.placement import GPUS_PER_NODE, Placement, node_size, place
 from optimizer.shapes import HF_IDS
 
 _VLLM_SPEC = {
@@ -56,7 +57,6 @@ _SGLANG_SPEC = {
 }
 DRAFT_PLACEHOLDER = "<draft-model>"
 VLLM_PD_PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
-GPUS_PER_NODE = 8
 # First server port on each node: the engines' default serving ports.
 VLLM_PORT, SGLANG_PORT = 8000, 30000
 # Client-facing front ends: vLLM's PD proxy (as in its NixlConnector guide) and SGLang's
@@ -88,58 +88,6 @@ class LaunchCommand:
     note: str = ""  # what a person must know to run it (defaults relied on, order, addresses)
     node: int = 0  # the node it runs on (0-based); GPUs are numbered 0..N-1 on each node
     accelerator: str = ""  # the node's GPU type; "" for a proxy or router (it needs none)
-
-
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where one server (an engine instance: a replica, or a prefill or decode server) runs."""
-
-    role: Role
-    instance: InstanceConfig
-    node: int
-    gpus: tuple[int, ...]  # its GPUs on that node
-    slot: int  # its position among the node's servers: its port is the first port + slot
-
-
-@dataclass(slots=True)
-class _Node:
-    accelerator: str
-    used: int = 0  # GPUs handed out, from 0 up
-    servers: int = 0
-
-
-def node_size(config: ServingConfig, gpus_per_node: int = GPUS_PER_NODE) -> int:
-    """GPUs per node in the layout: `gpus_per_node`, or an instance's TP when that is larger
-    (multi-node tensor parallelism is not laid out; the commands say so)."""
-    return max(gpus_per_node, *(p.instance.tp for p in config.roles()))
-
-
-def place(config: ServingConfig, gpus_per_node: int = GPUS_PER_NODE) -> tuple[Placement, ...]:
-    """Every server of `config` on a node (first fit, in config order): GPUs never shared,
-    a node holding one GPU type."""
-    size = node_size(config, gpus_per_node)
-    nodes: list[_Node] = []
-    out = []
-    for plan in config.roles():
-        inst = plan.instance
-        for _ in range(plan.count):
-            i = next(
-                (
-                    i
-                    for i, n in enumerate(nodes)
-                    if n.accelerator == inst.accelerator and size - n.used >= inst.tp
-                ),
-                None,
-            )
-            if i is None:
-                nodes.append(_Node(inst.accelerator))
-                i = len(nodes) - 1
-            node = nodes[i]
-            gpus = tuple(range(node.used, node.used + inst.tp))
-            out.append(Placement(plan.role, inst, i, gpus, node.servers))
-            node.used += inst.tp
-            node.servers += 1
-    return tuple(out)
 
 
 def model_id(config: ServingConfig, override: str | None = None) -> str:

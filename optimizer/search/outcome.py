@@ -20,7 +20,7 @@ from optimizer.config import ServingConfig
 from optimizer.plain import PlainDataError, from_plain, to_plain
 from optimizer.search.diagnose import Diagnosis, breakdown, explain
 from optimizer.search.flags import LaunchCommand, launch_commands
-from optimizer.search.objective import EvalStatus, EvaluatedTrace, Evaluation, TraceEvaluator
+from optimizer.search.objective import EvalStatus, Evaluation, TraceEvaluator
 from optimizer.search.recommend import (
     BaselineComparison,
     ParetoRow,
@@ -33,6 +33,7 @@ from optimizer.search.recommend import (
 )
 from optimizer.search.request import TuneRequest
 from optimizer.search.space import SearchSpace, config_key
+from optimizer.search.windows import EvaluatedTrace
 from optimizer.sim import SimulationResult
 
 OUTCOME_SCHEMA_VERSION = 3

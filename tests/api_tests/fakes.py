@@ -12,9 +12,10 @@ from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.search import EvalStatus, Evaluation, TuneOutcome, TuneProgress, TuneRequest
 from optimizer.search.diagnose import Diagnosis, PhaseDiagnosis
 from optimizer.search.flags import launch_commands
-from optimizer.search.objective import EvalStage, EvaluatedTrace, TraceWindow
+from optimizer.search.objective import EvalStage
 from optimizer.search.outcome import CapacityRow, LatencyInfo, Recommendation, SLOCheck
 from optimizer.search.recommend import BaselineComparison, ParetoRow
+from optimizer.search.windows import EvaluatedTrace, TraceWindow
 
 
 def _config(tokens: int) -> ServingConfig:

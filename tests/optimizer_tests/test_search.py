@@ -26,9 +26,7 @@ from optimizer.search.objective import (
     Evaluation,
     TraceEvaluator,
     TrialError,
-    busiest_start,
     fleet_of,
-    peak_rate,
     unit_of,
 )
 from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome
@@ -42,6 +40,7 @@ from optimizer.search.recommend import (
 from optimizer.search.request import TuneRequest, TuneRequestError
 from optimizer.search.space import SearchSpace, SearchSpaceError, config_key, enumerate_grid
 from optimizer.search.study import Objective, open_study, run_trials, trial_outcomes
+from optimizer.search.windows import busiest_start, peak_rate
 from optimizer.sim import SLO, SimulationError, simulate
 from optimizer.workload import FixedLength, LognormalLength, synthetic_workload
 

@@ -1,0 +1,77 @@
+"""The stretches of a trace the search evaluates: the whole trace (verification), the
+busiest window trials are screened on, and the peak rate fleets are sized for."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimizer.workload import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class TraceWindow:
+    """A stretch of the trace that was evaluated, for the summary."""
+
+    num_requests: int
+    start_s: float
+    span_s: float
+    mean_rate: float
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluatedTrace:
+    """What the search evaluated: the trace (verification), the screening window and the
+    rate fleets are sized for."""
+
+    trace: TraceWindow
+    screened: TraceWindow
+    peak_rate: float  # the busiest `peak_window_s` seconds
+    peak_window_s: float
+    headroom: float
+    sizing_rate: float  # max(mean, peak) x headroom
+
+    def describe(self) -> str:
+        t, s = self.trace, self.screened
+        whole = s.num_requests == t.num_requests
+        screened = (
+            "trials on the whole trace"
+            if whole
+            else f"trials screened on its busiest {s.num_requests:,} consecutive requests "
+            f"({s.start_s:,.0f}-{s.start_s + s.span_s:,.0f} s, {s.mean_rate:.2f} req/s)"
+        )
+        return (
+            f"trace: {t.num_requests:,} requests over {t.span_s:,.0f} s, {t.mean_rate:.2f} req/s "
+            f"mean, {self.peak_rate:.2f} req/s in its busiest {self.peak_window_s:g} s; fleets "
+            f"sized for {self.sizing_rate:.2f} req/s (peak x headroom {self.headroom:g}) and "
+            f"verified on the whole trace; {screened}"
+        )
+
+
+def peak_rate(arrival_s: np.ndarray, window_s: float) -> float:
+    """The most requests arriving in any `window_s` seconds, per second (over the span
+    when the trace is shorter than the window)."""
+    n = arrival_s.shape[0]
+    span = float(arrival_s[-1] - arrival_s[0]) if n > 1 else 0.0
+    if n < 2 or span <= 0:
+        return math.inf if n > 1 else 0.0
+    width = min(window_s, span)
+    ends = np.searchsorted(arrival_s, arrival_s + width, side="left")
+    return float((ends - np.arange(n)).max()) / width
+
+
+def busiest_start(arrival_s: np.ndarray, num_requests: int) -> int | None:
+    """Where the `num_requests` consecutive requests with the shortest span start (None:
+    the trace is not longer than that, or `num_requests` is 0)."""
+    n = arrival_s.shape[0]
+    if num_requests <= 0 or num_requests >= n:
+        return None
+    spans = arrival_s[num_requests - 1 :] - arrival_s[: n - num_requests + 1]
+    return int(np.argmin(spans))
+
+
+def trace_window(workload: Workload, start_s: float) -> TraceWindow:
+    span = workload.duration_s
+    return TraceWindow(len(workload), start_s, span, workload.mean_rate if span > 0 else 0.0)
