@@ -23,7 +23,6 @@ from optimizer.search.objective import (
     EvalSettings,
     EvalStage,
     EvalStatus,
-    Evaluation,
     TraceEvaluator,
     TrialError,
     fleet_of,
@@ -33,8 +32,6 @@ from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome
 from optimizer.search.recommend import (
     TrialOutcome,
     baseline_config,
-    hypervolume_2d,
-    pareto_front,
     recommend,
 )
 from optimizer.search.request import TuneRequest, TuneRequestError
@@ -126,66 +123,7 @@ def test_seeded_study_is_reproducible_and_never_recommends_invalid():
         assert values == [o.evaluation.goodput_per_gpu, o.evaluation.interactivity_tok_s]
 
 
-def _ev(gpus: int, *, status=EvalStatus.FEASIBLE, tok_s=100.0, price=None, **kw) -> Evaluation:
-    return Evaluation(status, EvalStage.VERIFIED, gpus, num_units=gpus, unit_gpus=1,
-                      interactivity_tok_s=tok_s, price_per_hour=price, **kw)  # fmt: skip
-
-
 CFG = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_seqs=64))
-
-
-def test_the_fewest_gpus_win_whatever_the_per_gpu_goodput():
-    a = TrialOutcome(0, CFG, _ev(4, goodput_per_gpu=9.0))
-    b = TrialOutcome(1, CFG, _ev(3, goodput_per_gpu=1.0))
-    assert recommend([a, b]).number == 1
-    # With prices, the lowest USD per hour wins instead.
-    c = TrialOutcome(2, CFG, _ev(2, price=12.0))
-    d = TrialOutcome(3, CFG, _ev(3, price=9.0))
-    assert recommend([c, d], per_dollar=True).number == 3
-    assert recommend([c, d]).number == 2
-
-
-def test_infeasible_and_invalid_fleets_are_never_recommended():
-    cheap_but_missing = TrialOutcome(0, CFG, _ev(1, status=EvalStatus.INFEASIBLE, tok_s=1e9))
-    invalid = TrialOutcome(1, CFG, _ev(1, status=EvalStatus.INVALID))
-    ok = TrialOutcome(2, CFG, _ev(4))
-    assert recommend([cheap_but_missing, invalid, ok]).number == 2
-    assert recommend([cheap_but_missing, invalid]) is None
-
-
-def test_at_equal_cost_the_defaults_stay_unless_clearly_more_interactive():
-    defaults = TrialOutcome(None, CFG, _ev(2, tok_s=100.0))
-    assert recommend([defaults, TrialOutcome(4, CFG, _ev(2, tok_s=102.9))]).number is None
-    assert recommend([defaults, TrialOutcome(4, CFG, _ev(2, tok_s=103.5))]).number == 4
-    assert recommend([defaults, TrialOutcome(4, CFG, _ev(1, tok_s=50.0))]).number == 4
-
-
-def test_pareto_front_trades_cost_for_interactivity_and_keeps_the_defaults_point():
-    def unit(seqs: int, n: int) -> ServingConfig:
-        cfg = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_seqs=seqs))
-        return fleet_of(cfg, n)
-
-    rows = [
-        TrialOutcome(None, unit(1024, 2), _ev(2, tok_s=80.0)),
-        TrialOutcome(1, unit(64, 2), _ev(2, tok_s=70.0)),  # dominated by the defaults
-        TrialOutcome(2, unit(128, 4), _ev(4, tok_s=150.0)),
-        TrialOutcome(3, unit(256, 1), _ev(1, tok_s=40.0)),
-        TrialOutcome(4, unit(32, 1), _ev(1, status=EvalStatus.INFEASIBLE, tok_s=500.0)),
-        TrialOutcome(5, unit(128, 4), _ev(4, tok_s=150.0)),  # the same fleet as trial 2
-    ]
-    front = pareto_front(rows)
-    assert [(r.trial, r.predicted.num_gpus) for r in front] == [(3, 1), (None, 2), (2, 4)]
-    # Another fleet at the same point (within 0.1%) is not a second row ...
-    twin = TrialOutcome(6, unit(512, 2), _ev(2, tok_s=80.05))
-    assert [r.trial for r in pareto_front([*rows, twin])] == [3, None, 2]
-    # ... and the recommendation is always a row, dominated or not.
-    kept = pareto_front(rows, keep=rows[1])
-    assert [r.trial for r in kept] == [3, None, 1, 2]
-
-
-def test_hypervolume_of_a_staircase():
-    assert hypervolume_2d([(2, 1), (1, 2)]) == pytest.approx(3.0)
-    assert hypervolume_2d([(2, 1), (1, 1)]) == pytest.approx(2.0)
 
 
 def test_baseline_is_one_replica_of_vllm_defaults():
@@ -366,50 +304,6 @@ def test_errors_that_are_not_the_configs_fail_the_trial_loudly():
     assert "no latency model" in study.trials[0].user_attrs["error"]
 
 
-def test_vllm_and_sglang_golden_commands():
-    cfg = ServingConfig.colocated(
-        "llama-3.1-8b",
-        InstanceConfig(tp=2, max_num_batched_tokens=2048, max_num_seqs=128),
-        num_replicas=4,
-        speculation=SpeculationConfig(method=SpecMethod.EAGLE, num_speculative_tokens=3),
-    )
-    vllm, sglang, *_, router = launch_commands(
-        cfg, draft_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
-    )
-    # vLLM: the 4 replicas as one data-parallel server; SGLang: one server each + router.
-    assert vllm.count == 1 and vllm.role == "replica" and router.role == "proxy"
-    assert vllm.command == (
-        "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 vllm serve meta-llama/Llama-3.1-8B-Instruct "
-        "--port 8000 --data-parallel-size 4 --tensor-parallel-size 2 "
-        "--max-num-batched-tokens 2048 --max-num-seqs 128 --enable-chunked-prefill "
-        "--gpu-memory-utilization 0.9 --block-size 16 --no-enable-prefix-caching "
-        "--speculative-config "
-        """'{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", """
-        """"num_speculative_tokens": 3}'"""
-    )
-    assert sglang.note == ""  # --disable-radix-cache states it
-    assert sglang.command == (
-        "CUDA_VISIBLE_DEVICES=0,1 python -m sglang.launch_server --model-path "
-        "meta-llama/Llama-3.1-8B-Instruct --port 30000 --tp-size 2 --chunked-prefill-size 2048 "
-        "--max-prefill-tokens 2048 "
-        "--max-running-requests 128 --mem-fraction-static 0.9 --disable-radix-cache "
-        "--speculative-algorithm EAGLE3 --speculative-draft-model-path "
-        "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B --speculative-num-steps 3 "
-        "--speculative-num-draft-tokens 4 --speculative-eagle-topk 1"
-    )
-
-
-def test_prefix_caching_is_stated_in_both_engines_commands():
-    on = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(), enable_prefix_caching=True)
-    vllm, sglang = launch_commands(on)
-    assert "--enable-prefix-caching" in vllm.command
-    assert "--disable-radix-cache" not in sglang.command and "radix cache" in sglang.note
-    off = ServingConfig.colocated("llama-3.1-8b", InstanceConfig())
-    vllm, sglang = launch_commands(off)
-    assert "--no-enable-prefix-caching" in vllm.command
-    assert "--disable-radix-cache" in sglang.command
-
-
 def test_prefix_caching_is_searched_when_the_trace_has_prefix_hashes():
     req = TuneRequest(trace_id=1, model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=2,
                       slo_ttft_ms=2000, slo_tpot_ms=50)  # fmt: skip
@@ -426,51 +320,6 @@ def test_prefix_caching_is_searched_when_the_trace_has_prefix_hashes():
         {"enable_prefix_caching": True}
     )
     assert legacy.prefix_caching == (True,)
-
-
-def test_disaggregated_commands_carry_the_kv_roles():
-    cfg = ServingConfig.disaggregated(
-        "llama-3.1-8b",
-        InstanceConfig(enable_chunked_prefill=False),
-        InstanceConfig(max_num_batched_tokens=2048),
-        num_prefill=2,
-        num_decode=6,
-    )
-    cmds = launch_commands(cfg)
-    pre = next(c for c in cmds if c.engine == "vllm" and c.role == "prefill")
-    dec = next(c for c in cmds if c.engine == "vllm" and c.role == "decode")
-    roles = [c.role for c in cmds if c.engine == "vllm"]
-    assert roles == ["prefill"] * 2 + ["decode"] * 6 + ["proxy"]
-    assert pre.command.endswith(
-        """--no-enable-chunked-prefill --gpu-memory-utilization 0.9 --block-size 16 """
-        # chunked prefill off: vLLM needs max_model_len <= the token budget
-        """--max-model-len 8192 --no-enable-prefix-caching """
-        """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'"""
-    )
-    assert """"kv_role":"kv_consumer"}'""" in dec.command
-    proxy = next(c for c in cmds if c.engine == "vllm" and c.role == "proxy")
-    assert proxy.count == 1 and proxy.command == (
-        "python tests/v1/kv_connector/nixl_integration/toy_proxy_server.py --host 0.0.0.0 "
-        "--port 8192 --prefiller-hosts 127.0.0.1 127.0.0.1 --prefiller-ports 8000 8001 "
-        "--decoder-hosts "
-        + " ".join(["127.0.0.1"] * 6)
-        + " --decoder-ports "
-        + " ".join(str(p) for p in range(8002, 8008))
-    )
-    sg = [c for c in cmds if c.engine == "sglang"]
-    assert [c.role for c in sg] == ["prefill"] * 2 + ["decode"] * 6 + ["proxy"]
-    assert "--chunked-prefill-size -1" in sg[0].command
-    assert "--context-length 8192" in sg[0].command
-    assert "--max-model-len" not in dec.command  # chunked: no limit beyond the KV cache
-    assert sg[2].command.endswith(
-        "--disaggregation-mode decode --disaggregation-transfer-backend nixl"
-    )
-    assert sg[-1].command == (
-        "python -m sglang_router.launch_router --host 0.0.0.0 --port 8000 --pd-disaggregation "
-        "--prefill http://127.0.0.1:30000 8998 --prefill http://127.0.0.1:30001 8999 "
-        + " ".join(f"--decode http://127.0.0.1:{p}" for p in range(30002, 30008))
-        + " --policy round_robin"
-    )
 
 
 def test_configs_that_reject_the_traces_longest_request_are_invalid():
@@ -584,27 +433,3 @@ def test_the_drafter_takes_memory_from_the_kv_cache():
     prefill, decode = pd.roles()
     # A prefill server does not speculate: no drafter there.
     assert prefill.kv_blocks == plain and decode.kv_blocks == with_head
-
-
-def test_precision_is_in_the_commands_as_simulated():
-    fp8_ckpt = ServingConfig.colocated("nvidia/Llama-3.1-8B-Instruct-FP8", InstanceConfig())
-    vllm, sglang = launch_commands(fp8_ckpt)
-    # Pre-quantised: the engines read the checkpoint's quantization_config.
-    assert vllm.command.startswith(
-        "CUDA_VISIBLE_DEVICES=0 vllm serve nvidia/Llama-3.1-8B-Instruct-FP8 "
-    )
-    assert "--quantization" not in vllm.command and "--kv-cache-dtype" not in vllm.command
-    on_the_fly = ServingConfig.colocated(
-        "llama-3.1-8b", InstanceConfig(), quantization="fp8", kv_cache_dtype="fp8"
-    )
-    vllm, sglang = launch_commands(on_the_fly)
-    assert "--quantization fp8 --kv-cache-dtype fp8" in vllm.command
-    assert "--quantization fp8 --kv-cache-dtype fp8_e4m3" in sglang.command
-    # FP8 KV halves the KV bytes per token: twice the blocks, minus nothing else.
-    base = ServingConfig.colocated("llama-3.1-8b", InstanceConfig())
-    kv8 = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(), kv_cache_dtype="fp8")
-    assert kv8.roles()[0].kv_blocks in (2 * base.roles()[0].kv_blocks,
-                                        2 * base.roles()[0].kv_blocks + 1)  # fmt: skip
-    space = SearchSpace("llama-3.1-8b", ("h100",), 1, kv_cache_dtype=("auto", "fp8"),
-                        modes=(ServingMode.COLOCATED,), tp=(1,))  # fmt: skip
-    assert {p.config.kv_cache_dtype for p in enumerate_grid(space) if p.config} == {"auto", "fp8"}
