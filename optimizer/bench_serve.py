@@ -23,6 +23,9 @@ the last is num_prompts/rate; `arrival_style: cumulative` for clients before
 vLLM ~0.9, which sent the first at 0 and summed fresh gaps); input and output
 lengths from `numpy.random.default_rng(seed)` as the random dataset draws
 them, outputs exact (the client sets `ignore_eos` for the random dataset).
+`workload()` is what `simulate` replays: at a finite rate with no binding
+`max_concurrency` the same open-loop trace (`open_loop()`) that `tune` stores
+and sizes fleets for, so the two price the same requests the same way.
 """
 
 from __future__ import annotations
@@ -191,6 +194,19 @@ class BenchServeSpec:
             )
         except WorkloadError as exc:
             raise BenchServeError(str(exc)) from exc
+
+    @property
+    def is_open_loop(self) -> bool:
+        """A finite rate and no concurrency limit that binds: every request goes at its
+        send time whatever the others do."""
+        unlimited = self.max_concurrency is None or self.max_concurrency >= self.num_prompts
+        return unlimited and not math.isinf(self.request_rate)
+
+    def workload(self) -> Workload | ClosedLoopWorkload:
+        """What `simulate` replays: the open-loop trace `tune` stores and sizes for when
+        the spec is one (`open_loop`, so both price the same requests the same way),
+        else the client's closed loop (`build`)."""
+        return self.open_loop() if self.is_open_loop else self.build()
 
     def open_loop(self) -> Workload:
         """The requests as an open-loop trace, each at its send time whatever the others

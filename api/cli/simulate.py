@@ -128,11 +128,12 @@ def result_json(result: SimulationResult, config: ServingConfig) -> dict:
 
 
 def load_bench_workload(path: Path):
-    """A `vllm bench serve` workload file (`optimizer.bench_serve`) as the client runs it."""
+    """A `vllm bench serve` workload file (`optimizer.bench_serve`) as the client runs it
+    (as `tune --workload` stores it when it is an open loop)."""
     from optimizer.bench_serve import BenchServeError, BenchServeSpec
 
     try:
-        return BenchServeSpec.load(path).build()
+        return BenchServeSpec.load(path).workload()
     except BenchServeError as exc:
         fail(f"--workload {exc}")
 

@@ -106,6 +106,16 @@ def test_tune_a_vllm_bench_serve_workload(cli_db, runner, tmp_path):
     with session() as s:
         (stored,) = list_traces(s)
     assert stored.name.startswith("bench-serve random 512/64") and stored.stats.num_requests == 120
+    # `simulate --workload` replays exactly the trace tune stored and sized for.
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: llama-3.1-8b\nreplica:\n  accelerator: h100\n")
+    by_file = runner.invoke(app, ["simulate", "--workload", str(path), "--config", str(cfg),
+                                  "--json"])  # fmt: skip
+    by_id = runner.invoke(app, ["simulate", "--trace", str(stored.id), "--config", str(cfg),
+                                "--json"])  # fmt: skip
+    assert by_file.exit_code == 0 and by_id.exit_code == 0, by_file.output + by_id.output
+    assert json.loads(by_file.output)["ttft_s"] == json.loads(by_id.output)["ttft_s"]
+    assert json.loads(by_file.output)["tpot_s"] == json.loads(by_id.output)["tpot_s"]
     # A closed loop has no arrival rate to size for: refused, saying what to do instead.
     path.write_text("random_input_len: 512\nnum_prompts: 40\nmax_concurrency: 8\n")
     res = runner.invoke(app, args)
