@@ -7,13 +7,16 @@ idempotent by content hash.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from optimizer.records import TraceFormat, TraceInfo
+from optimizer.bench_serve import BenchServeSpec
+from optimizer.records import TraceColumns, TraceFormat, TraceInfo
 from optimizer.traces import ColumnMapping, IngestLimits, parse_trace
+from optimizer.traces.stats import compute_stats
 from storage.traces import DEFAULT_PROJECT, find_trace_by_hash, store_trace
 
 
@@ -54,3 +57,24 @@ def ingest_trace(
         stream=stream,
     )
     return IngestResult(info, created, parsed.warnings, parsed.num_dropped)
+
+
+def ingest_bench_workload(
+    session: Session, spec: BenchServeSpec, *, project: str = DEFAULT_PROJECT
+) -> TraceInfo:
+    """`spec`'s open-loop trace (`BenchServeSpec.open_loop`; BenchServeError for a closed
+    loop), stored once per distinct spec (its content hash is the spec's)."""
+    wl = spec.open_loop()
+    columns = TraceColumns(
+        arrival_s=wl.arrival_s,
+        input_tokens=wl.input_tokens,
+        output_tokens=wl.output_tokens,
+        prefix_hashes=None if wl.prefix_hashes is None else list(wl.prefix_hashes),
+    )
+    digest = hashlib.sha256(f"bench-serve {spec!r}".encode()).hexdigest()
+    stats = compute_stats(columns, block_size=wl.prefix_block_tokens or None)
+    info, _ = store_trace(
+        session, name=wl.name, source_format=TraceFormat.GENERIC, content_hash=digest,
+        columns=columns, stats=stats, project=project,
+    )  # fmt: skip
+    return info

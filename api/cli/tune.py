@@ -177,13 +177,13 @@ def write_outputs(outcome: TuneOutcome, out_dir: Path) -> list[Path]:
 
 def _workload_trace_id(path: Path) -> int:
     """A `vllm bench serve` workload file at a finite rate, stored as a trace (once)."""
-    from api.services.tuning import store_bench_workload
+    from api.ingest import ingest_bench_workload
     from optimizer.bench_serve import BenchServeError, BenchServeSpec
 
     try:
         spec = BenchServeSpec.load(path)
         with session() as s:
-            return store_bench_workload(s, spec).id
+            return ingest_bench_workload(s, spec).id
     except BenchServeError as exc:
         fail(f"--workload {exc}")
 

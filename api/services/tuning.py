@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from api.services.latency import ResolvedLatency, resolve_latency
 from optimizer.latency.base import LatencySource
@@ -38,12 +37,6 @@ from optimizer.search.study import (
     warm_cache,
 )
 from optimizer.workload import Workload
-
-if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
-
-    from optimizer.bench_serve import BenchServeSpec
-    from optimizer.records import TraceInfo
 
 __all__ = [
     "TrialError",
@@ -73,31 +66,6 @@ def stored_latency(
             return resolve_latency(s, model, num_threads=num_threads, overhead=overhead)
     finally:
         engine.dispose()
-
-
-def store_bench_workload(session: Session, spec: BenchServeSpec) -> TraceInfo:
-    """`spec`'s open-loop trace (`BenchServeSpec.open_loop`, BenchServeError for a closed
-    loop), stored once per distinct spec (its content hash is the spec's)."""
-    import hashlib
-
-    from optimizer.records import TraceColumns, TraceFormat
-    from optimizer.traces.stats import compute_stats
-    from storage.traces import store_trace
-
-    wl = spec.open_loop()
-    columns = TraceColumns(
-        arrival_s=wl.arrival_s,
-        input_tokens=wl.input_tokens,
-        output_tokens=wl.output_tokens,
-        prefix_hashes=None if wl.prefix_hashes is None else list(wl.prefix_hashes),
-    )
-    digest = hashlib.sha256(f"bench-serve {spec!r}".encode()).hexdigest()
-    stats = compute_stats(columns, block_size=wl.prefix_block_tokens or None)
-    info, _ = store_trace(
-        session, name=wl.name, source_format=TraceFormat.GENERIC, content_hash=digest,
-        columns=columns, stats=stats,
-    )  # fmt: skip
-    return info
 
 
 @dataclass(frozen=True, slots=True)
