@@ -1,36 +1,74 @@
-"""The `servetune` command line. Sub-commands live one module per resource."""
+"""The `servetune` command line. Sub-commands live one module per resource.
+
+Each sub-command's module is imported only when it runs: `servetune simulate`
+never imports the profiler's importers or the tuning service, which took a third
+of a short command's wall time. `servetune --help` (or an unknown or missing
+command) registers all of them, and `from api.cli import app` gives the full app.
+"""
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 import typer
 
-from api.cli import db, keys, latency, observations, profile, serve, traces, validate
-from api.cli.quickstart import quickstart
-from api.cli.simulate import simulate
-from api.cli.tune import explain, tune
-from api.cli.tune import worker as tune_worker
+# name -> (module, attribute, a group of sub-commands (True) or one command), in help order
+COMMANDS: dict[str, tuple[str, str, bool]] = {
+    "db": ("api.cli.db", "app", True),
+    "traces": ("api.cli.traces", "app", True),
+    "profile": ("api.cli.profile", "app", True),
+    "latency": ("api.cli.latency", "app", True),
+    "quickstart": ("api.cli.quickstart", "quickstart", False),
+    "keys": ("api.cli.keys", "app", True),
+    "serve": ("api.cli.serve", "serve", False),
+    "worker": ("api.cli.serve", "worker", False),
+    "tune": ("api.cli.tune", "tune", False),
+    "tune-worker": ("api.cli.tune", "worker", False),
+    "explain": ("api.cli.tune", "explain", False),
+    "simulate": ("api.cli.simulate", "simulate", False),
+    "validate": ("api.cli.validate", "validate", False),
+    "observations": ("api.cli.observations", "app", True),
+    "calibrate": ("api.cli.observations", "calibrate", False),
+}
+HELP = "Trace-driven Pareto optimizer for LLM serving configs."
 
-app = typer.Typer(
-    name="servetune",
-    help="Trace-driven Pareto optimizer for LLM serving configs.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(db.app, name="db")
-app.add_typer(traces.app, name="traces")
-app.add_typer(profile.app, name="profile")
-app.add_typer(latency.app, name="latency")
-app.command("quickstart")(quickstart)
-app.add_typer(keys.app, name="keys")
-app.command("serve")(serve.serve)
-app.command("worker")(serve.worker)
-app.command("tune")(tune)
-app.command("tune-worker")(tune_worker)
-app.command("explain")(explain)
-app.command("simulate")(simulate)
-app.command("validate")(validate.validate)
-app.add_typer(observations.app, name="observations")
-app.command("calibrate")(observations.calibrate)
+
+def _root() -> None:
+    """Trace-driven Pareto optimizer for LLM serving configs."""
+
+
+def build_app(names: list[str] | None = None) -> typer.Typer:
+    """The command line with the sub-commands `names` (all of them by default)."""
+    app = typer.Typer(
+        name="servetune", help=HELP, no_args_is_help=True, pretty_exceptions_enable=False
+    )
+    # A callback keeps a one-command app a group (`servetune simulate ...`, not `servetune ...`).
+    app.callback()(_root)
+    for name in COMMANDS if names is None else names:
+        module, attribute, is_group = COMMANDS[name]
+        target = getattr(importlib.import_module(module), attribute)
+        if is_group:
+            app.add_typer(target, name=name)
+        else:
+            app.command(name)(target)
+    return app
+
+
+def _requested(argv: list[str]) -> list[str] | None:
+    """The one sub-command `argv` runs, when it names one; else None (all are needed:
+    the top-level help, or an error message that lists them)."""
+    if argv and argv[0] in COMMANDS:
+        return [argv[0]]
+    return None
+
+
+def __getattr__(name: str) -> typer.Typer:
+    if name == "app":
+        app = build_app()
+        globals()["app"] = app
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
@@ -41,8 +79,9 @@ def main() -> None:
     from api.cli.common import database_error, fail
     from api.settings import get_settings
 
+    app = build_app(_requested(sys.argv[1:]))
     try:
-        app()
+        app(prog_name="servetune")
     except OperationalError as exc:
         fail(database_error(get_settings().database_url, exc))
     except OSError as exc:
