@@ -85,8 +85,11 @@ def summarize(traces: list[TraceInfo]) -> WindowSummary:
 
 def resolve_window(
     session: Session, *, project: str, params: TuneRequest, now: datetime
-) -> WindowSummary:
-    """The workload a job over `params` tunes on, resolved now (EmptyWindow if none)."""
+) -> WindowSummary | None:
+    """The workload a job over `params` tunes on, resolved now (EmptyWindow if none; None
+    for a closed-loop benchmark, which is its parameters, not stored requests)."""
+    if params.workload is not None:
+        return None
     if params.trace_id is not None:
         return summarize([get_trace(session, params.trace_id, project=project)])
     since = now - timedelta(seconds=params.window_s)

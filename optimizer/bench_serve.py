@@ -236,6 +236,17 @@ class BenchServeSpec:
         except WorkloadError as exc:
             raise BenchServeError(str(exc)) from exc
 
+    def to_plain(self) -> dict[str, Any]:
+        """The parameters that differ from the client's defaults, JSON-safe (`from_dict`
+        reads them back; a request rate of inf, the default, is left out)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "frontend" or value == BenchServeSpec.__dataclass_fields__[f.name].default:
+                continue
+            out[f.name] = value
+        return out
+
     def describe(self) -> str:
         conc = self.max_concurrency or "unlimited"
         rate = "inf" if math.isinf(self.request_rate) else f"{self.request_rate:g}"

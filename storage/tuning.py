@@ -29,7 +29,7 @@ class TuningRunNotFound(LookupError):
 class TuningRunInfo:
     id: int
     study_name: str
-    trace_id: int
+    trace_id: int | None  # None: a closed-loop benchmark (its parameters are in the request)
     model: str
     status: TuningStatus
     request: dict[str, Any]  # TuneRequest.to_dict()
@@ -60,7 +60,7 @@ def start_tuning_run(
     session: Session,
     *,
     study_name: str,
-    trace_id: int,
+    trace_id: int | None,
     model: str,
     request: dict[str, Any],
     search_space: dict[str, Any],

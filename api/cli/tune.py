@@ -63,7 +63,9 @@ def print_header(outcome: TuneOutcome) -> None:
 
 
 def _pareto_table(outcome: TuneOutcome, priced: bool) -> Table:
-    table = Table(title="Pareto front: fleets verified on the whole trace (cost vs tokens/s/user)")
+    table = Table(
+        title="Pareto front: fleets verified on the whole workload (cost vs tokens/s/user)"
+    )
     cols = ["trial", "mode", "GPUs"] + (["$/h"] if priced else []) + [
         "tp", "tokens", "seqs", "chunked", "K", "attain", "tok/s/user", "TTFT p90 ms",
         "TPOT p90 ms",
@@ -94,16 +96,25 @@ def _pareto_table(outcome: TuneOutcome, priced: bool) -> Table:
 
 
 def _capacity_table(outcome: TuneOutcome) -> Table:
+    clients = outcome.evaluated.clients
     table = Table(title="Capacity plan: GPUs the recommended unit needs as traffic grows")
-    for col in ("traffic", "mean req/s", "sized for req/s", "GPUs", "$/h", "attainment"):
+    cols = ("traffic", "clients", "req/s served") if clients else (
+        "traffic", "mean req/s", "sized for req/s")  # fmt: skip
+    for col in (*cols, "GPUs", "$/h", "attainment"):
         table.add_column(col, justify="right", overflow="fold")
     for c in outcome.capacity:
         gpus = str(c.num_gpus) if c.feasible else f"> {c.num_gpus}"
+        load = [f"{max(1, round(clients * c.traffic)):,}", f"{c.mean_rate:.2f}"] if clients else [
+            f"{c.mean_rate:.2f}", f"{c.sizing_rate:.2f}"]  # fmt: skip
         table.add_row(
-            f"{c.traffic:g}x", f"{c.mean_rate:.2f}", f"{c.sizing_rate:.2f}", gpus,
-            _money(c.price_per_hour), f"{c.attainment:.1%}",
-        )  # fmt: skip
+            f"{c.traffic:g}x", *load, gpus, _money(c.price_per_hour), f"{c.attainment:.1%}"
+        )
     return table
+
+
+def _load_text(outcome: TuneOutcome) -> str:
+    clients = outcome.evaluated.clients
+    return f"with the {clients:,} clients" if clients else "at the trace's rate"
 
 
 def print_outcome(outcome: TuneOutcome) -> None:
@@ -118,7 +129,7 @@ def print_outcome(outcome: TuneOutcome) -> None:
         verdict = "meets the SLOs" if bev.feasible else "misses the SLOs"
         console.print(
             f"[bold]Baseline[/] ({b.description}): {verdict} with {_gpus(bev.num_gpus)} "
-            f"({bev.attainment:.1%} attainment at the trace's rate)",
+            f"({bev.attainment:.1%} attainment {_load_text(outcome)})",
             highlight=False,
         )
     rec = outcome.recommendation
@@ -134,8 +145,12 @@ def print_outcome(outcome: TuneOutcome) -> None:
     console.print(
         f"[bold green]Recommendation[/] ({who}): [bold]{_gpus(ev.num_gpus)}[/] "
         f"({ev.num_units} x {ev.unit_gpus}-GPU unit){_cost_text(ev)}{gain}; "
-        f"attainment {ev.attainment:.1%} at the trace's rate, {ev.sizing_attainment:.1%} at "
-        f"{outcome.evaluated.sizing_rate:.2f} req/s",
+        f"attainment {ev.attainment:.1%} {_load_text(outcome)}"
+        + (
+            ""
+            if outcome.evaluated.clients
+            else f", {ev.sizing_attainment:.1%} at {outcome.evaluated.sizing_rate:.2f} req/s"
+        ),
         highlight=False,
     )
     for c in rec.slo_checks:
@@ -175,15 +190,19 @@ def write_outputs(outcome: TuneOutcome, out_dir: Path) -> list[Path]:
     return paths
 
 
-def _workload_trace_id(path: Path) -> int:
-    """A `vllm bench serve` workload file at a finite rate, stored as a trace (once)."""
+def _workload_source(path: Path) -> dict:
+    """A `vllm bench serve` workload file as a request's workload: an open loop (a finite
+    rate, no binding concurrency) stored as the trace its client sends (once), a closed
+    loop as its parameters (fleets are sized for its clients)."""
     from api.ingest import ingest_bench_workload
     from optimizer.bench_serve import BenchServeError, BenchServeSpec
 
     try:
         spec = BenchServeSpec.load(path)
+        if not spec.is_open_loop:
+            return {"workload": spec.to_plain()}
         with session() as s:
-            return ingest_bench_workload(s, spec).id
+            return {"trace_id": ingest_bench_workload(s, spec).id}
     except BenchServeError as exc:
         fail(f"--workload {exc}")
 
@@ -239,8 +258,9 @@ def tune(
     workload: Annotated[
         Path | None,
         typer.Option(
-            help="a vllm bench serve workload file at a finite request_rate (random_input_len, "
-            "...), tuned as the trace its client sends"
+            help="a vllm bench serve workload file (random_input_len, ...): at a finite "
+            "request_rate, tuned as the trace its client sends; with max_concurrency below "
+            "num_prompts, a closed loop whose fleet is sized for its clients"
         ),
     ] = None,
 ) -> None:
@@ -259,9 +279,9 @@ def tune(
     if not isinstance(overrides, dict):
         fail(f"--space: expected a JSON object of search-space overrides, got {space!r}")
     try:
+        source = {"trace_id": _trace_id(trace)} if trace is not None else _workload_source(workload)
         request = TuneRequest(
-            trace_id=_trace_id(trace) if trace is not None else _workload_trace_id(workload),
-            model=model, gpu_types=tuple(gpu), gpu_budget=gpus,
+            **source, model=model, gpu_types=tuple(gpu), gpu_budget=gpus,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, attainment=attainment,
             num_trials=trials, seed=seed, search_space=overrides, max_requests=max_requests,
             screen_requests=screen_requests, headroom=headroom, peak_window_s=peak_window_s,

@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from api.services.latency import ResolvedLatency, resolve_latency
 from optimizer.latency.base import LatencySource
 from optimizer.latency.overhead import EngineOverhead
-from optimizer.search.objective import TraceEvaluator, TrialError
+from optimizer.search.closed_loop import ClosedLoopEvaluator
+from optimizer.search.objective import Evaluator, TraceEvaluator, TrialError
 from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome
 from optimizer.search.request import TuneProgress, TuneRequest, TuneRequestError
 from optimizer.search.space import SearchSpace
@@ -70,7 +71,7 @@ def stored_latency(
 
 @dataclass(frozen=True, slots=True)
 class _Setup:
-    evaluator: TraceEvaluator
+    evaluator: Evaluator
     objective: Objective
     latency: ResolvedLatency
 
@@ -79,13 +80,33 @@ class _Setup:
         return self.objective.space
 
 
-def prepare(request: TuneRequest, trace: Workload, resolved: ResolvedLatency) -> _Setup:
-    evaluator = TraceEvaluator.for_trace(trace, resolved.source, request.eval_settings())
-    space = request.space(
-        trace_has_prefix_hashes=trace.prefix_hashes is not None,
-        trace_has_acceptance=trace.acceptance_length is not None,
-    )
+def prepare(request: TuneRequest, trace: Workload | None, resolved: ResolvedLatency) -> _Setup:
+    """The evaluator and objective of `request`: on `trace` (its stored trace), or on its
+    closed-loop benchmark (`request.workload`; `trace` None)."""
+    settings = request.eval_settings()
+    evaluator: Evaluator
+    if trace is None:
+        evaluator = ClosedLoopEvaluator.for_spec(request.bench_spec(), resolved.source, settings)
+        space = request.space(trace_has_prefix_hashes=evaluator.workload.prefix_hashes is not None)
+    else:
+        evaluator = TraceEvaluator.for_trace(trace, resolved.source, settings)
+        space = request.space(
+            trace_has_prefix_hashes=trace.prefix_hashes is not None,
+            trace_has_acceptance=trace.acceptance_length is not None,
+        )
     return _Setup(evaluator, Objective(space, evaluator, per_dollar=bool(space.prices)), resolved)
+
+
+def _trace_of(database_url: str, request: TuneRequest) -> Workload | None:
+    """The request's stored trace (None for a closed-loop benchmark)."""
+    if request.workload is not None:
+        return None
+    if request.trace_id is None:
+        raise TuneRequestError(
+            "a tuning job runs on a stored trace (trace_id) or a closed-loop benchmark "
+            "(workload); the service resolves a stream's window to its newest upload first"
+        )
+    return _load_trace(database_url, request.trace_id)
 
 
 def _load_trace(database_url: str, trace_id: int) -> Workload:
@@ -134,7 +155,7 @@ def run_worker(
         raise LookupError(f"study {study_name!r} was not created by servetune (no request)")
     request = TuneRequest.from_dict(json.loads(raw))
     resolved = _resolved(database_url, request.model, latency, num_threads)
-    setup = prepare(request, _load_trace(database_url, request.trace_id), resolved)
+    setup = prepare(request, _trace_of(database_url, request), resolved)
     study = open_study(study_name, storage, seed=request.seed + _worker_salt())
     warm_cache(study, setup.evaluator)
     start, first = time.monotonic(), count_finished(study)
@@ -219,13 +240,8 @@ def run_tuning_job(
             "workers > 1: the extra worker processes price with the stored latency models, "
             "not a custom latency source"
         )
-    if request.trace_id is None:
-        raise TuneRequestError(
-            "a tuning job runs on a stored trace (trace_id); the service resolves a "
-            "stream's window to its newest upload first"
-        )
     upgrade_database(database_url)  # ours first: Optuna then leaves alembic_version alone
-    trace = _load_trace(database_url, request.trace_id)
+    trace = _trace_of(database_url, request)
     setup = prepare(request, trace, _resolved(database_url, request.model, latency, num_threads))
     engine = make_engine(database_url)
     try:

@@ -48,6 +48,8 @@ def decide(session: Session, schedule: ScheduleInfo, now: datetime) -> Decision:
         window = resolve_window(session, project=schedule.project, params=schedule.params, now=now)
     except EmptyWindow as exc:
         return Decision(False, str(exc))
+    if window is None:  # create_schedule refuses anything but a stream
+        return Decision(False, "a schedule re-tunes a stream; this one names no stream")
     what = f"{len(window.trace_ids)} upload(s), {window.num_requests:,} requests"
     if schedule.trigger is ScheduleTrigger.ALWAYS:
         return Decision(True, f"due time reached; window: {what}", window)

@@ -19,7 +19,7 @@ from optimizer.search import TuneOutcome, TuneRequest, TuneRequestError
 def job_request(params: TuneRequest, trace_ids: tuple[int, ...]) -> TuneRequest:
     """The request the job runs: a stream's params pinned to the newest upload of its
     window; JobFailed when the window was empty or the search rejects the request."""
-    if params.trace_id is not None:
+    if params.trace_id is not None or params.workload is not None:
         return params
     if not trace_ids:
         raise JobFailed("the job has no trace: its stream window was empty")

@@ -215,14 +215,14 @@ def explain(
         )
     if rec.ttft_p90_ms < base.ttft_p90_ms * 0.7:
         why.append(
-            f"prefill: TTFT p90 {base.ttft_p90_ms:.0f} -> {rec.ttft_p90_ms:.0f} ms at the trace's "
-            f"rate (queueing {base.queueing_share_of_ttft:.0%} -> "
+            f"prefill: TTFT p90 {base.ttft_p90_ms:.0f} -> {rec.ttft_p90_ms:.0f} ms under the same "
+            f"traffic (queueing {base.queueing_share_of_ttft:.0%} -> "
             f"{rec.queueing_share_of_ttft:.0%} of TTFT)"
         )
     if rec.tpot_p90_ms < base.tpot_p90_ms * 0.85:
         why.append(
-            f"decode: TPOT p90 {base.tpot_p90_ms:.1f} -> {rec.tpot_p90_ms:.1f} ms at the "
-            "trace's rate"
+            f"decode: TPOT p90 {base.tpot_p90_ms:.1f} -> {rec.tpot_p90_ms:.1f} ms under the "
+            "same traffic"
         )
     if not why:
         why.append("the phase mix barely changes; the gain comes from how the same work is batched")

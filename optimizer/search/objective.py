@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Protocol
 
 import numpy as np
 
@@ -278,7 +279,7 @@ class TraceEvaluator:
         gpus = unit.num_gpus
         price = unit.price_per_hour()
         if rate <= 0:
-            return _figures(
+            return figures_of(
                 EvalStatus.INFEASIBLE, EvalStage.SCREENED, unit, 0, cap.result, rate,
                 sims, cap.bounded,
             )  # fmt: skip
@@ -286,7 +287,7 @@ class TraceEvaluator:
         at = window.rate_scaled(self.evaluated.sizing_rate / units / window.mean_rate)
         share = self._run(at, unit)
         status = EvalStatus.FEASIBLE if units * gpus <= s.gpu_budget else EvalStatus.INFEASIBLE
-        ev = _figures(status, EvalStage.SCREENED, unit, units, share, rate, sims + 1,
+        ev = figures_of(status, EvalStage.SCREENED, unit, units, share, rate, sims + 1,
                       cap.bounded)  # fmt: skip
         if price:
             ev = replace(ev, goodput_per_dollar=rate / price)
@@ -341,7 +342,7 @@ class TraceEvaluator:
             ok = ok and report.attainment(s.slo) >= s.attainment
         status = EvalStatus.FEASIBLE if ok else EvalStatus.INFEASIBLE
         sims = len(runs) + (report is not sized)
-        ev = _figures(status, EvalStage.VERIFIED, unit, n, report, 0.0, sims, True)
+        ev = figures_of(status, EvalStage.VERIFIED, unit, n, report, 0.0, sims, True)
         ev = replace(ev, sizing_attainment=sized.attainment(s.slo))
         if screened is not None:
             ev = replace(
@@ -363,11 +364,35 @@ class Verified:
     result: SimulationResult
 
 
+class Evaluator(Protocol):
+    """What the search scores with: a trace (`TraceEvaluator`), or a closed-loop benchmark
+    (`optimizer.search.closed_loop.ClosedLoopEvaluator`)."""
+
+    settings: EvalSettings
+    evaluated: EvaluatedTrace
+    cache: EvaluationCache
+
+    @property
+    def trace_rate(self) -> float: ...  # requests/s; NaN for a closed loop (no arrival rate)
+
+    def evaluate(self, unit: ServingConfig) -> Evaluation: ...
+
+    def verify(
+        self,
+        unit: ServingConfig,
+        num_units: int = 1,
+        *,
+        rate_factor: float = 1.0,
+        max_gpus: int | None = None,
+        screened: Evaluation | None = None,
+    ) -> Verified: ...
+
+
 def _ms(value: float) -> float:
     return value * 1e3
 
 
-def _figures(
+def figures_of(
     status: EvalStatus,
     stage: EvalStage,
     unit: ServingConfig,

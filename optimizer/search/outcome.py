@@ -20,7 +20,7 @@ from optimizer.config import ServingConfig
 from optimizer.plain import PlainDataError, from_plain, to_plain
 from optimizer.search.diagnose import Diagnosis, breakdown, explain
 from optimizer.search.flags import LaunchCommand, launch_commands
-from optimizer.search.objective import EvalStatus, Evaluation, TraceEvaluator
+from optimizer.search.objective import EvalStatus, Evaluation, Evaluator
 from optimizer.search.recommend import (
     BaselineComparison,
     ParetoRow,
@@ -161,23 +161,29 @@ def _trial_of(unit: ServingConfig, outcomes: Sequence[TrialOutcome]) -> int | No
 
 
 def capacity_plan(
-    evaluator: TraceEvaluator, rec: TrialOutcome, unit: ServingConfig
+    evaluator: Evaluator, rec: TrialOutcome, unit: ServingConfig, result: SimulationResult
 ) -> tuple[CapacityRow, ...]:
-    """GPUs `unit` needs at 1x, 2x and 4x the traffic (the 1x row is the recommendation;
-    the others may exceed the budget: up to 4x the budget x the factor is tried)."""
+    """GPUs `unit` needs at 1x, 2x and 4x the traffic (the 1x row is the recommendation,
+    `result` its run; the others may exceed the budget: up to 4x the budget x the factor
+    is tried). A closed loop's traffic is its clients (and prompts): its rows quote the
+    request rate each sized fleet sustains."""
     ev = rec.evaluation
+    closed = bool(evaluator.evaluated.clients)
     sizing = evaluator.evaluated.sizing_rate
+    rate = result.request_throughput if closed else evaluator.trace_rate
     rows = [
-        CapacityRow(1.0, evaluator.trace_rate, sizing, ev.num_gpus, ev.num_units,
+        CapacityRow(1.0, rate, rate if closed else sizing, ev.num_gpus, ev.num_units,
                     ev.price_per_hour, ev.sizing_attainment, ev.feasible)
     ]  # fmt: skip
     budget = evaluator.settings.gpu_budget
     for factor in CAPACITY_FACTORS[1:]:
         start = max(1, math.ceil(ev.num_units * factor))
         cap = max(budget, ev.num_gpus) * int(factor) * 4
-        v = evaluator.verify(unit, start, rate_factor=factor, max_gpus=cap).evaluation
+        verified = evaluator.verify(unit, start, rate_factor=factor, max_gpus=cap)
+        v = verified.evaluation
+        mean = verified.result.request_throughput if closed else evaluator.trace_rate * factor
         rows.append(
-            CapacityRow(factor, evaluator.trace_rate * factor, sizing * factor, v.num_gpus,
+            CapacityRow(factor, mean, mean if closed else sizing * factor, v.num_gpus,
                         v.num_units, v.price_per_hour, v.attainment, v.feasible)
         )  # fmt: skip
     return tuple(rows)
@@ -220,7 +226,7 @@ def build_outcome(
     request: TuneRequest,
     space: SearchSpace,
     outcomes: list[TrialOutcome],
-    evaluator: TraceEvaluator,
+    evaluator: Evaluator,
     *,
     study_name: str,
     num_trials: int,
@@ -236,11 +242,11 @@ def build_outcome(
     results: dict[int | None, SimulationResult] = {}
     units: dict[int | None, ServingConfig] = {}
     for o in candidates(outcomes, per_dollar=per_dollar):
-        on_step(f"verifying trial {o.number} as a sized fleet on the whole trace")
+        on_step(f"verifying trial {o.number} as a sized fleet on the whole workload")
         v = evaluator.verify(o.config, o.evaluation.num_units, screened=o.evaluation)
         verified.append(TrialOutcome(o.number, v.fleet, v.evaluation))
         results[o.number], units[o.number] = v.result, o.config
-    on_step("sizing vLLM's defaults on the whole trace")
+    on_step("sizing vLLM's defaults on the whole workload")
     base_unit = baseline_config(space)
     base_screen = evaluator.evaluate(base_unit)
     if base_screen.status is EvalStatus.INVALID:
@@ -261,16 +267,24 @@ def build_outcome(
     capacity: tuple[CapacityRow, ...] = ()
     if best is not None:
         on_step("capacity plan: GPUs needed at 2x and 4x the traffic")
-        capacity = capacity_plan(evaluator, best, units[best.number])
+        capacity = capacity_plan(evaluator, best, units[best.number], results[best.number])
     comparison = compare(
         base.config, base.evaluation, best.evaluation if best else None, per_dollar=per_dollar
     )
-    rate = evaluator.trace_rate
-    d_base = breakdown("baseline", base.config, results[None], rate) if None in results else None
+
+    def rate(result: SimulationResult) -> float:
+        # a closed loop has no arrival rate: the rate its fleet sustained
+        closed = bool(evaluator.evaluated.clients)
+        return result.request_throughput if closed else evaluator.trace_rate
+
+    d_base = None
+    if None in results:
+        d_base = breakdown("baseline", base.config, results[None], rate(results[None]))
     tuned = best if best is not None and best.number is not None else None
     d_rec = None
     if tuned is not None:
-        d_rec = breakdown("recommendation", tuned.config, results[tuned.number], rate)
+        res = results[tuned.number]
+        d_rec = breakdown("recommendation", tuned.config, res, rate(res))
     account = explain(d_base, d_rec, base, best, per_dollar=per_dollar)
     return TuneOutcome(
         request=request,

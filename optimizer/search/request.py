@@ -1,12 +1,15 @@
 """What a tuning job is asked (`TuneRequest`) and what it reports while running
 (`TuneProgress`): the one contract of the CLI, the REST API, the job queue and storage.
 
-The workload is a stored trace (`trace_id`) or a stream's recent window
+The workload is a stored trace (`trace_id`), a stream's recent window
 (`stream`, `window_s`: the service resolves it to its uploads when the job is
-created). JSON round trip: `to_dict()` / `TuneRequest.from_dict()` carry
-`schema_version`; unknown keys and wrong types are rejected with the field's
-name. Version 1 documents (written before the CLI and the service shared this
-type: `gpus`, `n_trials`) are read too.
+created), or a closed-loop benchmark (`workload`: `vllm bench serve` parameters
+with a `max_concurrency` below `num_prompts`, `optimizer.bench_serve`; an
+open-loop one is a trace, stored as one by `servetune tune --workload`). JSON
+round trip: `to_dict()` / `TuneRequest.from_dict()` carry `schema_version`;
+unknown keys and wrong types are rejected with the field's name. Version 1
+documents (written before the CLI and the service shared this type: `gpus`,
+`n_trials`) are read too.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from optimizer.bench_serve import BenchServeError, BenchServeSpec
 from optimizer.plain import PlainDataError, from_plain, to_plain
 from optimizer.search.objective import EvalSettings
 from optimizer.search.space import SearchSpace, SearchSpaceError
@@ -63,6 +67,8 @@ class TuneRequest:
     slo_tpot_ms: float
     trace_id: int | None = None
     stream: str | None = None  # a named series of uploads: tune on its recent window
+    # a closed-loop `vllm bench serve` run: its parameters that differ from the client's
+    workload: Mapping[str, Any] | None = None
     window_s: float = 3600.0  # the stream's window
     slo_e2e_ms: float | None = None
     attainment: float = 0.9  # share of requests that must meet every SLO
@@ -79,10 +85,14 @@ class TuneRequest:
     acceptance_rate: float | None = None  # per drafted token; None: the trace's, else 0.7
 
     def __post_init__(self) -> None:
-        if (self.trace_id is None) == (self.stream is None):
+        given = [v is not None for v in (self.trace_id, self.stream, self.workload)]
+        if sum(given) != 1:
             raise TuneRequestError(
-                "give exactly one of trace_id (a stored trace) or stream (a name)"
+                "give exactly one of trace_id (a stored trace), stream (a name) or workload "
+                "(closed-loop vllm bench serve parameters)"
             )
+        if self.workload is not None:
+            object.__setattr__(self, "workload", self.bench_spec().to_plain())
         if self.trace_id is not None:
             _int_in("trace_id", self.trace_id, 1, 2**31 - 1)
         if self.stream is not None and not (
@@ -147,9 +157,27 @@ class TuneRequest:
         e2e = self.slo_e2e_ms / 1e3 if self.slo_e2e_ms else None
         return SLO(self.slo_ttft_ms / 1e3, self.slo_tpot_ms / 1e3, e2e)
 
+    def bench_spec(self) -> BenchServeSpec:
+        """The closed-loop benchmark of `workload` (TuneRequestError when it is none)."""
+        if not isinstance(self.workload, Mapping):
+            raise TuneRequestError("workload: expected a mapping of vllm bench serve parameters")
+        try:
+            spec = BenchServeSpec.from_dict(self.workload)
+        except BenchServeError as exc:
+            raise TuneRequestError(str(exc)) from None
+        if spec.is_open_loop:
+            raise TuneRequestError(
+                "workload: every request goes at its send time (no max_concurrency below "
+                "num_prompts), an open loop: that is a trace; store it and give trace_id "
+                "(servetune tune --workload does)"
+            )
+        return spec
+
     @property
     def source(self) -> str:
-        """The workload as one string: `trace:ID` or `stream:NAME`."""
+        """The workload as one string: `trace:ID`, `stream:NAME` or `workload:DESCRIPTION`."""
+        if self.workload is not None:
+            return f"workload:{self.bench_spec().describe()}"
         return f"trace:{self.trace_id}" if self.trace_id is not None else f"stream:{self.stream}"
 
     def eval_settings(self) -> EvalSettings:

@@ -37,7 +37,7 @@ from optuna.trial import TrialState
 
 from optimizer.config import ConfigError, ServingConfig
 from optimizer.plain import PlainDataError, from_plain, to_plain
-from optimizer.search.objective import EvalStatus, Evaluation, TraceEvaluator, TrialError
+from optimizer.search.objective import EvalStatus, Evaluation, Evaluator, TrialError
 from optimizer.search.recommend import TrialOutcome
 from optimizer.search.space import SearchSpace, TrialChooser, build_config
 
@@ -121,7 +121,7 @@ class Objective:
     """The trial function: build a config, score it, record it on the trial."""
 
     space: SearchSpace
-    evaluator: TraceEvaluator
+    evaluator: Evaluator
     per_dollar: bool = False
 
     def __call__(self, trial: optuna.Trial) -> tuple[float, float]:
@@ -155,7 +155,7 @@ class Objective:
         return float(goodput), float(ev.interactivity_tok_s)
 
 
-def warm_cache(study: optuna.Study, evaluator: TraceEvaluator) -> None:
+def warm_cache(study: optuna.Study, evaluator: Evaluator) -> None:
     """Seed the evaluator's cache from the study's completed trials (resume, workers)."""
     from optimizer.search.space import config_key
 

@@ -32,9 +32,21 @@ class EvaluatedTrace:
     peak_window_s: float
     headroom: float
     sizing_rate: float  # max(mean, peak) x headroom
+    clients: int = 0  # a closed loop's clients (vllm bench serve --max-concurrency); 0: a trace
 
     def describe(self) -> str:
         t, s = self.trace, self.screened
+        if self.clients:
+            screened = (
+                "trials on every prompt"
+                if s.num_requests == t.num_requests
+                else f"trials screened on its first {s.num_requests:,} prompts"
+            )
+            return (
+                f"closed loop: {self.clients:,} clients sending {t.num_requests:,} prompts, each "
+                f"client its next when its previous one ends; fleets sized for the clients and "
+                f"verified on every prompt; {screened}"
+            )
         whole = s.num_requests == t.num_requests
         screened = (
             "trials on the whole trace"

@@ -16,7 +16,8 @@ class TuningRunRow(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     study_name: Mapped[str] = mapped_column(sa.String(200), unique=True)
-    trace_id: Mapped[int] = mapped_column(index=True)
+    # None: a closed-loop benchmark, tuned from the parameters in `request`
+    trace_id: Mapped[int | None] = mapped_column(index=True, nullable=True)
     model: Mapped[str] = mapped_column(sa.String(200))
     status: Mapped[str] = mapped_column(sa.String(16))
     request: Mapped[dict] = mapped_column(sa.JSON)

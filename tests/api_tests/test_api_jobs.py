@@ -149,6 +149,32 @@ def test_real_tuner_runs_a_small_job(service: Service, tmp_path: Path) -> None:
         assert any(" vllm serve " in c for c in commands)
 
 
+def test_a_closed_loop_benchmark_is_tuned_without_a_trace(service: Service) -> None:
+    """`workload`: vllm bench serve parameters with a binding max_concurrency; the job
+    runs the real search on it and the outcome says it sized for the clients."""
+    bench = {"random_input_len": 512, "random_output_len": 32, "num_prompts": 40,
+             "max_concurrency": 8}  # fmt: skip
+    r = _create(service, workload=bench, num_trials=2, search_space={"tp": [1]})
+    assert r.status_code == 202, r.text
+    jid = r.json()["id"]
+    worker = Worker(
+        make_engine(service.url),
+        storage_url=service.url,
+        executors=default_executors(),
+        options=WorkerOptions(lease_s=30, poll_s=0.5),
+    )
+    assert worker.run_once()
+    h = service.auth(service.key_a)
+    job = service.client.get(f"/v1/tuning-jobs/{jid}", headers=h).json()
+    assert job["status"] == "succeeded", job["error"]
+    assert job["window"] is None and job["params"]["workload"] == bench
+    outcome = service.client.get(f"/v1/tuning-jobs/{jid}/result", headers=h).json()["outcome"]
+    assert outcome["evaluated"]["clients"] == 8 and outcome["pareto"]
+    # An open loop is a trace: refused, saying so.
+    r = _create(service, workload={"num_prompts": 40, "request_rate": 2})
+    assert r.status_code == 422 and "open loop" in r.json()["detail"]
+
+
 def test_unknown_model_is_rejected_at_creation(service: Service, tmp_path: Path) -> None:
     r = _create(service, trace_id=_trace(service, tmp_path), model="no-such-model")
     assert r.status_code == 422 and "model: config.model: unknown model shape" in r.json()["detail"]

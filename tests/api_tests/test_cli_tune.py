@@ -116,10 +116,55 @@ def test_tune_a_vllm_bench_serve_workload(cli_db, runner, tmp_path):
     assert by_file.exit_code == 0 and by_id.exit_code == 0, by_file.output + by_id.output
     assert json.loads(by_file.output)["ttft_s"] == json.loads(by_id.output)["ttft_s"]
     assert json.loads(by_file.output)["tpot_s"] == json.loads(by_id.output)["tpot_s"]
-    # A closed loop has no arrival rate to size for: refused, saying what to do instead.
-    path.write_text("random_input_len: 512\nnum_prompts: 40\nmax_concurrency: 8\n")
-    res = runner.invoke(app, args)
-    assert res.exit_code == 2 and "max_concurrency: 8 clients make a closed loop" in res.output
-    assert "servetune simulate --workload" in " ".join(res.output.split())
     res = runner.invoke(app, [*args[:1], "--trace", "1", *args[1:]])
     assert res.exit_code == 2 and "exactly one of --trace" in res.output
+
+
+def test_tune_a_closed_loop_benchmark(cli_db, runner, tmp_path):
+    """`max_concurrency` below `num_prompts`: the fleet is sized for the clients, nothing is
+    stored as a trace, and `simulate --workload` of the recommended fleet prints exactly
+    the outcome's figures."""
+    path = tmp_path / "bench.yaml"
+    path.write_text(
+        "random_input_len: 2048\nrandom_output_len: 64\nnum_prompts: 96\nmax_concurrency: 24\n"
+    )
+    space = json.dumps({"tp": [1], "max_num_batched_tokens": [2048, 8192], "max_num_seqs": [64],
+                        "modes": ["colocated"]})  # fmt: skip
+    res = runner.invoke(app, [
+        "tune", "--workload", str(path), "--model", "llama-3.1-8b", "--gpu", "h100", "--gpus",
+        "4", "--slo-ttft-ms", "400", "--slo-tpot-ms", "40", "--trials", "3", "--space", space,
+        "--workers", "1", "--out", str(tmp_path / "out"),
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "closed loop: 24 clients sending 96 prompts" in text
+    assert "attainment with the 24 clients" in text and "Capacity plan" in text
+    from api.cli.common import session
+    from storage.traces import list_traces
+
+    with session() as s:
+        assert list_traces(s) == []
+    outcome = json.loads((tmp_path / "out" / "outcome.json").read_text())
+    assert outcome["request"]["workload"] == {
+        "random_input_len": 2048, "random_output_len": 64, "num_prompts": 96,
+        "max_concurrency": 24,
+    }  # fmt: skip
+    assert outcome["evaluated"]["clients"] == 24
+    predicted = outcome["recommendation"]["predicted"]
+    sim = runner.invoke(app, [
+        "simulate", "--workload", str(path), "--config", str(tmp_path / "out" / "recommended.yaml"),
+        "--slo-ttft-ms", "400", "--slo-tpot-ms", "40", "--json",
+    ])  # fmt: skip
+    assert sim.exit_code == 0, sim.output
+    got = json.loads(sim.output)
+    assert got["num_gpus"] == predicted["num_gpus"]
+    for want, have in [
+        (predicted["ttft_p90_ms"], got["ttft_s"]["p90"] * 1e3),
+        (predicted["tpot_p90_ms"], got["tpot_s"]["p90"] * 1e3),
+        (predicted["attainment"], got["slo_attainment"]),
+        (predicted["request_goodput"], got["goodput"]),
+    ]:
+        assert have == pytest.approx(want, rel=1e-9)
+    # 1x is the recommendation; 2x and 4x the clients need at least as many GPUs.
+    gpus = [row["num_gpus"] for row in outcome["capacity"]]
+    assert gpus[0] == predicted["num_gpus"] and gpus == sorted(gpus)

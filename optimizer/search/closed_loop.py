@@ -1,0 +1,223 @@
+"""Scoring a deployment on a closed loop: `vllm bench serve --max-concurrency C`.
+
+A closed loop's load is set by its clients, not by an arrival rate: C clients,
+each sending its next prompt when its previous one finishes (docs/closed-loop.md).
+So a fleet is sized for the clients, not for a rate: the fewest units (replicas,
+or groups of prefill and decode instances) whose fleet, with the C clients spread
+over it by the router, meets the SLOs for `attainment` of the requests. More
+units than clients are never tried (a unit with no client is idle).
+
+- `evaluate(unit)` (every trial): that sizing on the screening run, the first
+  `screen_requests` prompts (at least four per client; 0: all of them).
+- `verify(unit, n)` (the answer's candidates): the same sizing on every prompt,
+  starting from the screen's estimate; the figures are those of the sized fleet,
+  exactly what `servetune simulate --workload` prints for it (same simulator,
+  seed and latency). `rate_factor` scales the clients and the prompts together
+  (the capacity plan: GPUs for 2x and 4x the clients).
+
+Per-GPU goodput is the sized fleet's requests/s meeting the SLOs over its GPUs
+(`unit_rate`: that goodput per unit): with the clients fixed, a fleet larger than
+needed serves the same clients on more GPUs, so the search prefers the smallest
+fleet that meets the SLOs and, among those, the fastest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from optimizer.bench_serve import BenchServeSpec
+from optimizer.config import ConfigError, ServingConfig
+from optimizer.latency.base import LatencySource
+from optimizer.search.objective import (
+    EvalSettings,
+    EvalStage,
+    EvalStatus,
+    Evaluation,
+    EvaluationCache,
+    Verified,
+    figures_of,
+    fleet_of,
+)
+from optimizer.search.space import config_key
+from optimizer.search.windows import EvaluatedTrace, TraceWindow
+from optimizer.sim import SimulationResult, max_request_tokens, simulate
+from optimizer.workload import ClosedLoopWorkload
+
+MIN_SCREEN_PROMPTS_PER_CLIENT = 4
+
+
+def head(workload: ClosedLoopWorkload, count: int) -> ClosedLoopWorkload:
+    """The first `count` prompts of a closed loop, with as many clients at most."""
+    if count >= len(workload.input_tokens):
+        return workload
+    hashes = workload.prefix_hashes
+    return replace(
+        workload,
+        num_clients=min(workload.num_clients, count),
+        input_tokens=workload.input_tokens[:count],
+        output_tokens=workload.output_tokens[:count],
+        release_s=None if workload.release_s is None else workload.release_s[:count],
+        prefix_hashes=None if hashes is None else hashes[:count],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedLoopEvaluator:
+    """Scores units and fleets on one closed-loop benchmark with one latency source (pure
+    apart from its cache); the interface of `TraceEvaluator`."""
+
+    spec: BenchServeSpec  # the benchmark as the user runs it (num_prompts cut by max_requests)
+    workload: ClosedLoopWorkload  # verified on: every prompt
+    screen: ClosedLoopWorkload  # the screening run: its first prompts
+    latency: LatencySource
+    settings: EvalSettings
+    evaluated: EvaluatedTrace
+    cache: EvaluationCache = field(default_factory=EvaluationCache)
+    longest_request_tokens: int = 0
+
+    @classmethod
+    def for_spec(
+        cls, spec: BenchServeSpec, latency: LatencySource, settings: EvalSettings
+    ) -> ClosedLoopEvaluator:
+        if spec.is_open_loop:
+            raise ValueError("an open-loop workload is a trace: use TraceEvaluator.for_trace")
+        s = settings
+        if s.max_requests and s.max_requests < spec.num_prompts:
+            spec = replace(spec, num_prompts=s.max_requests)
+        whole = spec.build()
+        clients = whole.num_clients
+        count = len(whole.input_tokens)
+        if s.screen_requests:
+            count = min(count, max(s.screen_requests, MIN_SCREEN_PROMPTS_PER_CLIENT * clients))
+        screen = head(whole, count)
+        total = len(whole.input_tokens)
+        evaluated = EvaluatedTrace(
+            trace=TraceWindow(total, 0.0, 0.0, 0.0),
+            screened=TraceWindow(len(screen.input_tokens), 0.0, 0.0, 0.0),
+            peak_rate=0.0,
+            peak_window_s=s.peak_window_s,
+            headroom=1.0,
+            sizing_rate=0.0,
+            clients=clients,
+        )
+        longest = int((whole.input_tokens + whole.output_tokens).max())
+        return cls(
+            spec, whole, screen, latency, settings, evaluated, longest_request_tokens=longest
+        )
+
+    @property
+    def clients(self) -> int:
+        return self.workload.num_clients
+
+    @property
+    def trace_rate(self) -> float:
+        """No arrival rate sets a closed loop's load (figures quote each run's throughput)."""
+        return math.nan
+
+    def scaled(self, factor: float) -> ClosedLoopWorkload:
+        """The benchmark with `factor` x the clients and the prompts."""
+        if factor == 1.0:
+            return self.workload
+        clients = max(1, round(self.clients * factor))
+        prompts = max(clients, round(self.spec.num_prompts * factor))
+        return replace(self.spec, max_concurrency=clients, num_prompts=prompts).build()
+
+    def simulate(self, config: ServingConfig, factor: float = 1.0) -> SimulationResult:
+        """`config` on every prompt with `factor` x the clients."""
+        s = self.settings
+        return simulate(self.scaled(factor), config, self.latency, seed=s.seed, slo=s.slo)
+
+    def _check_fits(self, unit: ServingConfig) -> None:
+        limit = max_request_tokens(unit)
+        if limit < self.longest_request_tokens:
+            raise ConfigError(
+                f"rejects the benchmark's longest requests ({self.longest_request_tokens} "
+                f"prompt + output tokens; this config holds at most {limit})"
+            )
+
+    def _size(
+        self, unit: ServingConfig, workload: ClosedLoopWorkload, start: int, most: int
+    ) -> tuple[int, bool, dict[int, SimulationResult]]:
+        """The fewest units (from `start`, at most `most`) whose fleet meets the SLOs for the
+        target share of `workload`'s requests; whether it does; every run made."""
+        s = self.settings
+        most = max(1, min(most, workload.num_clients))
+        runs: dict[int, SimulationResult] = {}
+
+        def meets(n: int) -> bool:
+            runs[n] = simulate(workload, fleet_of(unit, n), self.latency, seed=s.seed, slo=s.slo)
+            return runs[n].attainment(s.slo) >= s.attainment
+
+        n = min(max(1, start), most)
+        ok = meets(n)
+        if ok:
+            steps = 0
+            while n > 1 and steps < s.max_shrink_steps and meets(n - 1):
+                n, steps = n - 1, steps + 1
+        else:
+            while n < most and not ok:
+                n += 1
+                ok = meets(n)
+        return n, ok, runs
+
+    def _figures(
+        self, ok: bool, stage: EvalStage, unit: ServingConfig, n: int, res: SimulationResult,
+        sims: int,
+    ) -> Evaluation:  # fmt: skip
+        s = self.settings
+        status = EvalStatus.FEASIBLE if ok else EvalStatus.INFEASIBLE
+        unit_rate = res.request_goodput(s.slo) / n
+        ev = figures_of(status, stage, unit, n, res, unit_rate, sims, True)
+        price = unit.price_per_hour()
+        if price:
+            ev = replace(ev, goodput_per_dollar=unit_rate / price)
+        return ev
+
+    # -- screening ---------------------------------------------------------------------
+    def evaluate(self, unit: ServingConfig) -> Evaluation:
+        """The unit's fleet sized on the screening run, cached (see the module docstring)."""
+        key = config_key(unit)
+        hit = self.cache.entries.get(key)
+        if hit is not None:
+            self.cache.hits += 1
+            return hit
+        self.cache.misses += 1
+        try:
+            self._check_fits(unit)
+            most = self.settings.gpu_budget // unit.num_gpus
+            if most < 1:
+                raise ConfigError(
+                    f"needs {unit.num_gpus} GPUs, more than the budget of "
+                    f"{self.settings.gpu_budget}"
+                )
+            n, ok, runs = self._size(unit, self.screen, 1, most)
+            result = self._figures(ok, EvalStage.SCREENED, unit, n, runs[n], len(runs))
+        except ConfigError as exc:
+            result = Evaluation(EvalStatus.INVALID, EvalStage.SCREENED, unit.num_gpus,
+                                unit_gpus=unit.num_gpus, error=str(exc))  # fmt: skip
+        self.cache.entries[key] = result
+        return result
+
+    # -- verification ------------------------------------------------------------------
+    def verify(
+        self,
+        unit: ServingConfig,
+        num_units: int = 1,
+        *,
+        rate_factor: float = 1.0,
+        max_gpus: int | None = None,
+        screened: Evaluation | None = None,
+    ) -> Verified:
+        """Size and verify a fleet of `unit` on every prompt (`rate_factor` x the clients and
+        prompts); INFEASIBLE with the largest fleet's figures when `max_gpus` (default: the
+        budget) does not reach. `screened` is accepted for the interface of
+        `TraceEvaluator.verify`; the verified figures are the fleet's own."""
+        del screened
+        self._check_fits(unit)
+        cap = self.settings.gpu_budget if max_gpus is None else max_gpus
+        most = max(1, cap // unit.num_gpus)
+        n, ok, runs = self._size(unit, self.scaled(rate_factor), num_units, most)
+        res = runs[n]
+        ev = self._figures(ok, EvalStage.VERIFIED, unit, n, res, len(runs))
+        return Verified(fleet_of(unit, n), replace(ev, sizing_attainment=ev.attainment), res)
