@@ -88,8 +88,13 @@ async def _principal(
     token = credentials.credentials
     state = request.app.state
     # A short read of its own, so a long request (an upload) holds no lock for it.
+    # An unknown key is not kept by the key cache (a key created a moment ago works at
+    # once); the reader keeps its lookup only until the database changes.
+    hashed = hash_key(token)
     principal = await state.key_cache.get_or_load(
-        hash_key(token), lambda session: authenticate(session, token), run=state.reader.run
+        hashed,
+        lambda session: authenticate(session, token),
+        run=lambda work: state.reader.run(work, key=("api-key", hashed)),
     )
     if principal is None:
         raise ApiError(401, "unknown or revoked API key", kind="unauthorized", headers=challenge)

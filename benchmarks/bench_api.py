@@ -15,9 +15,13 @@
    detail routes over every stored id, the 404s over other projects' ids, an
    unknown key (401: a database lookup each time, never cached), and the latest
    recommendation both as a repeated poll (served from the response cache) and
-   as a first hit (distinct filters, never in the cache). Then one mixed phase
-   over all of them at once. The sweep is run `--repeats` times; the table shows
-   the medians of p50/p99 and PASS/MISS against p99 <= 50 ms.
+   as a first hit (distinct filters, never in the response cache). Then one mixed
+   phase over all of them at once, and the same mix again while another process
+   commits a write every `--churn-ms` ms (default 10): reads are kept in memory
+   only while the database is unchanged (api.reads), so that phase measures reads
+   computed again after commits, as on a service whose workers write. The sweep is
+   run `--repeats` times; the table shows the medians of p50/p99 and PASS/MISS
+   against p99 <= 50 ms.
 
 Usage: .venv/bin/python benchmarks/bench_api.py [--database sqlite|postgresql|URL]
        [--duration 3] [--repeats 3] [--clients 50] [--uploads 10]
@@ -202,6 +206,32 @@ class Row:
 
 
 MIXED = "all endpoints at once"
+CHURN = "all at once, a write committed every 10 ms"  # (--churn-ms)
+
+# Commits a no-op update every `interval` s until killed: every commit changes the
+# database version, so the server's kept reads (api.reads) are computed again.
+WRITER = """
+import sys, time
+import sqlalchemy as sa
+engine = sa.create_engine(sys.argv[1])
+interval = float(sys.argv[2])
+touch = sa.text("UPDATE schedules SET name = name WHERE id = (SELECT MIN(id) FROM schedules)")
+while True:
+    with engine.begin() as conn:
+        conn.execute(touch)
+    time.sleep(interval)
+"""
+
+
+@contextmanager
+def committing(url: str, interval_ms: float):
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, url, str(interval_ms / 1e3)])
+    try:
+        time.sleep(0.3)
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def sweep(port: int, requests: dict[str, list[Request]], args, pool) -> dict[str, Row]:
@@ -216,7 +246,7 @@ def sweep(port: int, requests: dict[str, list[Request]], args, pool) -> dict[str
     for k in range(rounds):
         random.Random(k).shuffle(order)
         mixed += [alone[i][k % len(alone[i])] for i in order]
-    rows = {label: Row() for label in [*labels, MIXED]}
+    rows = {label: Row() for label in [*labels, MIXED, *([CHURN] if args.churn_ms else [])]}
     for r in range(args.repeats):
         load = os.getloadavg()[0]
         got = pool.submit(load_process, port, [*alone, mixed], args.clients, args.duration)
@@ -229,6 +259,13 @@ def sweep(port: int, requests: dict[str, list[Request]], args, pool) -> dict[str
             rows[label].mixed.add(mix_latencies[i], mix_wall)
             rows[label].errors += mix_errors[i]
         rows[MIXED].mixed.add([v for vs in mix_latencies.values() for v in vs], mix_wall)
+        if args.churn_ms:
+            with committing(args.url, args.churn_ms):
+                got = pool.submit(load_process, port, [mixed], args.clients, args.duration)
+                ((churn_latencies, churn_errors, churn_wall),) = got.result()
+            values = [v for vs in churn_latencies.values() for v in vs]
+            rows[CHURN].mixed.add(values, churn_wall)
+            rows[CHURN].errors += sum(churn_errors.values())
         print(
             f"  sweep {r + 1}/{args.repeats}: 1-min load average {load:.2f} before, "
             f"{os.getloadavg()[0]:.2f} after",
@@ -325,6 +362,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="sweeps; the table shows medians")
     ap.add_argument("--only", default="", help="only endpoints whose label contains this")
     ap.add_argument("--uploads", type=int, default=0, help="then N parallel 100k-row uploads")
+    ap.add_argument(
+        "--churn-ms", type=float, default=10.0,
+        help="also the mix while another process commits every N ms (0: not)",
+    )  # fmt: skip
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp, scratch_database(args.database, Path(tmp)) as url:
         t = time.perf_counter()
@@ -343,6 +384,7 @@ def main() -> None:
         print(f"GET routes not driven: {missing or 'none'}{no_data}")
         if args.only:
             requests = {k: v for k, v in requests.items() if args.only in k}
+        args.url = url
         proc, base, port = start_server(url)
         try:
             if "/v1/tuning-jobs/{job_id}/result" in requests:

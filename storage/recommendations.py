@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -74,19 +75,38 @@ def save_recommendation(
 def latest_recommendation(
     session: Session, *, project: str, where: DeploymentFilter = DeploymentFilter()
 ) -> RecommendationInfo:
-    r = RecommendationRow
-    query = sa.select(r).where(r.project == project)
-    for column, value in (
-        (r.source, where.source),
-        (r.model, where.model),
-        (r.gpu, where.gpu),
-        (r.num_gpus, where.num_gpus),
-        (r.slo_ttft_ms, where.slo_ttft_ms),
-        (r.slo_tpot_ms, where.slo_tpot_ms),
-    ):
-        if value is not None:
-            query = query.where(column == value)
-    row = session.scalar(query.order_by(r.created_at.desc(), r.id.desc()).limit(1))
+    rec_id, _ = latest_recommendation_ref(session, project=project, where=where)
+    return get_recommendation(session, rec_id)
+
+
+def get_recommendation(session: Session, rec_id: int) -> RecommendationInfo:
+    row = session.get(RecommendationRow, rec_id)
+    if row is None:
+        raise RecommendationNotFound(f"recommendation {rec_id} not found")
+    return _info(row)
+
+
+def latest_recommendation_ref(
+    session: Session, *, project: str, where: DeploymentFilter = DeploymentFilter()
+) -> tuple[int, datetime]:
+    """The id and creation time of the newest recommendation matching `where` (rows are
+    written once and never changed: the pair names one row's content for good)."""
+    given = tuple(f for f in _FILTERS if getattr(where, f) is not None)
+    params = {f: getattr(where, f) for f in given}
+    row = session.execute(_ref_query(given), {"project": project, **params}).first()
     if row is None:
         raise RecommendationNotFound("no recommendation matches this deployment yet")
-    return _info(row)
+    return row.id, row.created_at
+
+
+_FILTERS = ("source", "model", "gpu", "num_gpus", "slo_ttft_ms", "slo_tpot_ms")
+
+
+@lru_cache(maxsize=2 ** len(_FILTERS))
+def _ref_query(given: tuple[str, ...]) -> sa.Select:
+    # Built once per set of given filters (building one took most of a first hit's time).
+    r = RecommendationRow
+    query = sa.select(r.id, r.created_at).where(r.project == sa.bindparam("project"))
+    for name in given:
+        query = query.where(getattr(r, name) == sa.bindparam(name))
+    return query.order_by(r.created_at.desc(), r.id.desc()).limit(1)

@@ -120,7 +120,7 @@ async def list_(
         total = count_jobs(session, project=project, status=status)
         return page(items, total=total, limit=limit, offset=offset)
 
-    return await reader.json(Page[JobInfo], query)
+    return await reader.json(Page[JobInfo], query, key=("jobs", project, status, limit, offset))
 
 
 @router.get(
@@ -131,7 +131,9 @@ async def list_(
 )
 async def status(job_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> Response:
     return await reader.json(
-        JobInfo, lambda session: get_job(session, job_id, project=principal.project)
+        JobInfo,
+        lambda session: get_job(session, job_id, project=principal.project),
+        key=("job", principal.project, job_id),
     )
 
 
@@ -151,7 +153,7 @@ async def result(job_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> 
         document = {"job_id": stored.job_id, "outcome": stored.outcome}
         return json.dumps(document, allow_nan=False).encode()
 
-    return json_response(await reader.run(body))
+    return json_response(await reader.run(body, key=("job-result", principal.project, job_id)))
 
 
 @router.post(

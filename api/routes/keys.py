@@ -70,7 +70,7 @@ async def list_(
         items = list_keys(session, project=project, limit=limit, offset=offset)
         return page(items, total=count_keys(session, project=project), limit=limit, offset=offset)
 
-    return await reader.json(Page[ApiKeyInfo], query)
+    return await reader.json(Page[ApiKeyInfo], query, key=("keys", project, limit, offset))
 
 
 @router.delete("/{key_id}", response_model=ApiKeyInfo, responses=ERRORS, summary="Revoke a key")

@@ -78,14 +78,19 @@ async def list_(
         items = models[paging.offset : paging.offset + paging.limit]
         return page(items, total=len(models), limit=paging.limit, offset=paging.offset)
 
-    return await reader.json(Page[LatencyModelInfo], query)
+    key = ("latency-models", paging.limit, paging.offset)
+    return await reader.json(Page[LatencyModelInfo], query, key=key)
 
 
 @router.get(
     "/{model_id}", response_model=LatencyModelInfo, responses=ERRORS, summary="A latency model"
 )
 async def get(model_id: IdPath, reader: ReaderDep, _: PrincipalDep) -> Response:
-    return await reader.json(LatencyModelInfo, lambda session: get_latency_model(session, model_id))
+    return await reader.json(
+        LatencyModelInfo,
+        lambda session: get_latency_model(session, model_id),
+        key=("latency-model", model_id),
+    )
 
 
 @router.post(

@@ -177,7 +177,9 @@ async def list_(reader: ReaderDep, _: PrincipalDep, paging: PagingDep) -> Respon
         items = runs[paging.offset : paging.offset + paging.limit]
         return page(items, total=len(runs), limit=paging.limit, offset=paging.offset)
 
-    return await reader.json(Page[ProfileRunInfo], query)
+    return await reader.json(
+        Page[ProfileRunInfo], query, key=("profiles", paging.limit, paging.offset)
+    )
 
 
 @router.get(
@@ -195,7 +197,7 @@ async def get(run_id: IdPath, reader: ReaderDep, _: PrincipalDep) -> Response:
         ]
         return ProfileDetail(run=run, ops=ops)
 
-    return await reader.json(ProfileDetail, query)
+    return await reader.json(ProfileDetail, query, key=("profile", run_id))
 
 
 @router.delete(

@@ -19,8 +19,13 @@ from sqlalchemy.orm import Session
 from api.deps import NAME_PATTERN, PrincipalDep, ReaderDep, ResponseCacheDep
 from api.fastpath import fast_key
 from api.problems import ApiError
+from api.reads import Reader
 from api.schemas import Problem
-from storage.recommendations import DeploymentFilter, latest_recommendation
+from storage.recommendations import (
+    DeploymentFilter,
+    get_recommendation,
+    latest_recommendation_ref,
+)
 from storage.service_records import RecommendationInfo
 
 router = APIRouter(prefix="/v1/recommendations", tags=["recommendations"])
@@ -32,9 +37,14 @@ def _adapter() -> TypeAdapter[RecommendationInfo]:
     return TypeAdapter(RecommendationInfo)
 
 
-def _load_latest(session: Session, project: str, where: DeploymentFilter) -> bytes:
-    info = latest_recommendation(session, project=project, where=where)
-    return _adapter().dump_json(info)
+def _load_latest(reader: Reader, session: Session, project: str, where: DeploymentFilter) -> bytes:
+    # Which row is newest is one indexed query; its encoding is kept per row (rows are
+    # written once), so a first hit with new filters costs no decoding.
+    ref = latest_recommendation_ref(session, project=project, where=where)
+    return reader.remember(
+        ("recommendation", *ref),
+        lambda: _adapter().dump_json(get_recommendation(session, ref[0])),
+    )
 
 
 Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=NAME_PATTERN)]
@@ -81,8 +91,8 @@ async def latest(
     project = principal.project
     body = await cache.get_or_load(
         ("latest-recommendation", project, where),
-        lambda session: _load_latest(session, project, where),
-        run=reader.run,
+        lambda session: _load_latest(reader, session, project, where),
+        run=lambda work: reader.run(work, key=("latest-recommendation", project, where)),
     )
     # Also under the raw query, for repeated polls answered by api.fastpath.
     cache.put(fast_key(LATEST_PATH, project, request.scope.get("query_string", b"")), body)

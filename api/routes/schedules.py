@@ -106,7 +106,7 @@ async def list_(reader: ReaderDep, principal: PrincipalDep, paging: PagingDep) -
         total = count_schedules(session, project=project)
         return page(items, total=total, limit=limit, offset=offset)
 
-    return await reader.json(Page[ScheduleInfo], query)
+    return await reader.json(Page[ScheduleInfo], query, key=("schedules", project, limit, offset))
 
 
 @router.get("/{schedule_id}", response_model=ScheduleInfo, responses=ERRORS, summary="Get one")
@@ -114,6 +114,7 @@ async def get(schedule_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -
     return await reader.json(
         ScheduleInfo,
         lambda session: get_schedule(session, schedule_id, project=principal.project),
+        key=("schedule", principal.project, schedule_id),
     )
 
 

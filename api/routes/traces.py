@@ -226,13 +226,16 @@ async def list_(
         total = count_traces(session, project=project, stream=stream)
         return page(items, total=total, limit=limit, offset=offset)
 
-    return await reader.json(Page[TraceInfo], query)
+    key = ("traces", project, stream, limit, offset)
+    return await reader.json(Page[TraceInfo], query, key=key)
 
 
 @router.get("/{trace_id}", response_model=TraceInfo, responses=ERRORS, summary="Get a trace")
 async def get(trace_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> Response:
     return await reader.json(
-        TraceInfo, lambda session: get_trace(session, trace_id, project=principal.project)
+        TraceInfo,
+        lambda session: get_trace(session, trace_id, project=principal.project),
+        key=("trace", principal.project, trace_id),
     )
 
 
@@ -241,7 +244,9 @@ async def get(trace_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> R
 )
 async def stats(trace_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> Response:
     return await reader.json(
-        TraceStats, lambda session: get_trace(session, trace_id, project=principal.project).stats
+        TraceStats,
+        lambda session: get_trace(session, trace_id, project=principal.project).stats,
+        key=("trace-stats", principal.project, trace_id),
     )
 
 

@@ -24,6 +24,11 @@ def _template() -> Template:
     return Template(resources.files("api.ui").joinpath("job.html").read_text("utf-8"))
 
 
+@lru_cache(maxsize=1024)
+def _page(job_id: int) -> bytes:
+    return _template().substitute(job_id=job_id).encode("utf-8")
+
+
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 async def job_page(job_id: IdPath) -> HTMLResponse:
-    return HTMLResponse(_template().substitute(job_id=int(job_id)))
+    return HTMLResponse(_page(int(job_id)))
