@@ -88,6 +88,7 @@ def create_app(
             stop.set()
             if thread is not None:
                 thread.join(timeout=30)
+            await reader.aclose()
             reader.close()
             engine.dispose()
 

@@ -12,20 +12,19 @@ read route is `async` instead and awaits its app's `Reader`:
   the route keeps `response_model=model` for its OpenAPI schema;
 - `await reader.run(work)`: the same transaction, returning what `work` returns.
 
-Where the work runs depends on the database:
+The work runs on the event loop, never in a thread:
 
-- SQLite: on the event loop, on one connection the reader keeps. A read-only
-  transaction there is a WAL snapshot that never waits for the writer, on a
-  local file: 0.1-0.5 ms of CPU. Handing it to a thread cost more than that
-  (measured ~0.45 ms a request): each sqlite3 call releases the GIL, and the
-  thread then waits for the busy event loop to give it back. Its own connection
-  means a read never waits for the shared pool (which threads fill), and a short
-  busy timeout bounds the stall in the rare cases where SQLite makes even a
-  WAL reader wait.
-- PostgreSQL: reads wait on the network, so they go to `max_threads` threads (a
-  limiter of the reader's own, FIFO) with pooled sessions. Four measured best at 50
-  clients on two cores (p99 ~75 ms; eight ~90-120 ms, sixteen ~150 ms: more threads
-  contend for the GIL).
+- SQLite: on one connection the reader keeps. A read-only transaction there is a
+  WAL snapshot that never waits for the writer, on a local file: 0.1-0.5 ms of
+  CPU. Handing it to a thread cost more than that (measured ~0.45 ms a request):
+  each sqlite3 call releases the GIL, and the thread then waits for the busy
+  event loop to give it back. A short busy timeout bounds the stall in the rare
+  cases where SQLite makes even a WAL reader wait.
+- PostgreSQL: reads wait on the network, so they run as SQLAlchemy's asyncio
+  extension runs synchronous ORM code (`AsyncSession.run_sync`: the work in a
+  greenlet on the loop, each round trip awaited on psycopg's async connection).
+  In threads they waited for the GIL after every round trip (up to the 5 ms
+  switch interval each while the loop was busy): ~3-10 ms a read under load.
 
 Errors raised by the work (a storage not-found, an `ApiError`) reach the
 problem handlers as from any route.
@@ -36,28 +35,32 @@ since they were computed, exactly, never stale:
 
 - SQLite: `PRAGMA data_version` on the reader's connection, which changes whenever
   any other connection (this process's writers, a worker, the CLI) commits to the
-  file; ~2 us on the event loop.
-- PostgreSQL: `pg_current_snapshot()` read first in the same transaction, which
-  changes whenever any write transaction of the cluster commits.
+  file; ~2 us.
+- PostgreSQL: `pg_current_snapshot()`, which changes whenever any write
+  transaction of the cluster commits, read over an autocommit connection of the
+  reader's own, one read shared by every request that arrived before it started
+  (or first in the work's transaction while that connection is down).
 
 The version is read before the work's own reads, so an answer is kept under a
 version no newer than the state it saw: a commit in between makes the next
 request compute again, never serve an older answer. A not-found error is kept
-the same way (a 404 for another project's id). The cache holds at most
-`max_entries` answers (all dropped when it fills).
+the same way (a 404 for another project's id). Concurrent misses of one key at
+one version share one read. The cache holds at most `max_entries` answers (all
+dropped when it fills).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Hashable
 from functools import cache
 from typing import Any, TypeVar
 
-import anyio.to_thread
-from anyio import CapacityLimiter
 from fastapi import Response
 from pydantic import TypeAdapter
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from api.problems import NOT_FOUND_ERRORS, ApiError
@@ -102,23 +105,40 @@ class _Kept:
         return self.value
 
 
+class _ReadGone(Exception):
+    """The caller running a shared read was cancelled before it finished."""
+
+
 class Reader:
     """Read-only database work for routes. Build it inside the event loop that serves the
-    routes (the app's lifespan) and `close` it before disposing of the engine."""
+    routes (the app's lifespan); `await aclose()` then `close()` it before disposing of
+    the engine."""
 
-    def __init__(self, engine: Engine, *, max_threads: int = 4, max_entries: int = 4096) -> None:
-        self._connection: Connection | None = None
+    def __init__(self, engine: Engine, *, max_entries: int = 4096) -> None:
         self._engine = engine
         self._kept: dict[Hashable, _Kept] = {}
         self._immutable: dict[Hashable, Any] = {}
+        self._running: dict[Hashable, tuple[object, asyncio.Future[_Kept]]] = {}
         self.max_entries = max_entries
         self.hits = self.misses = 0
+        self._connection: Connection | None = None
+        self._async_engine: Any = None  # PostgreSQL: sqlalchemy.ext.asyncio.AsyncEngine
+        self._version_conn: Any = None  # PostgreSQL: a psycopg.AsyncConnection, on first use
+        self._waiting: asyncio.Future[str | None] | None = None  # callers of the next read
+        self._pump: asyncio.Task[None] | None = None
         if is_sqlite(engine):
             self._connection = connect_reader(engine, busy_timeout_ms=SQLITE_READ_BUSY_TIMEOUT_MS)
             self._raw = self._connection.connection.driver_connection
         else:
-            self._limiter = CapacityLimiter(max_threads)
+            from sqlalchemy.ext.asyncio import create_async_engine
 
+            self._async_engine = create_async_engine(engine.url)
+            self._conninfo = engine.url.set(drivername="postgresql").render_as_string(
+                hide_password=False
+            )
+            self._connecting = asyncio.Lock()
+
+    # -- reading -------------------------------------------------------------------------
     async def run(self, work: Callable[[Session], T], *, key: Hashable | None = None) -> T:
         """`work(session)` in one read-only transaction; with a `key`, its answer is kept
         while the database is unchanged (see the module docstring)."""
@@ -131,12 +151,16 @@ class Reader:
             if kept is not None and kept.version == version:
                 self.hits += 1
                 return kept.get()
-            kept = self._compute(version, work, self._connection)
-            self._keep(key, kept)
-            return kept.get()
-        if key is None:
-            return await anyio.to_thread.run_sync(self._pooled, work, limiter=self._limiter)
-        kept = await anyio.to_thread.run_sync(self._pooled_kept, key, work, limiter=self._limiter)
+            kept = self._sqlite_read(version, work)
+        else:
+            if key is None:
+                return await self._pg_read(work)
+            version = await self._pg_version()
+            kept = self._kept.get(key)
+            if version is not None and kept is not None and kept.version == version:
+                self.hits += 1
+                return kept.get()
+            kept = await self._read_once(key, version, work)
         self._keep(key, kept)
         return kept.get()
 
@@ -158,37 +182,139 @@ class Reader:
         self._immutable[key] = value
         return value
 
-    def _compute(self, version: object, work: Callable[[Session], Any], bind) -> _Kept:
-        self.misses += 1
-        try:
-            with read_scope(bind) as session:
-                return _Kept(version, work(session), None)
-        except _KEPT_ERRORS as exc:
-            return _Kept(version, None, exc)
-
     def _keep(self, key: Hashable, kept: _Kept) -> None:
         if key not in self._kept and len(self._kept) >= self.max_entries:
             self._kept.clear()
         self._kept[key] = kept
 
-    def _pooled_kept(self, key: Hashable, work: Callable[[Session], Any]) -> _Kept:
-        # The version first, in the transaction the work then reads in (see the docstring).
-        with read_scope(self._engine) as session:
-            version = session.connection().exec_driver_sql(_PG_VERSION_SQL).scalar()
-            kept = self._kept.get(key)
-            if kept is not None and kept.version == version:
-                self.hits += 1
-                return kept
+    def _sqlite_read(self, version: object, work: Callable[[Session], Any]) -> _Kept:
+        self.misses += 1
+        try:
+            with read_scope(self._connection) as session:
+                return _Kept(version, work(session), None)
+        except _KEPT_ERRORS as exc:
+            return _Kept(version, None, exc)
+
+    # -- PostgreSQL ----------------------------------------------------------------------
+    async def _pg_read(self, work: Callable[[Session], T]) -> T:
+        try:
+            return await self._pg_transaction(work)
+        except DBAPIError as exc:
+            # A pooled connection a server restart dropped (no pre-ping: one round trip
+            # less per read): once more on a new one, as a pre-ping would have found.
+            if not exc.connection_invalidated:
+                raise
+            return await self._pg_transaction(work)
+
+    async def _pg_transaction(self, work: Callable[[Session], T]) -> T:
+        from sqlalchemy.ext.asyncio import AsyncSession
+
+        session = AsyncSession(self._async_engine, expire_on_commit=False)
+        async with session, session.begin():
+            return await session.run_sync(work)
+
+    async def _pg_kept(self, key: Hashable, version: object, work: Callable) -> _Kept:
+        """`work`'s answer under `version`; None: the version read first in the same
+        transaction (the version connection is down), and a kept answer used if current."""
+
+        def read(session: Session) -> _Kept:
+            v = version
+            if v is None:
+                v = session.connection().exec_driver_sql(_PG_VERSION_SQL).scalar()
+                kept = self._kept.get(key)
+                if kept is not None and kept.version == v:
+                    self.hits += 1
+                    return kept
             self.misses += 1
             try:
-                return _Kept(version, work(session), None)
+                return _Kept(v, work(session), None)
             except _KEPT_ERRORS as exc:
-                return _Kept(version, None, exc)
+                return _Kept(v, None, exc)
+
+        return await self._pg_read(read)
+
+    async def _read_once(self, key: Hashable, version: object, work: Callable) -> _Kept:
+        """`_pg_kept` once for every concurrent caller of the same key and version (a burst
+        of misses after a commit costs one read per key, not one per request). If the
+        caller running it goes away, a waiting one runs it instead."""
+        while version is not None:
+            running = self._running.get(key)
+            if running is None or running[0] != version:
+                break
+            try:
+                return await asyncio.shield(running[1])
+            except _ReadGone:
+                continue
+        done: asyncio.Future[_Kept] = asyncio.get_running_loop().create_future()
+        self._running[key] = (version, done)
+        try:
+            kept = await self._pg_kept(key, version, work)
+        except BaseException as exc:
+            done.set_exception(_ReadGone() if isinstance(exc, asyncio.CancelledError) else exc)
+            done.exception()  # retrieved: no "never retrieved" log when nobody waited
+            raise
+        else:
+            done.set_result(kept)
+            return kept
+        finally:
+            if self._running.get(key, (None, None))[1] is done:
+                del self._running[key]
+
+    async def _pg_version(self) -> str | None:
+        """PostgreSQL's current snapshot, read after this call began, over an autocommit
+        connection of the reader's own: one read for every caller that arrived before it
+        started (concurrent callers share the next read, not one already under way);
+        None when it cannot be read."""
+        waiting = self._waiting
+        if waiting is None:
+            waiting = self._waiting = asyncio.get_running_loop().create_future()
+            if self._pump is None:
+                self._pump = asyncio.create_task(self._pump_versions())
+        return await asyncio.shield(waiting)
+
+    async def _pump_versions(self) -> None:
+        try:
+            while self._waiting is not None:
+                # Taken off before the read starts: every waiter arrived before it.
+                batch, self._waiting = self._waiting, None
+                batch.set_result(await self._read_version())
+        finally:
+            self._pump = None
+
+    async def _read_version(self) -> str | None:
+        import psycopg
+
+        try:
+            if self._version_conn is None or self._version_conn.closed:
+                async with self._connecting:
+                    if self._version_conn is None or self._version_conn.closed:
+                        self._version_conn = await psycopg.AsyncConnection.connect(
+                            self._conninfo, autocommit=True
+                        )
+            cursor = await self._version_conn.execute(_PG_VERSION_SQL)
+            row = await cursor.fetchone()
+            return None if row is None else str(row[0])
+        except (psycopg.Error, OSError):
+            await self._close_version_conn()
+            return None
+
+    async def _close_version_conn(self) -> None:
+        conn, self._version_conn = self._version_conn, None
+        if conn is not None and not conn.closed:
+            with contextlib.suppress(Exception):  # a broken connection: nothing to release
+                await conn.close()
+
+    # -- closing -------------------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Close what needs the event loop (PostgreSQL's connections)."""
+        if self._pump is not None:
+            self._pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump
+        await self._close_version_conn()
+        if self._async_engine is not None:
+            await self._async_engine.dispose()
 
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()
-
-    def _pooled(self, work: Callable[[Session], T]) -> T:
-        with read_scope(self._engine) as session:
-            return work(session)
