@@ -8,6 +8,7 @@ command) registers all of them, and `from api.cli import app` gives the full app
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 
@@ -80,6 +81,10 @@ def main() -> None:
     from api.settings import get_settings
 
     app = build_app(_requested(sys.argv[1:]))
+    # What the command imported lives as long as the process: out of the collector's
+    # reach, so the collections a simulation's allocations trigger scan only its own
+    # objects (~7% of a `simulate` run's CPU).
+    gc.freeze()
     try:
         app(prog_name="servetune")
     except OperationalError as exc:
