@@ -38,8 +38,8 @@ from optimizer.search.objective import (
     Verified,
     figures_of,
     fleet_of,
+    size_fleet,
 )
-from optimizer.search.space import config_key
 from optimizer.search.windows import EvaluatedTrace, TraceWindow
 from optimizer.sim import SimulationResult, max_request_tokens, simulate
 from optimizer.workload import ClosedLoopWorkload
@@ -139,27 +139,13 @@ class ClosedLoopEvaluator:
     def _size(
         self, unit: ServingConfig, workload: ClosedLoopWorkload, start: int, most: int
     ) -> tuple[int, bool, dict[int, SimulationResult]]:
-        """The fewest units (from `start`, at most `most`) whose fleet meets the SLOs for the
-        target share of `workload`'s requests; whether it does; every run made."""
+        """`size_fleet` on `workload`, never more units than its clients."""
         s = self.settings
-        most = max(1, min(most, workload.num_clients))
-        runs: dict[int, SimulationResult] = {}
 
-        def meets(n: int) -> bool:
-            runs[n] = simulate(workload, fleet_of(unit, n), self.latency, seed=s.seed, slo=s.slo)
-            return runs[n].attainment(s.slo) >= s.attainment
+        def run(n: int) -> SimulationResult:
+            return simulate(workload, fleet_of(unit, n), self.latency, seed=s.seed, slo=s.slo)
 
-        n = min(max(1, start), most)
-        ok = meets(n)
-        if ok:
-            steps = 0
-            while n > 1 and steps < s.max_shrink_steps and meets(n - 1):
-                n, steps = n - 1, steps + 1
-        else:
-            while n < most and not ok:
-                n += 1
-                ok = meets(n)
-        return n, ok, runs
+        return size_fleet(run, s, start, max(1, min(most, workload.num_clients)))
 
     def _figures(
         self, ok: bool, stage: EvalStage, unit: ServingConfig, n: int, res: SimulationResult,
@@ -177,27 +163,17 @@ class ClosedLoopEvaluator:
     # -- screening ---------------------------------------------------------------------
     def evaluate(self, unit: ServingConfig) -> Evaluation:
         """The unit's fleet sized on the screening run, cached (see the module docstring)."""
-        key = config_key(unit)
-        hit = self.cache.entries.get(key)
-        if hit is not None:
-            self.cache.hits += 1
-            return hit
-        self.cache.misses += 1
-        try:
-            self._check_fits(unit)
-            most = self.settings.gpu_budget // unit.num_gpus
-            if most < 1:
-                raise ConfigError(
-                    f"needs {unit.num_gpus} GPUs, more than the budget of "
-                    f"{self.settings.gpu_budget}"
-                )
-            n, ok, runs = self._size(unit, self.screen, 1, most)
-            result = self._figures(ok, EvalStage.SCREENED, unit, n, runs[n], len(runs))
-        except ConfigError as exc:
-            result = Evaluation(EvalStatus.INVALID, EvalStage.SCREENED, unit.num_gpus,
-                                unit_gpus=unit.num_gpus, error=str(exc))  # fmt: skip
-        self.cache.entries[key] = result
-        return result
+        return self.cache.screened(unit, self._screen)
+
+    def _screen(self, unit: ServingConfig) -> Evaluation:
+        self._check_fits(unit)
+        most = self.settings.gpu_budget // unit.num_gpus
+        if most < 1:
+            raise ConfigError(
+                f"needs {unit.num_gpus} GPUs, more than the budget of {self.settings.gpu_budget}"
+            )
+        n, ok, runs = self._size(unit, self.screen, 1, most)
+        return self._figures(ok, EvalStage.SCREENED, unit, n, runs[n], len(runs))
 
     # -- verification ------------------------------------------------------------------
     def verify(

@@ -29,6 +29,7 @@ pass for a bad config). Evaluations are cached per unit within a run.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
@@ -161,6 +162,25 @@ class EvaluationCache:
     hits: int = 0
     misses: int = 0
 
+    def screened(
+        self, unit: ServingConfig, screen: Callable[[ServingConfig], Evaluation]
+    ) -> Evaluation:
+        """`screen(unit)` once per canonical config; a `ConfigError` it raises (the
+        config's own invalidity) is an INVALID evaluation, any other error propagates."""
+        key = config_key(unit)
+        hit = self.entries.get(key)
+        if hit is not None:
+            self.hits += 1
+            return hit
+        self.misses += 1
+        try:
+            result = screen(unit)
+        except ConfigError as exc:
+            result = Evaluation(EvalStatus.INVALID, EvalStage.SCREENED, unit.num_gpus,
+                                unit_gpus=unit.num_gpus, error=str(exc))  # fmt: skip
+        self.entries[key] = result
+        return result
+
 
 def fleet_of(unit: ServingConfig, num_units: int) -> ServingConfig:
     """`num_units` copies of a unit (replicas, or groups of prefill and decode instances)."""
@@ -252,20 +272,12 @@ class TraceEvaluator:
     # -- screening ---------------------------------------------------------------------
     def evaluate(self, unit: ServingConfig) -> Evaluation:
         """The screen of `unit`, cached (see the module docstring)."""
-        key = config_key(unit)
-        hit = self.cache.entries.get(key)
-        if hit is not None:
-            self.cache.hits += 1
-            return hit
-        self.cache.misses += 1
-        try:
+
+        def screen(unit: ServingConfig) -> Evaluation:
             self._check_fits(unit)
-            result = self._screen(unit)
-        except ConfigError as exc:
-            result = Evaluation(EvalStatus.INVALID, EvalStage.SCREENED, unit.num_gpus,
-                                unit_gpus=unit.num_gpus, error=str(exc))  # fmt: skip
-        self.cache.entries[key] = result
-        return result
+            return self._screen(unit)
+
+        return self.cache.screened(unit, screen)
 
     def _screen(self, unit: ServingConfig) -> Evaluation:
         s = self.settings
@@ -318,22 +330,9 @@ class TraceEvaluator:
         scale = self.sizing_scale * rate_factor
         cap = s.gpu_budget if max_gpus is None else max_gpus
         most = max(1, cap // unit.num_gpus)
-        runs: dict[int, SimulationResult] = {}
-
-        def meets(n: int) -> bool:
-            runs[n] = self.simulate(fleet_of(unit, n), scale)
-            return runs[n].attainment(s.slo) >= s.attainment
-
-        n = min(max(1, num_units), most)
-        ok = meets(n)
-        if ok:
-            steps = 0
-            while n > 1 and steps < s.max_shrink_steps and meets(n - 1):
-                n, steps = n - 1, steps + 1
-        else:
-            while n < most and not ok:
-                n += 1
-                ok = meets(n)
+        n, ok, runs = size_fleet(
+            lambda units: self.simulate(fleet_of(unit, units), scale), s, num_units, most
+        )
         fleet = fleet_of(unit, n)
         sized = runs[n]
         report = sized
@@ -353,6 +352,33 @@ class TraceEvaluator:
                 bounded=screened.bounded,
             )
         return Verified(fleet, ev, report)
+
+
+def size_fleet(
+    run: Callable[[int], SimulationResult], settings: EvalSettings, start: int, most: int
+) -> tuple[int, bool, dict[int, SimulationResult]]:
+    """The fewest units that meet the SLOs for the target share, searched from `start`
+    (an estimate) up to `most`: grown one at a time while they miss, shrunk at most
+    `max_shrink_steps` while they still meet. `run(n)` simulates a fleet of n units.
+    Returns the size, whether it meets them (False: `most` units do not) and every run."""
+    s = settings
+    runs: dict[int, SimulationResult] = {}
+
+    def meets(n: int) -> bool:
+        runs[n] = run(n)
+        return runs[n].attainment(s.slo) >= s.attainment
+
+    n = min(max(1, start), most)
+    ok = meets(n)
+    if ok:
+        steps = 0
+        while n > 1 and steps < s.max_shrink_steps and meets(n - 1):
+            n, steps = n - 1, steps + 1
+    else:
+        while n < most and not ok:
+            n += 1
+            ok = meets(n)
+    return n, ok, runs
 
 
 @dataclass(frozen=True, slots=True)

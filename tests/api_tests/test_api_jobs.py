@@ -35,6 +35,16 @@ def _create(svc: Service, key: str | None = None, **params):
     )
 
 
+def _real_worker(svc: Service) -> Worker:
+    """A worker with the default executors: the real search, not the fake one."""
+    return Worker(
+        make_engine(svc.url),
+        storage_url=svc.url,
+        executors=default_executors(),
+        options=WorkerOptions(lease_s=30, poll_s=0.5),
+    )
+
+
 def _wait(svc: Service, job_id: int, done, timeout_s: float = 30.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -130,13 +140,7 @@ def test_cancel_queued_and_running(service: Service, tmp_path: Path) -> None:
 def test_real_tuner_runs_a_small_job(service: Service, tmp_path: Path) -> None:
     """The default executor is issue 5's search: a 3-trial job on a 50-request trace."""
     jid = _create(service, trace_id=_trace(service, tmp_path), num_trials=3).json()["id"]
-    worker = Worker(
-        make_engine(service.url),
-        storage_url=service.url,
-        executors=default_executors(),
-        options=WorkerOptions(lease_s=30, poll_s=0.5),
-    )
-    assert worker.run_once()
+    assert _real_worker(service).run_once()
     h = service.auth(service.key_a)
     job = service.client.get(f"/v1/tuning-jobs/{jid}", headers=h).json()
     assert job["status"] == "succeeded", job["error"]
@@ -157,13 +161,7 @@ def test_a_closed_loop_benchmark_is_tuned_without_a_trace(service: Service) -> N
     r = _create(service, workload=bench, num_trials=2, search_space={"tp": [1]})
     assert r.status_code == 202, r.text
     jid = r.json()["id"]
-    worker = Worker(
-        make_engine(service.url),
-        storage_url=service.url,
-        executors=default_executors(),
-        options=WorkerOptions(lease_s=30, poll_s=0.5),
-    )
-    assert worker.run_once()
+    assert _real_worker(service).run_once()
     h = service.auth(service.key_a)
     job = service.client.get(f"/v1/tuning-jobs/{jid}", headers=h).json()
     assert job["status"] == "succeeded", job["error"]
