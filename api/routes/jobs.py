@@ -71,6 +71,22 @@ PARAMS_EXAMPLES = {
             "search_space": {"spec_method": "eagle", "spec_k": [0, 2, 4], "tp": [1, 2]},
         },
     },
+    "closed-loop": {
+        "summary": "size a fleet for 64 benchmark clients (vllm bench serve --max-concurrency)",
+        "value": {
+            "workload": {
+                "random_input_len": 4096,
+                "random_output_len": 512,
+                "num_prompts": 640,
+                "max_concurrency": 64,
+            },
+            "model": "meta-llama/Llama-3.1-70B",
+            "gpu_types": ["h200"],
+            "gpu_budget": 8,
+            "slo_ttft_ms": 1000,
+            "slo_tpot_ms": 40,
+        },
+    },
 }
 
 

@@ -209,3 +209,15 @@ def test_unknown_fields_in_a_body_are_refused_by_name(service: Service, tmp_path
         "/v1/keys", json={"project": "p", "admin": True}, headers=service.auth(service.admin)
     )
     assert r.status_code == 422 and "admin" in r.text
+
+
+def test_the_documented_request_examples_are_valid() -> None:
+    """The examples /docs offers for a job's body are requests the API accepts."""
+    from api.routes.jobs import PARAMS_EXAMPLES
+    from optimizer.search import TuneRequest
+
+    for name, example in PARAMS_EXAMPLES.items():
+        request = TuneRequest(**example["value"])
+        assert request.model, name
+    closed = TuneRequest(**PARAMS_EXAMPLES["closed-loop"]["value"])
+    assert closed.bench_spec().max_concurrency == 64
