@@ -156,11 +156,14 @@ class Reader:
             if key is None:
                 return await self._pg_read(work)
             version = await self._pg_version()
-            kept = self._kept.get(key)
-            if version is not None and kept is not None and kept.version == version:
-                self.hits += 1
-                return kept.get()
-            kept = await self._read_once(key, version, work)
+            if version is None:  # the version connection is down: read it in the transaction
+                kept = await self._pg_kept(key, None, work)
+            else:
+                kept = self._kept.get(key)
+                if kept is not None and kept.version == version:
+                    self.hits += 1
+                    return kept.get()
+                kept = await self._read_once(key, version, work)
         self._keep(key, kept)
         return kept.get()
 
@@ -233,11 +236,11 @@ class Reader:
 
         return await self._pg_read(read)
 
-    async def _read_once(self, key: Hashable, version: object, work: Callable) -> _Kept:
+    async def _read_once(self, key: Hashable, version: str, work: Callable) -> _Kept:
         """`_pg_kept` once for every concurrent caller of the same key and version (a burst
         of misses after a commit costs one read per key, not one per request). If the
         caller running it goes away, a waiting one runs it instead."""
-        while version is not None:
+        while True:
             running = self._running.get(key)
             if running is None or running[0] != version:
                 break

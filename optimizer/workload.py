@@ -15,7 +15,7 @@ request when the previous one finishes (as `vllm bench serve
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import numpy as np
@@ -399,6 +399,22 @@ class ClosedLoopWorkload:
             raise WorkloadError(
                 f"prefix_hashes: {len(self.prefix_hashes)} rows for {inp.size} requests"
             )
+
+    def head(self, num_requests: int) -> ClosedLoopWorkload:
+        """The first `num_requests` requests, with as many clients at most."""
+        if num_requests <= 0:
+            raise WorkloadError(f"num_requests must be > 0, got {num_requests}")
+        if num_requests >= len(self):
+            return self
+        hashes, release = self.prefix_hashes, self.release_s
+        return replace(
+            self,
+            num_clients=min(self.num_clients, num_requests),
+            input_tokens=self.input_tokens[:num_requests],
+            output_tokens=self.output_tokens[:num_requests],
+            release_s=None if release is None else release[:num_requests],
+            prefix_hashes=None if hashes is None else hashes[:num_requests],
+        )
 
     def __len__(self) -> int:
         return int(self.input_tokens.shape[0])

@@ -32,7 +32,6 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "observations": ("api.cli.observations", "app", True),
     "calibrate": ("api.cli.observations", "calibrate", False),
 }
-HELP = "Trace-driven Pareto optimizer for LLM serving configs."
 
 
 def _root() -> None:
@@ -42,7 +41,7 @@ def _root() -> None:
 def build_app(names: list[str] | None = None) -> typer.Typer:
     """The command line with the sub-commands `names` (all of them by default)."""
     app = typer.Typer(
-        name="servetune", help=HELP, no_args_is_help=True, pretty_exceptions_enable=False
+        name="servetune", help=_root.__doc__, no_args_is_help=True, pretty_exceptions_enable=False
     )
     # A callback keeps a one-command app a group (`servetune simulate ...`, not `servetune ...`).
     app.callback()(_root)

@@ -47,21 +47,6 @@ from optimizer.workload import ClosedLoopWorkload
 MIN_SCREEN_PROMPTS_PER_CLIENT = 4
 
 
-def head(workload: ClosedLoopWorkload, count: int) -> ClosedLoopWorkload:
-    """The first `count` prompts of a closed loop, with as many clients at most."""
-    if count >= len(workload.input_tokens):
-        return workload
-    hashes = workload.prefix_hashes
-    return replace(
-        workload,
-        num_clients=min(workload.num_clients, count),
-        input_tokens=workload.input_tokens[:count],
-        output_tokens=workload.output_tokens[:count],
-        release_s=None if workload.release_s is None else workload.release_s[:count],
-        prefix_hashes=None if hashes is None else hashes[:count],
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class ClosedLoopEvaluator:
     """Scores units and fleets on one closed-loop benchmark with one latency source (pure
@@ -90,7 +75,7 @@ class ClosedLoopEvaluator:
         count = len(whole.input_tokens)
         if s.screen_requests:
             count = min(count, max(s.screen_requests, MIN_SCREEN_PROMPTS_PER_CLIENT * clients))
-        screen = head(whole, count)
+        screen = whole.head(count)
         total = len(whole.input_tokens)
         evaluated = EvaluatedTrace(
             trace=TraceWindow(total, 0.0, 0.0, 0.0),
@@ -123,11 +108,6 @@ class ClosedLoopEvaluator:
         prompts = max(clients, round(self.spec.num_prompts * factor))
         return replace(self.spec, max_concurrency=clients, num_prompts=prompts).build()
 
-    def simulate(self, config: ServingConfig, factor: float = 1.0) -> SimulationResult:
-        """`config` on every prompt with `factor` x the clients."""
-        s = self.settings
-        return simulate(self.scaled(factor), config, self.latency, seed=s.seed, slo=s.slo)
-
     def _check_fits(self, unit: ServingConfig) -> None:
         limit = max_request_tokens(unit)
         if limit < self.longest_request_tokens:
@@ -154,11 +134,7 @@ class ClosedLoopEvaluator:
         s = self.settings
         status = EvalStatus.FEASIBLE if ok else EvalStatus.INFEASIBLE
         unit_rate = res.request_goodput(s.slo) / n
-        ev = figures_of(status, stage, unit, n, res, unit_rate, sims, True)
-        price = unit.price_per_hour()
-        if price:
-            ev = replace(ev, goodput_per_dollar=unit_rate / price)
-        return ev
+        return figures_of(status, stage, unit, n, res, unit_rate, sims, True)
 
     # -- screening ---------------------------------------------------------------------
     def evaluate(self, unit: ServingConfig) -> Evaluation:

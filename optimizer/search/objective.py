@@ -289,7 +289,6 @@ class TraceEvaluator:
         sims = cap.num_simulations
         rate = cap.request_rate
         gpus = unit.num_gpus
-        price = unit.price_per_hour()
         if rate <= 0:
             return figures_of(
                 EvalStatus.INFEASIBLE, EvalStage.SCREENED, unit, 0, cap.result, rate,
@@ -299,11 +298,8 @@ class TraceEvaluator:
         at = window.rate_scaled(self.evaluated.sizing_rate / units / window.mean_rate)
         share = self._run(at, unit)
         status = EvalStatus.FEASIBLE if units * gpus <= s.gpu_budget else EvalStatus.INFEASIBLE
-        ev = figures_of(status, EvalStage.SCREENED, unit, units, share, rate, sims + 1,
-                      cap.bounded)  # fmt: skip
-        if price:
-            ev = replace(ev, goodput_per_dollar=rate / price)
-        return ev
+        return figures_of(status, EvalStage.SCREENED, unit, units, share, rate, sims + 1,
+                          cap.bounded)  # fmt: skip
 
     # -- verification ------------------------------------------------------------------
     def verify(

@@ -83,3 +83,29 @@ def test_openapi_is_encoded_once_as_fastapi_encodes_it(service: Service) -> None
     assert body.content == JSONResponse(app.openapi()).body
     assert service.client.get("/openapi.json").content == body.content
     assert "/openapi.json" not in app.openapi()["paths"]
+
+
+def test_postgresql_reads_stay_exact_while_the_version_connection_is_down(
+    service: Service, tmp_path: Path
+) -> None:
+    """Without its own version connection the reader reads the version inside each read's
+    transaction: still kept, still never stale."""
+    import pytest
+
+    reader = _reader(service)
+    if reader._async_engine is None:
+        pytest.skip("PostgreSQL only: SQLite reads its version on the reader's connection")
+    reader._conninfo = "postgresql://postgres@127.0.0.1:1/nowhere"  # nothing listens there
+    service.client.portal.call(reader._close_version_conn)
+    assert service.client.portal.call(reader._read_version) is None
+    h = service.auth(service.key_a)
+    tid = _trace(service, tmp_path, name="x")
+    first = service.client.get(f"/v1/traces/{tid}", headers=h)
+    hits = reader.hits
+    assert service.client.get(f"/v1/traces/{tid}", headers=h).content == first.content
+    assert reader.hits == hits + 1
+    engine = make_engine(service.url)
+    with session_scope(engine) as s:
+        delete_trace(s, tid, project="a")
+    engine.dispose()
+    assert service.client.get(f"/v1/traces/{tid}", headers=h).status_code == 404

@@ -10,7 +10,7 @@ import pytest
 from optimizer.bench_serve import BenchServeSpec
 from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.latency.analytic import LinearLatency, SingleLatencySource
-from optimizer.search.closed_loop import ClosedLoopEvaluator, head
+from optimizer.search.closed_loop import ClosedLoopEvaluator
 from optimizer.search.objective import EvalSettings, EvalStage, EvalStatus, fleet_of
 from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome
 from optimizer.search.recommend import TrialOutcome
@@ -84,7 +84,7 @@ def test_screening_uses_the_first_prompts_at_least_four_per_client():
     assert (ev.screen.input_tokens == ev.workload.input_tokens[:100]).all()
     ev = _evaluator(30, screen_requests=100)  # 4 x 30 clients > 100 (capped at 120 prompts)
     assert len(ev.screen.input_tokens) == 120
-    short = head(_spec(12).build(), 5)
+    short = _spec(12).build().head(5)
     assert short.num_clients == 5 and len(short.output_tokens) == 5
     assert ev.evaluated.clients == 30 and math.isnan(ev.trace_rate)
     assert "closed loop: 30 clients sending 120 prompts" in ev.evaluated.describe()
