@@ -23,7 +23,6 @@ fleet that meets the SLOs and, among those, the fastest.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 from optimizer.bench_serve import BenchServeSpec
@@ -95,10 +94,11 @@ class ClosedLoopEvaluator:
     def clients(self) -> int:
         return self.workload.num_clients
 
-    @property
-    def trace_rate(self) -> float:
-        """No arrival rate sets a closed loop's load (figures quote each run's throughput)."""
-        return math.nan
+    def rates(self, result: SimulationResult, factor: float = 1.0) -> tuple[float, float]:
+        """No arrival rate sets a closed loop's load: both are the rate `result`'s fleet
+        sustained with `factor` x the clients."""
+        del factor  # the run was made with that many clients already
+        return result.request_throughput, result.request_throughput
 
     def scaled(self, factor: float) -> ClosedLoopWorkload:
         """The benchmark with `factor` x the clients and the prompts."""

@@ -246,6 +246,11 @@ class TraceEvaluator:
     def trace_rate(self) -> float:
         return self.workload.mean_rate
 
+    def rates(self, result: SimulationResult, factor: float = 1.0) -> tuple[float, float]:
+        """The trace's mean rate and the sizing rate, at `factor` x the traffic."""
+        del result  # a trace's rates are its own, whatever the fleet did
+        return self.trace_rate * factor, self.evaluated.sizing_rate * factor
+
     @property
     def sizing_scale(self) -> float:
         """The rate multiplier that turns the trace's mean rate into the sizing rate."""
@@ -394,8 +399,10 @@ class Evaluator(Protocol):
     evaluated: EvaluatedTrace
     cache: EvaluationCache
 
-    @property
-    def trace_rate(self) -> float: ...  # requests/s; NaN for a closed loop (no arrival rate)
+    def rates(self, result: SimulationResult, factor: float = 1.0) -> tuple[float, float]:
+        """The request rates (per second) `result`, a run at `factor` x the traffic, was
+        offered and its fleet sized for."""
+        ...
 
     def evaluate(self, unit: ServingConfig) -> Evaluation: ...
 

@@ -165,14 +165,10 @@ def capacity_plan(
 ) -> tuple[CapacityRow, ...]:
     """GPUs `unit` needs at 1x, 2x and 4x the traffic (the 1x row is the recommendation,
     `result` its run; the others may exceed the budget: up to 4x the budget x the factor
-    is tried). A closed loop's traffic is its clients (and prompts): its rows quote the
-    request rate each sized fleet sustains."""
+    is tried). The rates are the evaluator's (`Evaluator.rates`)."""
     ev = rec.evaluation
-    closed = bool(evaluator.evaluated.clients)
-    sizing = evaluator.evaluated.sizing_rate
-    rate = result.request_throughput if closed else evaluator.trace_rate
     rows = [
-        CapacityRow(1.0, rate, rate if closed else sizing, ev.num_gpus, ev.num_units,
+        CapacityRow(1.0, *evaluator.rates(result), ev.num_gpus, ev.num_units,
                     ev.price_per_hour, ev.sizing_attainment, ev.feasible)
     ]  # fmt: skip
     budget = evaluator.settings.gpu_budget
@@ -181,9 +177,8 @@ def capacity_plan(
         cap = max(budget, ev.num_gpus) * int(factor) * 4
         verified = evaluator.verify(unit, start, rate_factor=factor, max_gpus=cap)
         v = verified.evaluation
-        mean = verified.result.request_throughput if closed else evaluator.trace_rate * factor
         rows.append(
-            CapacityRow(factor, mean, mean if closed else sizing * factor, v.num_gpus,
+            CapacityRow(factor, *evaluator.rates(verified.result, factor), v.num_gpus,
                         v.num_units, v.price_per_hour, v.attainment, v.feasible)
         )  # fmt: skip
     return tuple(rows)
@@ -272,19 +267,15 @@ def build_outcome(
         base.config, base.evaluation, best.evaluation if best else None, per_dollar=per_dollar
     )
 
-    def rate(result: SimulationResult) -> float:
-        # a closed loop has no arrival rate: the rate its fleet sustained
-        closed = bool(evaluator.evaluated.clients)
-        return result.request_throughput if closed else evaluator.trace_rate
-
     d_base = None
     if None in results:
-        d_base = breakdown("baseline", base.config, results[None], rate(results[None]))
+        res = results[None]
+        d_base = breakdown("baseline", base.config, res, evaluator.rates(res)[0])
     tuned = best if best is not None and best.number is not None else None
     d_rec = None
     if tuned is not None:
         res = results[tuned.number]
-        d_rec = breakdown("recommendation", tuned.config, res, rate(res))
+        d_rec = breakdown("recommendation", tuned.config, res, evaluator.rates(res)[0])
     account = explain(d_base, d_rec, base, best, per_dollar=per_dollar)
     return TuneOutcome(
         request=request,
