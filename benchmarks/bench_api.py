@@ -21,8 +21,9 @@
    reads: two keys of each project ask for the same filters). Then one mixed
    phase over all of them at once, and the same mix again while another process
    commits a write every `--churn-ms` ms (default 10): that phase measures reads
-   computed again after commits, as on a service whose workers write. The sweep is run `--repeats` times; the table
-   shows the medians of p50/p99 and PASS/MISS against p99 <= 50 ms.
+   computed again after commits, as on a service whose workers write. The sweep is
+   run `--repeats` times; the table shows the medians of p50/p99 and PASS/MISS
+   against p99 <= 50 ms.
 
 Usage: .venv/bin/python benchmarks/bench_api.py [--database sqlite|postgresql|URL]
        [--duration 3] [--repeats 3] [--clients 50] [--uploads 10]
