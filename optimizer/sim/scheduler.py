@@ -158,11 +158,16 @@ class BaseScheduler(ABC):
             if self.chunks:  # a prefill-only step; the decodes wait for the next
                 return self._build_load()
         budget, preempted = self._schedule_running(now)
-        if self.prefill_first:
-            return self._build_load()
-        if not preempted and budget > 0 and (self.waiting or self.ready):
+        if not self.prefill_first and not preempted and budget > 0 and (self.waiting or self.ready):
             self._admit(now, budget)
-        return self._build_load()
+        load = self._build_load()
+        if load is None and preempted and (self.waiting or self.ready):
+            # Everything running was preempted: vLLM's next engine iteration, at the same
+            # instant, has nothing to preempt and admits from the queue. (Going idle here
+            # instead left the instance with work and no event to wake it.)
+            self._admit(now, self.budget)
+            load = self._build_load()
+        return load
 
     @abstractmethod
     def _schedule_running(self, now: float) -> tuple[int, bool]:
