@@ -78,7 +78,7 @@ async def list_(
         items = models[paging.offset : paging.offset + paging.limit]
         return page(items, total=len(models), limit=paging.limit, offset=paging.offset)
 
-    key = ("latency-models", paging.limit, paging.offset)
+    key = ("latency-models", accelerator, name, paging.limit, paging.offset)
     return await reader.json(Page[LatencyModelInfo], query, key=key)
 
 
