@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from api.cache import TtlCache
 from api.problems import ApiError
-from api.reads import Reader
+from api.reads import Reader, note_principal
 from api.settings import Settings
 from storage.db import read_scope, session_scope
 from storage.keys import authenticate, hash_key
@@ -98,6 +98,7 @@ async def _principal(
     )
     if principal is None:
         raise ApiError(401, "unknown or revoked API key", kind="unauthorized", headers=challenge)
+    note_principal(principal)
     return principal
 
 

@@ -1,19 +1,30 @@
-"""Serve repeated polls of cached GET answers before routing and dependency solving.
+"""Answer GETs before routing and dependency solving when the answer is known to be current.
 
-FastAPI spends about 0.4 ms per request solving a route's dependencies and query
-parameters; on `GET /v1/recommendations/latest`, which dashboards and deploy
-scripts poll, that is most of the cost once the answer is cached. This ASGI
-layer answers a GET on one of `paths` straight from the app's caches when both
-hold an entry:
+FastAPI spends about 0.3 ms per request routing it and solving its dependencies and
+query parameters, most of a request's cost once its database read is kept in memory
+(`api.reads`). This ASGI layer answers a GET itself in two cases:
 
-- the API key (`key_cache`, filled only by a successful authentication in
-  `api.deps`, so an unknown, revoked or expired entry never matches), and
-- the encoded answer for (path, project, raw query string) in `response_cache`,
-  stored by the route only after it validated the query and found an answer.
+- **Kept answers, exactly.** A response that is one kept read's answer
+  (`Reader.response`: a detail, a list, a job result, or the 404 or 409 a kept read
+  raised), computed under an API key with every read at one database version, is
+  stored under (path, raw query string, hashed key) with that version, the
+  principal and the route. It is sent again while the database is still at that
+  version (read after the request arrived, as `Reader` reads it) and the API key
+  cache holds the same principal for the key: exactly what the route would send
+  then, since it would authenticate from that cache and answer from the read kept
+  at that version. Any commit by any process makes the next request go through the
+  route.
+- **Repeated polls of the latest recommendation**, within `Settings.response_cache_s`:
+  the encoded answer for (path, project, raw query string) in `response_cache`,
+  stored by the route only after it validated the query and found an answer, with
+  the key found in `key_cache` (filled only by a successful authentication in
+  `api.deps`, so an unknown, revoked or expired entry never matches).
 
-Anything else (a miss, another method, a malformed header) goes through the
-normal route unchanged, so validation, 401/404/422 problems and the freshness
-rules of `api.cache` are exactly those of the route.
+Anything else (a miss, another method, no or a malformed header, a response read at
+two versions or not from a kept read) goes through the normal route unchanged, so
+validation, 401/403/422 problems and the freshness rules of `api.cache` are exactly
+those of the route. Stored answers are bounded in number and bytes (all dropped when
+either fills).
 """
 
 from __future__ import annotations
@@ -22,11 +33,15 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from fastapi.security.utils import get_authorization_scheme_param
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.cache import TtlCache
+from api.reads import logging_reads
 from storage.keys import hash_key
 from storage.service_records import Principal
+
+# A stored answer larger than this is not kept (it stays kept by the reader, if at all).
+MAX_ANSWER_BYTES = 1 << 20
 
 
 def fast_key(path: str, project: str, query_string: bytes) -> Hashable:
@@ -41,6 +56,18 @@ class RouteLabel:
     path: str
 
 
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """A response that is one kept read's answer at `version`, under `principal`'s key."""
+
+    version: object
+    principal: Principal
+    route: object  # scope["route"] as routing left it (metrics label the replay by it)
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+
 class CachedGetMiddleware:
     def __init__(
         self,
@@ -49,46 +76,117 @@ class CachedGetMiddleware:
         paths: frozenset[str],
         key_cache: TtlCache[str, Principal],
         response_cache: TtlCache[Hashable, bytes],
+        max_answers: int = 4096,
+        max_bytes: int = 64 << 20,
     ) -> None:
         self.app = app
         self.labels = {path: RouteLabel(path) for path in paths}
         self.key_cache = key_cache
         self.response_cache = response_cache
+        self.max_answers, self.max_bytes = max_answers, max_bytes
+        self._answers: dict[Hashable, _Answer] = {}
+        self._bytes = 0
+        self.replayed = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] in self.labels:
-            body = self._cached(scope)
-            if body is not None:
-                scope["route"] = self.labels[scope["path"]]
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 200,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
+        if scope["type"] != "http" or scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        hashed = _hashed_key(scope)
+        where = None
+        if hashed is not None:
+            where = (scope["path"], scope.get("query_string", b""), hashed)
+            principal = self.key_cache.get(hashed)
+            if principal is not None and await self._answered(scope, send, principal, where):
                 return
-        await self.app(scope, receive, send)
+        await self._through_route(scope, receive, send, where)
 
-    def _cached(self, scope: Scope) -> bytes | None:
-        auth = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                if auth is not None:
-                    return None  # ambiguous: let the route decide
-                auth = value
-        if auth is None:
-            return None
-        # Exactly as the route's HTTPBearer reads it (Starlette decodes headers as latin-1).
-        scheme, token = get_authorization_scheme_param(auth.decode("latin-1"))
-        if scheme.lower() != "bearer":
-            return None
-        principal = self.key_cache.get(hash_key(token)) if token else None
-        if principal is None:
-            return None
-        key = fast_key(scope["path"], principal.project, scope.get("query_string", b""))
-        return self.response_cache.get(key)
+    async def _answered(
+        self, scope: Scope, send: Send, principal: Principal, where: tuple[str, bytes, str]
+    ) -> bool:
+        """Send a stored answer for `where` if one is current; True when sent."""
+        path, query_string, _ = where
+        if path in self.labels:
+            body = self.response_cache.get(fast_key(path, principal.project, query_string))
+            if body is not None:
+                scope["route"] = self.labels[path]
+                await _send(send, 200, _json_headers(body), body)
+                return True
+        answer = self._answers.get(where)
+        if answer is None or answer.principal != principal:
+            return False
+        version = await scope["app"].state.reader.version()
+        if version is None or version != answer.version:
+            return False
+        self.replayed += 1
+        scope["route"] = answer.route
+        await _send(send, answer.status, answer.headers, answer.body)
+        return True
+
+    async def _through_route(
+        self, scope: Scope, receive: Receive, send: Send, where: Hashable | None
+    ) -> None:
+        """The normal route, its answer stored when it is one kept read's answer."""
+        start: Message | None = None
+        parts: list[bytes] = []
+        whole = True
+
+        async def keep(message: Message) -> None:
+            nonlocal start, whole
+            if message["type"] == "http.response.start":
+                start = message
+            elif message["type"] == "http.response.body":
+                parts.append(message.get("body", b""))
+                whole = whole and not message.get("more_body", False) and len(parts) == 1
+            await send(message)
+
+        with logging_reads() as log:
+            await self.app(scope, receive, keep)
+        version = log.replayable_at()
+        if where is None or version is None or log.principal is None or start is None:
+            return
+        if not whole or start["status"] >= 500 or len(parts[0]) > MAX_ANSWER_BYTES:
+            return
+        body = parts[0]
+        answer = _Answer(
+            version, log.principal, scope.get("route"), start["status"],
+            list(start.get("headers", ())), body,
+        )  # fmt: skip
+        self._store(where, answer)
+
+    def _store(self, where: Hashable, answer: _Answer) -> None:
+        old = self._answers.pop(where, None)
+        if old is not None:
+            self._bytes -= len(old.body)
+        size = len(answer.body)
+        if len(self._answers) >= self.max_answers or self._bytes + size > self.max_bytes:
+            self._answers.clear()
+            self._bytes = 0
+        self._answers[where] = answer
+        self._bytes += size
+
+
+def _hashed_key(scope: Scope) -> str | None:
+    """The hashed API key of a request's single `Authorization: Bearer` header, else None."""
+    auth = None
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            if auth is not None:
+                return None  # ambiguous: let the route decide
+            auth = value
+    if auth is None:
+        return None
+    # Exactly as the route's HTTPBearer reads it (Starlette decodes headers as latin-1).
+    scheme, token = get_authorization_scheme_param(auth.decode("latin-1"))
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return hash_key(token)
+
+
+def _json_headers(body: bytes) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+
+
+async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -53,7 +53,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, TypeVar
 
@@ -65,6 +67,7 @@ from sqlalchemy.orm import Session
 
 from api.problems import NOT_FOUND_ERRORS, ApiError
 from storage.db import connect_reader, is_sqlite, read_scope
+from storage.service_records import Principal
 
 T = TypeVar("T")
 # How long a read on the event loop waits for a SQLite lock before failing (a WAL reader
@@ -89,6 +92,47 @@ def json_response(body: bytes) -> Response:
 # Errors a kept answer may be (raised again for each request that reads it).
 _KEPT_ERRORS = (*NOT_FOUND_ERRORS, ApiError)
 _PG_VERSION_SQL = "SELECT pg_current_snapshot()::text"
+
+
+@dataclass(slots=True)
+class ReadLog:
+    """What one request read, noted by `Reader` (and the caller's authentication) while
+    `api.fastpath` serves it: the versions its kept reads were answered at, whether any
+    read was not kept, whether its response is one kept read's answer (`Reader.response`)
+    and whose API key it ran under."""
+
+    versions: set[object] = field(default_factory=set)
+    unkept: bool = False
+    answered: bool = False
+    principal: Principal | None = None
+
+    def replayable_at(self) -> object | None:
+        """The one database version the whole response stands for, or None when it is not
+        a function of the request and that version alone."""
+        if not self.answered or self.unkept or len(self.versions) != 1:
+            return None
+        return next(iter(self.versions))
+
+
+_LOG: ContextVar[ReadLog | None] = ContextVar("servetune_read_log", default=None)
+
+
+@contextlib.contextmanager
+def logging_reads() -> Iterator[ReadLog]:
+    """Note this context's reads (the request being served) in a fresh `ReadLog`."""
+    log = ReadLog()
+    token = _LOG.set(log)
+    try:
+        yield log
+    finally:
+        _LOG.reset(token)
+
+
+def note_principal(principal: Principal) -> None:
+    """The request being served runs under `principal`'s API key."""
+    log = _LOG.get()
+    if log is not None:
+        log.principal = principal
 
 
 class _Kept:
@@ -142,19 +186,28 @@ class Reader:
     async def run(self, work: Callable[[Session], T], *, key: Hashable | None = None) -> T:
         """`work(session)` in one read-only transaction; with a `key`, its answer is kept
         while the database is unchanged (see the module docstring)."""
-        if self._connection is not None:
-            if key is None:
+        log = _LOG.get()
+        if key is None:
+            if log is not None:
+                log.unkept = True
+            if self._connection is not None:
                 with read_scope(self._connection) as session:
                     return work(session)
+            return await self._pg_read(work)
+        kept = await self._kept_read(key, work)
+        if log is not None:
+            log.versions.add(kept.version)
+        return kept.get()
+
+    async def _kept_read(self, key: Hashable, work: Callable[[Session], Any]) -> _Kept:
+        if self._connection is not None:
             version = self._raw.execute("PRAGMA data_version").fetchone()[0]
             kept = self._kept.get(key)
             if kept is not None and kept.version == version:
                 self.hits += 1
-                return kept.get()
+                return kept
             kept = self._sqlite_read(version, work)
         else:
-            if key is None:
-                return await self._pg_read(work)
             version = await self._pg_version()
             if version is None:  # the version connection is down: read it in the transaction
                 kept = await self._pg_kept(key, None, work)
@@ -162,17 +215,33 @@ class Reader:
                 kept = self._kept.get(key)
                 if kept is not None and kept.version == version:
                     self.hits += 1
-                    return kept.get()
+                    return kept
                 kept = await self._read_once(key, version, work)
         self._keep(key, kept)
-        return kept.get()
+        return kept
+
+    async def version(self) -> object | None:
+        """The database's version now (see the module docstring): read after this call
+        began; None when it cannot be read (PostgreSQL's version connection is down)."""
+        if self._connection is not None:
+            return self._raw.execute("PRAGMA data_version").fetchone()[0]
+        return await self._pg_version()
+
+    async def response(self, work: Callable[[Session], bytes], *, key: Hashable) -> Response:
+        """`work(session)`'s JSON bytes, read as `run` reads them under `key`, sent as the
+        whole response: the answer (or kept error) is then a function of the request and
+        the database version alone, which lets `api.fastpath` replay it (`ReadLog`)."""
+        log = _LOG.get()
+        if log is not None:
+            log.answered = True
+        return json_response(await self.run(work, key=key))
 
     async def json(
-        self, model: Any, query: Callable[[Session], object], *, key: Hashable | None = None
+        self, model: Any, query: Callable[[Session], object], *, key: Hashable
     ) -> Response:
-        """`query(session)`'s result, read as `run` reads it, sent as `response_model=model`."""
-        body = await self.run(lambda session: encode_json(model, query(session)), key=key)
-        return json_response(body)
+        """`query(session)`'s result, read as `response` reads it, sent as
+        `response_model=model`."""
+        return await self.response(lambda session: encode_json(model, query(session)), key=key)
 
     def remember(self, key: Hashable, compute: Callable[[], T]) -> T:
         """`compute()` once per `key`, for answers that never change once written (a

@@ -11,7 +11,6 @@ from sqlalchemy.orm import Session
 
 from api.deps import IdPath, PagingDep, PrincipalDep, ReaderDep, SessionDep
 from api.problems import ApiError
-from api.reads import json_response
 from api.schemas import JobCreated, JobResultOut, Page, Problem, page
 from api.windows import EmptyWindow, resolve_window
 from optimizer.search import TuneRequest
@@ -169,7 +168,7 @@ async def result(job_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> 
         document = {"job_id": stored.job_id, "outcome": stored.outcome}
         return json.dumps(document, allow_nan=False).encode()
 
-    return json_response(await reader.run(body, key=("job-result", principal.project, job_id)))
+    return await reader.response(body, key=("job-result", principal.project, job_id))
 
 
 @router.post(

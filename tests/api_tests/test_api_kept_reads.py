@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from api.fastpath import CachedGetMiddleware
+from api.reads import ReadLog
 from storage.db import make_engine, session_scope
 from storage.keys import create_key, revoke_key
 from storage.traces import delete_trace
@@ -16,16 +18,39 @@ def _reader(service: Service):
     return service.client.app.state.reader
 
 
+def _fastpath(service: Service) -> CachedGetMiddleware:
+    layer = service.client.app.middleware_stack
+    while not isinstance(layer, CachedGetMiddleware):
+        layer = layer.app
+    return layer
+
+
+def _served_from_memory(service: Service) -> int:
+    """Requests answered without a database read: kept reads and replayed answers."""
+    return _reader(service).hits + _fastpath(service).replayed
+
+
+def _until_from_memory(service: Service, path: str, headers: dict, count=_served_from_memory):
+    """GET `path` until one request is answered from memory; each answer is returned for
+    the caller to check. On PostgreSQL the version is the whole cluster's: other tests'
+    commits (parallel workers) make some requests read again, never all of them."""
+    answers = []
+    for _ in range(50):
+        before = count(service)
+        answers.append(service.client.get(path, headers=headers))
+        if count(service) == before + 1:
+            return answers
+    raise AssertionError(f"{path}: never answered from memory in {len(answers)} requests")
+
+
 def test_a_kept_read_is_served_again_until_another_connection_commits(
     service: Service, tmp_path: Path
 ) -> None:
     h = service.auth(service.key_a)
     tid = _trace(service, tmp_path, name="before")
-    reader = _reader(service)
     first = service.client.get(f"/v1/traces/{tid}", headers=h)
-    hits = reader.hits
-    again = service.client.get(f"/v1/traces/{tid}", headers=h)
-    assert again.content == first.content and reader.hits == hits + 1
+    for again in _until_from_memory(service, f"/v1/traces/{tid}", h):
+        assert again.content == first.content
     # Another connection (a CLI, a worker) deletes it: the next read sees that at once.
     engine = make_engine(service.url)
     with session_scope(engine) as s:
@@ -33,11 +58,9 @@ def test_a_kept_read_is_served_again_until_another_connection_commits(
     gone = service.client.get(f"/v1/traces/{tid}", headers=h)
     assert gone.status_code == 404 and gone.json()["detail"] == f"trace {tid} not found"
     # The not-found answer is kept too (a fresh error each time), until the next commit.
-    hits = reader.hits
-    for _ in range(2):
-        again = service.client.get(f"/v1/traces/{tid}", headers=h)
+    for again in _until_from_memory(service, f"/v1/traces/{tid}", h):
         assert again.status_code == 404 and again.json() == gone.json()
-    assert reader.hits == hits + 2
+        assert again.headers["content-type"] == gone.headers["content-type"]
     listing = service.client.get("/v1/traces", headers=h).json()
     assert listing["total"] == 0
     tid2 = _trace(service, tmp_path, name="after")  # a write through the API itself
@@ -101,11 +124,70 @@ def test_postgresql_reads_stay_exact_while_the_version_connection_is_down(
     h = service.auth(service.key_a)
     tid = _trace(service, tmp_path, name="x")
     first = service.client.get(f"/v1/traces/{tid}", headers=h)
-    hits = reader.hits
-    assert service.client.get(f"/v1/traces/{tid}", headers=h).content == first.content
-    assert reader.hits == hits + 1
+    hits = _until_from_memory(service, f"/v1/traces/{tid}", h, count=lambda s: reader.hits)
+    assert all(again.content == first.content for again in hits)
     engine = make_engine(service.url)
     with session_scope(engine) as s:
         delete_trace(s, tid, project="a")
     engine.dispose()
     assert service.client.get(f"/v1/traces/{tid}", headers=h).status_code == 404
+
+
+def test_a_replayed_answer_follows_keys_projects_and_revocation(
+    service: Service, tmp_path: Path
+) -> None:
+    """Answers sent again before routing are keyed by path, query and API key, and only
+    while the key cache still holds that key: a key revoked through the API is refused at
+    once, and another project's key gets its own 404."""
+    a = service.auth(service.key_a)
+    tid = _trace(service, tmp_path, name="mine")
+    fastpath = _fastpath(service)
+    first = service.client.get(f"/v1/traces/{tid}", headers=a)
+    replays = _until_from_memory(service, f"/v1/traces/{tid}", a, count=lambda s: fastpath.replayed)
+    assert all(again.content == first.content for again in replays)
+    replayed = fastpath.replayed
+    assert service.client.get(f"/v1/traces/{tid}?x=1", headers=a).content == first.content
+    assert fastpath.replayed == replayed  # another query string: through the route
+    other = service.client.get(f"/v1/traces/{tid}", headers=service.auth(service.key_b))
+    assert other.status_code == 404 and fastpath.replayed == replayed
+    # The metrics label a replayed request by its route, like any other.
+    ok = 2 + len(replays)
+    text = service.client.get("/metrics").text
+    assert f'route="/v1/traces/{{trace_id}}",status="200"}} {ok}' in text
+    # Revoked through the API (a commit, and the key dropped from the key cache).
+    engine = make_engine(service.url)
+    with session_scope(engine) as s:
+        _, token = create_key(s, project="a", is_admin=True)
+    engine.dispose()
+    admin = service.auth(token)
+    keys = service.client.get("/v1/keys", headers=admin).json()["items"]
+    (key_id,) = [k["id"] for k in keys if not k["is_admin"]]
+    assert service.client.delete(f"/v1/keys/{key_id}", headers=admin).status_code == 200
+    refused = service.client.get(f"/v1/traces/{tid}", headers=a)
+    assert refused.status_code == 401
+
+
+def test_an_answer_is_replayed_only_when_read_at_one_version() -> None:
+    log = ReadLog()
+    assert log.replayable_at() is None  # not a kept read's answer
+    log.answered = True
+    log.versions.add(7)
+    assert log.replayable_at() == 7
+    log.versions.add(8)  # the key read before a commit, the answer after it
+    assert log.replayable_at() is None
+    log.versions.discard(8)
+    log.unkept = True  # a read that is not kept
+    assert log.replayable_at() is None
+
+
+def test_stored_answers_are_bounded_in_number_and_bytes(service: Service, tmp_path: Path) -> None:
+    fastpath = _fastpath(service)
+    h = service.auth(service.key_a)
+    tids = [_trace(service, tmp_path, name=f"t{i}") for i in range(3)]
+    fastpath.max_answers = 2
+    for tid in tids:
+        service.client.get(f"/v1/traces/{tid}", headers=h)
+    assert len(fastpath._answers) <= 2
+    fastpath.max_bytes = 10  # smaller than any answer: each one replaces the others
+    service.client.get(f"/v1/traces/{tids[0]}", headers=h)
+    assert len(fastpath._answers) == 1 and fastpath._bytes > 10
