@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from api.cache import TtlCache
 from api.problems import ApiError
-from api.reads import Reader, note_principal
+from api.reads import Reader, note_caller
 from api.settings import Settings
 from storage.db import read_scope, session_scope
 from storage.keys import authenticate, hash_key
@@ -96,9 +96,9 @@ async def _principal(
         lambda session: authenticate(session, token),
         run=lambda work: state.reader.run(work, key=("api-key", hashed)),
     )
+    note_caller(principal)
     if principal is None:
         raise ApiError(401, "unknown or revoked API key", kind="unauthorized", headers=challenge)
-    note_principal(principal)
     return principal
 
 

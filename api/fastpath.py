@@ -6,14 +6,15 @@ query parameters, most of a request's cost once its database read is kept in mem
 
 - **Kept answers, exactly.** A response that is one kept read's answer
   (`Reader.response`: a detail, a list, a job result, or the 404 or 409 a kept read
-  raised), computed under an API key with every read at one database version, is
-  stored under (path, raw query string, hashed key) with that version, the
-  principal and the route. It is sent again while the database is still at that
-  version (read after the request arrived, as `Reader` reads it) and the API key
-  cache holds the same principal for the key: exactly what the route would send
-  then, since it would authenticate from that cache and answer from the read kept
-  at that version. Any commit by any process makes the next request go through the
-  route.
+  raised; or the 401 for an API key unknown to the database), computed with every
+  read at one database version, is stored under (path, raw query string, hashed key)
+  with that version, the principal (None for an unknown key) and the route. It is
+  sent again while the database is still at that version (read after the request
+  arrived, as `Reader` reads it) and the API key cache holds the same principal for
+  the key (no entry, for an unknown one): exactly what the route would send then,
+  since it would authenticate from that cache (else from the key's read kept at that
+  version) and answer from the read kept at that version. Any commit by any process
+  makes the next request go through the route.
 - **Repeated polls of the latest recommendation**, within `Settings.response_cache_s`:
   the encoded answer for (path, project, raw query string) in `response_cache`,
   stored by the route only after it validated the query and found an answer, with
@@ -61,7 +62,7 @@ class _Answer:
     """A response that is one kept read's answer at `version`, under `principal`'s key."""
 
     version: object
-    principal: Principal
+    principal: Principal | None  # None: the key was unknown (the answer is its 401)
     route: object  # scope["route"] as routing left it (metrics label the replay by it)
     status: int
     headers: list[tuple[bytes, bytes]]
@@ -96,17 +97,16 @@ class CachedGetMiddleware:
         where = None
         if hashed is not None:
             where = (scope["path"], scope.get("query_string", b""), hashed)
-            principal = self.key_cache.get(hashed)
-            if principal is not None and await self._answered(scope, send, principal, where):
+            if await self._answered(scope, send, self.key_cache.get(hashed), where):
                 return
         await self._through_route(scope, receive, send, where)
 
     async def _answered(
-        self, scope: Scope, send: Send, principal: Principal, where: tuple[str, bytes, str]
+        self, scope: Scope, send: Send, principal: Principal | None, where: tuple[str, bytes, str]
     ) -> bool:
         """Send a stored answer for `where` if one is current; True when sent."""
         path, query_string, _ = where
-        if path in self.labels:
+        if principal is not None and path in self.labels:
             body = self.response_cache.get(fast_key(path, principal.project, query_string))
             if body is not None:
                 scope["route"] = self.labels[path]
@@ -143,7 +143,7 @@ class CachedGetMiddleware:
         with logging_reads() as log:
             await self.app(scope, receive, keep)
         version = log.replayable_at()
-        if where is None or version is None or log.principal is None or start is None:
+        if where is None or version is None or not log.authenticated or start is None:
             return
         if not whole or start["status"] >= 500 or len(parts[0]) > MAX_ANSWER_BYTES:
             return

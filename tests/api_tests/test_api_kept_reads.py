@@ -76,9 +76,12 @@ def test_an_unknown_key_is_refused_until_it_is_created_and_after_it_is_revoked(
     with session_scope(engine) as s:
         info, token = create_key(s, project="c")
         revoke_key(s, info.id)
-    for _ in range(2):  # the refusal is kept ...
-        r = service.client.get("/v1/traces", headers=service.auth(token))
-        assert r.status_code == 401
+    fastpath = _fastpath(service)
+    refusals = _until_from_memory(  # the refusal is kept, and sent again before routing ...
+        service, "/v1/traces", service.auth(token), count=lambda _: fastpath.replayed
+    )
+    for r in refusals:
+        assert r.status_code == 401 and r.headers["www-authenticate"] == 'Bearer realm="servetune"'
     with session_scope(engine) as s:  # ... until the database changes: a new key works at once
         _, fresh = create_key(s, project="c")
     assert service.client.get("/v1/traces", headers=service.auth(fresh)).status_code == 200
@@ -191,3 +194,93 @@ def test_stored_answers_are_bounded_in_number_and_bytes(service: Service, tmp_pa
     fastpath.max_bytes = 10  # smaller than any answer: each one replaces the others
     service.client.get(f"/v1/traces/{tids[0]}", headers=h)
     assert len(fastpath._answers) == 1 and fastpath._bytes > 10
+
+
+def test_postgresql_misses_are_read_in_batches_that_fail_one_read_alone(postgres_url: str) -> None:
+    """Concurrent misses share one read-only REPEATABLE READ transaction; a read that raises
+    or whose statement fails (aborting the transaction) fails alone, the others answer."""
+    import asyncio
+
+    import sqlalchemy as sa
+
+    from api.reads import Reader
+
+    engine = make_engine(postgres_url)
+
+    def ok(i: int):
+        def work(session) -> tuple:
+            level = session.execute(sa.text("SHOW transaction_isolation")).scalar()
+            read_only = session.execute(sa.text("SHOW transaction_read_only")).scalar()
+            return i, level, read_only
+
+        return work
+
+    def bad_statement(session) -> None:
+        session.execute(sa.text("SELECT 1 / 0"))
+
+    def raises(session) -> None:
+        raise RuntimeError("a bug in one read")
+
+    async def scenario() -> list:
+        reader = Reader(engine)
+        batches = []
+        batch = reader._pg_batch
+
+        async def counted(misses):
+            batches.append(len(misses))
+            await batch(misses)
+
+        reader._pg_batch = counted
+        # The failing statement first: every other read runs after it aborted the transaction.
+        works = {"bad": bad_statement, "raises": raises, **{("ok", i): ok(i) for i in range(20)}}
+        keys = list(works)
+        try:
+            got = await asyncio.gather(
+                *(reader.run(works[k], key=k) for k in keys), return_exceptions=True
+            )
+        finally:
+            await reader.aclose()
+            reader.close()
+        return [dict(zip(keys, got, strict=True)), batches]
+
+    answers, batches = asyncio.run(scenario())
+    engine.dispose()
+    assert sum(batches) == 22 and len(batches) <= 2, batches  # not one transaction per read
+    assert isinstance(answers["bad"], sa.exc.DBAPIError)
+    assert isinstance(answers["raises"], RuntimeError)
+    for i in range(20):
+        assert answers[("ok", i)] == (i, "repeatable read", "on")
+
+
+def test_postgresql_batches_replace_a_connection_the_server_dropped(postgres_url: str) -> None:
+    import asyncio
+
+    import sqlalchemy as sa
+
+    from api.reads import Reader
+
+    engine = make_engine(postgres_url)
+
+    def one(session) -> int:
+        return session.execute(sa.text("SELECT 1")).scalar()
+
+    async def scenario() -> list:
+        reader = Reader(engine)
+        try:
+            assert await reader.run(one, key="before") == 1  # the pool now holds a connection
+            with engine.connect() as admin:  # what a server restart does to it
+                admin.execute(
+                    sa.text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                )
+                admin.commit()
+            await reader.version()  # the version connection notices (and reconnects next)
+            return await asyncio.gather(*(reader.run(one, key=i) for i in range(5)))
+        finally:
+            await reader.aclose()
+            reader.close()
+
+    assert asyncio.run(scenario()) == [1] * 5
+    engine.dispose()
