@@ -18,7 +18,9 @@
    in the response cache). Every database read is kept in memory only while the
    database is unchanged (api.reads): in these phases each distinct read is
    computed once and then kept (the 5,388 first-hit requests are 2,694 distinct
-   reads: two keys of each project ask for the same filters). Then one mixed
+   reads: two keys of each project ask for the same filters), and a request
+   repeated with the same path, query and key is answered before routing
+   (api.fastpath); a first hit is never either. Then one mixed
    phase over all of them at once, and the same mix again while another process
    commits a write every `--churn-ms` ms (default 10): that phase measures reads
    computed again after commits, as on a service whose workers write. The sweep is

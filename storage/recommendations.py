@@ -93,7 +93,9 @@ def latest_recommendation_ref(
     written once and never changed: the pair names one row's content for good)."""
     given = tuple(f for f in _FILTERS if getattr(where, f) is not None)
     params = {f: getattr(where, f) for f in given}
-    row = session.execute(_ref_query(given), {"project": project, **params}).first()
+    # On the connection: an ORM execute of this column query costs ~50 us more (~25%).
+    query = _ref_query(given)
+    row = session.connection().execute(query, {"project": project, **params}).first()
     if row is None:
         raise RecommendationNotFound("no recommendation matches this deployment yet")
     return row.id, row.created_at
