@@ -284,3 +284,88 @@ def test_postgresql_batches_replace_a_connection_the_server_dropped(postgres_url
 
     assert asyncio.run(scenario()) == [1] * 5
     engine.dispose()
+
+
+def test_answers_from_memory_equal_fresh_reads_through_a_random_history(
+    service: Service, tmp_path: Path
+) -> None:
+    """Uploads through the API, deletions and new keys by another connection, and key
+    revocations through the API, between GETs over several paths and keys: every answer,
+    many of them kept or sent again before routing, is byte for byte the one a second app
+    reads afresh with every cache emptied."""
+    import random
+
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+    from api.settings import Settings
+    from tests.api_tests.conftest import write_trace_csv
+
+    rng = random.Random(7)
+    engine = make_engine(service.url)
+    with session_scope(engine) as s:  # admins of each project revoke its keys via the API
+        admins = {p: create_key(s, project=p, is_admin=True)[1] for p in ("a", "b")}
+    keys = {"a": service.key_a, "b": service.key_b, "unknown": "st_" + "0" * 40}
+    owner = {"a": "a", "b": "b"}
+    live: list[tuple[int, str]] = []  # (trace id, project)
+    ids: list[int] = []  # every id ever made: deleted ones are read too (404)
+    settings = Settings(database_url=service.url, upload_dir=str(tmp_path / "ref"))
+    with TestClient(create_app(settings, embedded_worker=False)) as reference:
+        ref_fastpath = reference.app.middleware_stack
+        while not isinstance(ref_fastpath, CachedGetMiddleware):
+            ref_fastpath = ref_fastpath.app
+
+        def fresh(path: str, headers: dict):
+            ref_fastpath._answers.clear()
+            reference.app.state.reader._kept.clear()
+            reference.app.state.key_cache.clear()
+            reference.app.state.response_cache.clear()
+            return reference.get(path, headers=headers)
+
+        from_memory = 0
+        for step in range(150):
+            op = rng.random()
+            if op < 0.10:
+                project = rng.choice("ab")
+                csv = write_trace_csv(tmp_path / f"t{step}.csv", seed=step)
+                with csv.open("rb") as fh:
+                    r = service.client.post(
+                        "/v1/traces", headers=service.auth(keys[project]), files={"file": fh}
+                    )
+                assert r.status_code == 201, r.text
+                live.append((r.json()["id"], project))
+                ids.append(r.json()["id"])
+            elif op < 0.14 and live:
+                tid, project = live.pop(rng.randrange(len(live)))
+                with session_scope(engine) as s:
+                    delete_trace(s, tid, project=project)
+            elif op < 0.17:
+                name, project = f"k{step}", rng.choice("ab")
+                with session_scope(engine) as s:
+                    keys[name] = create_key(s, project=project)[1]
+                owner[name] = project
+            elif op < 0.19:
+                name = rng.choice([n for n in keys if n not in ("a", "b", "unknown")] or ["-"])
+                if name in owner:
+                    admin = service.auth(admins[owner[name]])
+                    listed = service.client.get("/v1/keys?limit=1000", headers=admin).json()
+                    prefix = keys[name][: len(listed["items"][0]["prefix"])]
+                    (key_id,) = [k["id"] for k in listed["items"] if k["prefix"] == prefix]
+                    assert service.client.delete(f"/v1/keys/{key_id}", headers=admin).is_success
+                    del owner[name]
+            else:
+                name = rng.choice(sorted(keys))
+                paths = ["/v1/traces", "/v1/traces?limit=1", "/v1/tuning-jobs"]
+                paths += [f"/v1/traces/{i}{rng.choice(['', '/stats'])}" for i in ids[-4:]]
+                path = rng.choice(paths)
+                headers = service.auth(keys[name])
+                for _ in range(2):  # the second is usually answered from memory
+                    before = _served_from_memory(service)
+                    got = service.client.get(path, headers=headers)
+                    from_memory += _served_from_memory(service) - before
+                    want = fresh(path, headers)
+                    assert (got.status_code, got.content) == (want.status_code, want.content), (
+                        step, path, name,
+                    )  # fmt: skip
+    engine.dispose()
+    assert from_memory >= 40, from_memory  # the history did exercise the memory
