@@ -180,6 +180,7 @@ class Reader:
         self._running: dict[Hashable, tuple[object, asyncio.Future[_Kept]]] = {}
         self._queued: list[_Miss] = []  # PostgreSQL: misses for the next batch
         self._batchers: set[asyncio.Task[None]] = set()
+        self._batching = 0  # batchers started and not yet past their last look at the queue
         self.max_entries = max_entries
         self.hits = self.misses = 0
         self._connection: Connection | None = None
@@ -330,7 +331,8 @@ class Reader:
         if running is None or running[0] != version:
             future: asyncio.Future[_Kept] = asyncio.get_running_loop().create_future()
             self._queued.append(_Miss(version, work, future))
-            if len(self._batchers) < MAX_PG_BATCHES:
+            if self._batching < MAX_PG_BATCHES:
+                self._batching += 1
                 task = asyncio.create_task(self._pg_batches())
                 self._batchers.add(task)
                 task.add_done_callback(self._batchers.discard)
@@ -350,17 +352,24 @@ class Reader:
         trips, a pooled connection and a greenlet (~1 ms of CPU a read when each read had
         its own; ~0.45 ms in batches of 50). Its snapshot is taken after every queued
         miss read its version, so each answer is kept under a version no newer than the
-        state it saw; every read of the batch sees the same state."""
-        while self._queued:
-            batch, self._queued = self._queued[:PG_BATCH_SIZE], self._queued[PG_BATCH_SIZE:]
-            try:
-                await self._pg_batch(batch)
-            except BaseException as exc:
-                for miss in batch:
-                    if not miss.future.done():
-                        miss.future.set_exception(exc)
-                if not isinstance(exc, Exception):
-                    raise
+        state it saw; every read of the batch sees the same state.
+
+        `_batching` counts down in the same step as the last look at the queue finds it
+        empty (not when the task is done, a loop turn later): a miss queued after that
+        look starts a batcher of its own, never waits for one that has stopped."""
+        try:
+            while self._queued:
+                batch, self._queued = self._queued[:PG_BATCH_SIZE], self._queued[PG_BATCH_SIZE:]
+                try:
+                    await self._pg_batch(batch)
+                except BaseException as exc:
+                    for miss in batch:
+                        if not miss.future.done():
+                            miss.future.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+        finally:
+            self._batching -= 1
 
     async def _pg_batch(self, batch: list[_Miss]) -> None:
         """Every miss of `batch` answered: its kept answer, or the error its own read raised.
@@ -459,6 +468,9 @@ class Reader:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        queued, self._queued = self._queued, []
+        for miss in queued:
+            miss.future.set_exception(RuntimeError("the reader was closed"))
         if self._pump is not None:
             self._pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
