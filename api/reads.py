@@ -222,7 +222,7 @@ class Reader:
 
     async def _kept_read(self, key: Hashable, work: Callable[[Session], Any]) -> _Kept:
         if self._connection is not None:
-            version = self._raw.execute("PRAGMA data_version").fetchone()[0]
+            version = self._sqlite_version()
             kept = self._kept.get(key)
             if kept is not None and kept.version == version:
                 self.hits += 1
@@ -245,8 +245,11 @@ class Reader:
         """The database's version now (see the module docstring): read after this call
         began; None when it cannot be read (PostgreSQL's version connection is down)."""
         if self._connection is not None:
-            return self._raw.execute("PRAGMA data_version").fetchone()[0]
+            return self._sqlite_version()
         return await self._pg_version()
+
+    def _sqlite_version(self) -> int:
+        return self._raw.execute("PRAGMA data_version").fetchone()[0]
 
     async def response(self, work: Callable[[Session], bytes], *, key: Hashable) -> Response:
         """`work(session)`'s JSON bytes, read as `run` reads them under `key`, sent as the
