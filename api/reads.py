@@ -6,10 +6,12 @@ returned value), fought over by up to 40 threads for the GIL; under 50
 concurrent clients on two cores that took longer than the reads themselves. A
 read route is `async` instead and awaits its app's `Reader`:
 
-- `await reader.json(model, query)`: `query(session)` in one read-only
+- `await reader.json(model, query, key=...)`: `query(session)` in one read-only
   transaction (`storage.db.read_scope`), its result encoded with `model`'s
   `TypeAdapter` exactly as FastAPI encodes a `response_model` (JSON, by alias);
   the route keeps `response_model=model` for its OpenAPI schema;
+- `await reader.response(work, key=...)`: the JSON bytes `work` returns, sent as
+  the whole response;
 - `await reader.run(work)`: the same transaction, returning what `work` returns.
 
 The work runs on the event loop, never in a thread:
@@ -50,6 +52,10 @@ request compute again, never serve an older answer. A not-found error is kept
 the same way (a 404 for another project's id). Concurrent misses of one key at
 one version share one read. The cache holds at most `max_entries` answers (all
 dropped when it fills).
+
+While `api.fastpath` serves a request, its reads are noted in a `ReadLog`: a
+response that is one kept read's answer (`json`, `response`) at one version can then
+be sent again before routing while that version stands.
 """
 
 from __future__ import annotations
