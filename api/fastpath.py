@@ -6,15 +6,18 @@ query parameters, most of a request's cost once its database read is kept in mem
 
 - **Kept answers, exactly.** A response that is one kept read's answer
   (`Reader.response`: a detail, a list, a job result, or the 404 or 409 a kept read
-  raised; or the 401 for an API key unknown to the database), computed with every
-  read at one database version, is stored under (path, raw query string, hashed key)
-  with that version, the principal (None for an unknown key) and the route. It is
-  sent again while the database is still at that version (read after the request
-  arrived, as `Reader` reads it) and the API key cache holds the same principal for
-  the key (no entry, for an unknown one): exactly what the route would send then,
-  since it would authenticate from that cache (else from the key's read kept at that
-  version) and answer from the read kept at that version. Any commit by any process
-  makes the next request go through the route.
+  raised), computed with every read at one database version, is stored with that
+  version and the route under (path, raw query string, the caller's grant: its
+  project and admin scope). Such an answer depends on the caller through its grant
+  alone (see `Reader.response`), so every key of a project shares it. The 401 for
+  an API key unknown to the database is stored the same way under (path, raw query
+  string, hashed key). An answer is sent again while the database is still at its
+  version (read after the request arrived, as `Reader` reads it) and the API key
+  cache holds a principal with that grant for the request's key (no entry, for an
+  unknown key): exactly what the route would send then, since it would
+  authenticate from that cache (else from the key's read kept at that version) and
+  answer from the read kept at that version. Any commit by any process makes the
+  next request go through the route.
 - **Repeated polls of the latest recommendation**, within `Settings.response_cache_s`:
   the encoded answer for (path, project, raw query string) in `response_cache`,
   stored by the route only after it validated the query and found an answer, with
@@ -59,10 +62,9 @@ class RouteLabel:
 
 @dataclass(frozen=True, slots=True)
 class _Answer:
-    """A response that is one kept read's answer at `version`, under `principal`'s key."""
+    """A response that is one kept read's answer at `version`."""
 
     version: object
-    principal: Principal | None  # None: the key was unknown (the answer is its 401)
     route: object  # scope["route"] as routing left it (metrics label the replay by it)
     status: int
     headers: list[tuple[bytes, bytes]]
@@ -94,26 +96,22 @@ class CachedGetMiddleware:
             await self.app(scope, receive, send)
             return
         hashed = _hashed_key(scope)
-        where = None
-        if hashed is not None:
-            where = (scope["path"], scope.get("query_string", b""), hashed)
-            if await self._answered(scope, send, self.key_cache.get(hashed), where):
-                return
-        await self._through_route(scope, receive, send, where)
+        if hashed is not None and await self._answered(scope, send, hashed):
+            return
+        await self._through_route(scope, receive, send, hashed)
 
-    async def _answered(
-        self, scope: Scope, send: Send, principal: Principal | None, where: tuple[str, bytes, str]
-    ) -> bool:
-        """Send a stored answer for `where` if one is current; True when sent."""
-        path, query_string, _ = where
+    async def _answered(self, scope: Scope, send: Send, hashed: str) -> bool:
+        """Send a stored answer for this request if one is current; True when sent."""
+        path, query_string = scope["path"], scope.get("query_string", b"")
+        principal = self.key_cache.get(hashed)
         if principal is not None and path in self.labels:
             body = self.response_cache.get(fast_key(path, principal.project, query_string))
             if body is not None:
                 scope["route"] = self.labels[path]
                 await _send(send, 200, _json_headers(body), body)
                 return True
-        answer = self._answers.get(where)
-        if answer is None or answer.principal != principal:
+        answer = self._answers.get(_answer_key(path, query_string, hashed, principal))
+        if answer is None:
             return False
         version = await scope["app"].state.reader.version()
         if version is None or version != answer.version:
@@ -124,7 +122,7 @@ class CachedGetMiddleware:
         return True
 
     async def _through_route(
-        self, scope: Scope, receive: Receive, send: Send, where: Hashable | None
+        self, scope: Scope, receive: Receive, send: Send, hashed: str | None
     ) -> None:
         """The normal route, its answer stored when it is one kept read's answer."""
         start: Message | None = None
@@ -143,15 +141,15 @@ class CachedGetMiddleware:
         with logging_reads() as log:
             await self.app(scope, receive, keep)
         version = log.replayable_at()
-        if where is None or version is None or not log.authenticated or start is None:
+        if hashed is None or version is None or not log.authenticated or start is None:
             return
         if not whole or start["status"] >= 500 or len(parts[0]) > MAX_ANSWER_BYTES:
             return
         body = parts[0]
         answer = _Answer(
-            version, log.principal, scope.get("route"), start["status"],
-            list(start.get("headers", ())), body,
-        )  # fmt: skip
+            version, scope.get("route"), start["status"], list(start.get("headers", ())), body
+        )
+        where = _answer_key(scope["path"], scope.get("query_string", b""), hashed, log.principal)
         self._store(where, answer)
 
     def _store(self, where: Hashable, answer: _Answer) -> None:
@@ -164,6 +162,16 @@ class CachedGetMiddleware:
             self._bytes = 0
         self._answers[where] = answer
         self._bytes += size
+
+
+def _answer_key(
+    path: str, query_string: bytes, hashed: str, principal: Principal | None
+) -> Hashable:
+    """Where an answer for this request is stored: by the caller's grant, or by its key
+    when the key is unknown (`principal` None)."""
+    if principal is None:
+        return ("unknown key", path, query_string, hashed)
+    return ("grant", path, query_string, principal.project, principal.is_admin)
 
 
 def _hashed_key(scope: Scope) -> str | None:

@@ -259,8 +259,11 @@ class Reader:
 
     async def response(self, work: Callable[[Session], bytes], *, key: Hashable) -> Response:
         """`work(session)`'s JSON bytes, read as `run` reads them under `key`, sent as the
-        whole response: the answer (or kept error) is then a function of the request and
-        the database version alone, which lets `api.fastpath` replay it (`ReadLog`)."""
+        whole response: the answer (or kept error) is then a function of the request's
+        path and query, the caller's grant and the database version alone, which lets
+        `api.fastpath` send it again (`ReadLog`) to any caller with that grant. So the
+        work must depend on the caller only through its project and admin scope
+        (`Principal.project`, `Principal.is_admin`), never on which of its keys called."""
         log = _LOG.get()
         if log is not None:
             log.answered = True

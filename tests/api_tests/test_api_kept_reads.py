@@ -139,35 +139,44 @@ def test_postgresql_reads_stay_exact_while_the_version_connection_is_down(
 def test_a_replayed_answer_follows_keys_projects_and_revocation(
     service: Service, tmp_path: Path
 ) -> None:
-    """Answers sent again before routing are keyed by path, query and API key, and only
-    while the key cache still holds that key: a key revoked through the API is refused at
-    once, and another project's key gets its own 404."""
-    a = service.auth(service.key_a)
+    """Answers sent again before routing are keyed by path, query and the caller's grant
+    (project, admin scope), and only while the key cache holds the caller's key: every
+    key of a project shares them, another project's key gets its own 404, and a key
+    revoked through the API is refused at once."""
+    engine = make_engine(service.url)
+    with session_scope(engine) as s:
+        _, second = create_key(s, project="a")
+        _, admin = create_key(s, project="a", is_admin=True)
+    engine.dispose()
+    a, a2 = service.auth(service.key_a), service.auth(second)
     tid = _trace(service, tmp_path, name="mine")
     fastpath = _fastpath(service)
     first = service.client.get(f"/v1/traces/{tid}", headers=a)
     replays = _until_from_memory(service, f"/v1/traces/{tid}", a, count=lambda s: fastpath.replayed)
     assert all(again.content == first.content for again in replays)
+    # The other key of project a, once in the key cache (any request), is sent the same
+    # answer without routing on its first request for it.
+    assert service.client.get("/v1/traces", headers=a2).status_code == 200
+    shared = _until_from_memory(service, f"/v1/traces/{tid}", a2, count=lambda s: fastpath.replayed)
+    assert all(again.content == first.content for again in shared)
+    stored = [k for k in fastpath._answers if k[1:3] == (f"/v1/traces/{tid}", b"")]
+    assert stored == [("grant", f"/v1/traces/{tid}", b"", "a", False)]  # one for both keys
     replayed = fastpath.replayed
     assert service.client.get(f"/v1/traces/{tid}?x=1", headers=a).content == first.content
     assert fastpath.replayed == replayed  # another query string: through the route
     other = service.client.get(f"/v1/traces/{tid}", headers=service.auth(service.key_b))
     assert other.status_code == 404 and fastpath.replayed == replayed
     # The metrics label a replayed request by its route, like any other.
-    ok = 2 + len(replays)
+    ok = 2 + len(replays) + len(shared)
     text = service.client.get("/metrics").text
     assert f'route="/v1/traces/{{trace_id}}",status="200"}} {ok}' in text
-    # Revoked through the API (a commit, and the key dropped from the key cache).
-    engine = make_engine(service.url)
-    with session_scope(engine) as s:
-        _, token = create_key(s, project="a", is_admin=True)
-    engine.dispose()
-    admin = service.auth(token)
-    keys = service.client.get("/v1/keys", headers=admin).json()["items"]
-    (key_id,) = [k["id"] for k in keys if not k["is_admin"]]
-    assert service.client.delete(f"/v1/keys/{key_id}", headers=admin).status_code == 200
-    refused = service.client.get(f"/v1/traces/{tid}", headers=a)
-    assert refused.status_code == 401
+    # Key a revoked through the API (a commit, and the key dropped from the key cache).
+    keys = service.client.get("/v1/keys", headers=service.auth(admin)).json()["items"]
+    (key_id,) = [k["id"] for k in keys if k["prefix"] == service.key_a[: len(k["prefix"])]]
+    revoked = service.client.delete(f"/v1/keys/{key_id}", headers=service.auth(admin))
+    assert revoked.status_code == 200
+    assert service.client.get(f"/v1/traces/{tid}", headers=a).status_code == 401
+    assert service.client.get(f"/v1/traces/{tid}", headers=a2).content == first.content
 
 
 def test_an_answer_is_replayed_only_when_read_at_one_version() -> None:
