@@ -11,8 +11,9 @@ query parameters, most of a request's cost once its database read is kept in mem
   project and admin scope). Such an answer depends on the caller through its grant
   alone (see `Reader.response`), so every key of a project shares it. The 401 for
   an API key unknown to the database is stored the same way under (path, raw query
-  string, hashed key). An answer is sent again while the database is still at its
-  version (read after the request arrived, as `Reader` reads it) and the API key
+  string, hashed key). An answer is sent again while the database is unchanged
+  since its version (`Reader.unchanged`, the version read after the request
+  arrived, as `Reader` reads it) and the API key
   cache holds a principal with that grant for the request's key (no entry, for an
   unknown key): exactly what the route would send then, since it would
   authenticate from that cache (else from the key's read kept at that version) and
@@ -113,8 +114,9 @@ class CachedGetMiddleware:
         answer = self._answers.get(_answer_key(path, query_string, hashed, principal))
         if answer is None:
             return False
-        version = await scope["app"].state.reader.version()
-        if version is None or version != answer.version:
+        reader = scope["app"].state.reader
+        version = await reader.version()
+        if version is None or not reader.unchanged(answer.version, version):
             return False
         self.replayed += 1
         scope["route"] = answer.route

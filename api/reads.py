@@ -41,10 +41,12 @@ since they were computed, exactly, never stale:
 - SQLite: `PRAGMA data_version` on the reader's connection, which changes whenever
   any other connection (this process's writers, a worker, the CLI) commits to the
   file; ~2 us.
-- PostgreSQL: `pg_current_snapshot()`, which changes whenever any write
-  transaction of the cluster commits, read over an autocommit connection of the
+- PostgreSQL: `pg_current_snapshot()`, read over an autocommit connection of the
   reader's own, one read shared by every request that arrived before it started
-  (or first in the work's transaction while that connection is down).
+  (or first in the work's transaction while that connection is down). An answer
+  stands while no transaction of the cluster has ended since its version was read
+  (`PgSnapshot.unchanged_at`): a write transaction that has only begun changes
+  nothing yet, its commit does.
 
 The version is read before the work's own reads, so an answer is kept under a
 version no newer than the state it saw: a commit in between makes the next
@@ -104,6 +106,32 @@ def json_response(body: bytes) -> Response:
 # Errors a kept answer may be (raised again for each request that reads it).
 _KEPT_ERRORS = (*NOT_FOUND_ERRORS, ApiError)
 _PG_VERSION_SQL = "SELECT pg_current_snapshot()::text"
+
+
+@dataclass(frozen=True, slots=True)
+class PgSnapshot:
+    """A PostgreSQL snapshot as `pg_current_snapshot()` writes it (`xmin:xmax:xip,...`):
+    the transactions with ids below `xmax` and not in `xip` had ended when it was taken."""
+
+    xmin: int
+    xmax: int
+    xip: frozenset[int]
+
+    @classmethod
+    def parse(cls, text: str) -> PgSnapshot:
+        xmin, xmax, xip = text.split(":")
+        return cls(int(xmin), int(xmax), frozenset(int(t) for t in xip.split(",") if t))
+
+    def unchanged_at(self, later: PgSnapshot) -> bool:
+        """True when no transaction ended between this snapshot and `later`, taken after
+        it: both see the same committed state. A transaction that has only begun writing
+        (it took an id: `xmax` moved past it, and it is in `later.xip`) changes nothing
+        yet; one that ended may have committed (an aborted one counts too)."""
+        if later.xmax < self.xmax:
+            return later == self
+        if any(t not in later.xip for t in self.xip):
+            return False
+        return all(t in later.xip for t in range(self.xmax, later.xmax))
 
 
 @dataclass(slots=True)
@@ -192,7 +220,7 @@ class Reader:
         self._connection: Connection | None = None
         self._async_engine: Any = None  # PostgreSQL: sqlalchemy.ext.asyncio.AsyncEngine
         self._version_conn: Any = None  # PostgreSQL: a psycopg.AsyncConnection, on first use
-        self._waiting: asyncio.Future[str | None] | None = None  # callers of the next read
+        self._waiting: asyncio.Future[PgSnapshot | None] | None = None  # the next read's callers
         self._pump: asyncio.Task[None] | None = None
         if is_sqlite(engine):
             self._connection = connect_reader(engine, busy_timeout_ms=SQLITE_READ_BUSY_TIMEOUT_MS)
@@ -221,31 +249,39 @@ class Reader:
                 with read_scope(self._connection) as session:
                     return work(session)
             return await self._pg_read(work)
-        kept = await self._kept_read(key, work)
+        kept, version = await self._kept_read(key, work)
         if log is not None:
-            log.versions.add(kept.version)
+            log.versions.add(version)
         return kept.get()
 
-    async def _kept_read(self, key: Hashable, work: Callable[[Session], Any]) -> _Kept:
+    async def _kept_read(self, key: Hashable, work: Callable) -> tuple[_Kept, object]:
+        """The answer for `key`, and the version read for this call that it stands for."""
         if self._connection is not None:
-            version = self._sqlite_version()
+            version: object = self._sqlite_version()
             kept = self._kept.get(key)
             if kept is not None and kept.version == version:
                 self.hits += 1
-                return kept
+                return kept, version
             kept = self._sqlite_read(version, work)
         else:
             version = await self._pg_version()
             if version is None:  # the version connection is down: read it in the transaction
-                kept = await self._pg_kept(key, work)
-            else:
-                kept = self._kept.get(key)
-                if kept is not None and kept.version == version:
-                    self.hits += 1
-                    return kept
-                kept = await self._read_once(key, version, work)
+                return await self._pg_kept(key, work)
+            kept = self._kept.get(key)
+            if kept is not None and self.unchanged(kept.version, version):
+                self.hits += 1
+                return kept, version
+            kept = await self._read_once(key, version, work)
         self._keep(key, kept)
-        return kept
+        return kept, version
+
+    def unchanged(self, old: object, now: object) -> bool:
+        """True when the database is in the same state at version `now` as it was at the
+        earlier version `old` (SQLite: the same `data_version`; PostgreSQL: no transaction
+        ended in between, `PgSnapshot.unchanged_at`)."""
+        if isinstance(old, PgSnapshot) and isinstance(now, PgSnapshot):
+            return old.unchanged_at(now)
+        return old == now
 
     async def version(self) -> object | None:
         """The database's version now (see the module docstring): read after this call
@@ -314,17 +350,20 @@ class Reader:
         async with session, session.begin():
             return await session.run_sync(work)
 
-    async def _pg_kept(self, key: Hashable, work: Callable) -> _Kept:
+    async def _pg_kept(self, key: Hashable, work: Callable) -> tuple[_Kept, PgSnapshot]:
         """`work`'s answer with the version read first in the same transaction (the version
         connection is down), and a kept answer used if current."""
 
-        def read(session: Session) -> _Kept:
-            version = session.connection().exec_driver_sql(_PG_VERSION_SQL).scalar()
+        def read(session: Session) -> tuple[_Kept, PgSnapshot]:
+            text = session.connection().exec_driver_sql(_PG_VERSION_SQL).scalar()
+            version = PgSnapshot.parse(text)
             kept = self._kept.get(key)
-            if kept is not None and kept.version == version:
+            if kept is not None and self.unchanged(kept.version, version):
                 self.hits += 1
-                return kept
-            return self._compute(version, work, session)
+                return kept, version
+            kept = self._compute(version, work, session)
+            self._keep(key, kept)
+            return kept, version
 
         return await self._pg_read(read)
 
@@ -429,7 +468,7 @@ class Reader:
             miss.future.set_result(kept)
         return None
 
-    async def _pg_version(self) -> str | None:
+    async def _pg_version(self) -> PgSnapshot | None:
         """PostgreSQL's current snapshot, read after this call began, over an autocommit
         connection of the reader's own: one read for every caller that arrived before it
         started (concurrent callers share the next read, not one already under way);
@@ -450,7 +489,7 @@ class Reader:
         finally:
             self._pump = None
 
-    async def _read_version(self) -> str | None:
+    async def _read_version(self) -> PgSnapshot | None:
         import psycopg
 
         try:
@@ -462,7 +501,7 @@ class Reader:
                         )
             cursor = await self._version_conn.execute(_PG_VERSION_SQL)
             row = await cursor.fetchone()
-            return None if row is None else str(row[0])
+            return None if row is None else PgSnapshot.parse(str(row[0]))
         except (psycopg.Error, OSError):
             await self._close_version_conn()
             return None

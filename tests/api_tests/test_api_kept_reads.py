@@ -378,3 +378,52 @@ def test_answers_from_memory_equal_fresh_reads_through_a_random_history(
                     )  # fmt: skip
     engine.dispose()
     assert from_memory >= 40, from_memory  # the history did exercise the memory
+
+
+def test_a_snapshot_is_unchanged_until_a_transaction_ends() -> None:
+    from api.reads import PgSnapshot
+
+    def unchanged(old: str, later: str) -> bool:
+        return PgSnapshot.parse(old).unchanged_at(PgSnapshot.parse(later))
+
+    assert PgSnapshot.parse("10:20:10,14") == PgSnapshot(10, 20, frozenset({10, 14}))
+    assert unchanged("100:100:", "100:100:")
+    assert unchanged("100:100:", "100:101:100")  # 100 began writing
+    assert unchanged("100:101:100", "100:103:100,101,102")  # 101 and 102 too
+    assert not unchanged("100:100:", "101:101:")  # 100 ended
+    assert not unchanged("100:103:100,101", "100:103:100")  # 101 ended
+    assert not unchanged("100:101:100", "100:103:100,102")  # 101 began and ended
+    assert not unchanged("100:103:100", "100:101:100")  # not later: only the same one
+
+
+def test_postgresql_kept_reads_stand_while_a_write_has_only_begun(postgres_url: str) -> None:
+    """The reader keeps an answer across snapshots that differ only by transactions that
+    began writing, and reads again once one of them ended (versions fed by hand: the
+    cluster's own change whenever other tests write)."""
+    import asyncio
+
+    from api.reads import PgSnapshot, Reader
+
+    engine = make_engine(postgres_url)
+    snapshots = iter(["100:100:", "100:101:100", "100:102:100,101", "101:102:101", "101:102:101"])
+    calls: list[int] = []
+
+    def work(session) -> int:
+        calls.append(1)
+        return len(calls)
+
+    async def scenario() -> list[int]:
+        reader = Reader(engine)
+
+        async def version() -> PgSnapshot:
+            return PgSnapshot.parse(next(snapshots))
+
+        reader._read_version = version
+        try:
+            return [await reader.run(work, key="k") for _ in range(5)]
+        finally:
+            await reader.aclose()
+            reader.close()
+
+    assert asyncio.run(scenario()) == [1, 1, 1, 2, 2]
+    engine.dispose()
