@@ -1,14 +1,9 @@
 """A small in-process TTL cache with single-flight loading, one instance per app.
 
-Used on the hot read path so most requests never touch the database or a thread:
-
-- API-key lookups (`Settings.key_cache_s`, default 2 s): a key revoked through
-  this process's API is dropped from its cache at once; revoked elsewhere (the
-  CLI, another API process) it keeps working for at most that long.
-- the encoded JSON of the latest recommendation per (project, filter)
-  (`Settings.response_cache_s`, default 1 s): a new recommendation written by a
-  worker, in any process, is served within that delay. Misses (404) are never
-  cached, so the first recommendation of a deployment shows up at once.
+Used on the hot read path for API-key lookups (`Settings.key_cache_s`, default
+2 s), so most requests never touch the database or a thread: a key revoked through
+this process's API is dropped from its cache at once; revoked elsewhere (the CLI,
+another API process) it keeps working for at most that long.
 
 Concurrent misses on one key share a single load (run in the thread pool, or by
 the app's `api.reads.Reader`), so an expiry under load costs one database query,

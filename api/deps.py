@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -34,10 +34,6 @@ async def _key_cache(request: Request) -> TtlCache[str, Principal]:
     return request.app.state.key_cache
 
 
-async def _response_cache(request: Request) -> TtlCache[Hashable, bytes]:
-    return request.app.state.response_cache
-
-
 async def _reader(request: Request) -> Reader:
     return request.app.state.reader
 
@@ -45,7 +41,6 @@ async def _reader(request: Request) -> Reader:
 SettingsDep = Annotated[Settings, Depends(_settings)]
 EngineDep = Annotated[Engine, Depends(_engine)]
 KeyCacheDep = Annotated[TtlCache[str, Principal], Depends(_key_cache)]
-ResponseCacheDep = Annotated[TtlCache[Hashable, bytes], Depends(_response_cache)]
 # Read routes: `await reader.json(model, query)` (see api.reads).
 ReaderDep = Annotated[Reader, Depends(_reader)]
 

@@ -2,32 +2,28 @@
 
 FastAPI spends about 0.3 ms per request routing it and solving its dependencies and
 query parameters, most of a request's cost once its database read is kept in memory
-(`api.reads`). This ASGI layer answers a GET itself in two cases:
+(`api.reads`). This ASGI layer answers a GET itself when its answer is known, exactly.
 
-- **Kept answers, exactly.** A response that is one kept read's answer
-  (`Reader.response`: a detail, a list, a job result, or the 404 or 409 a kept read
-  raised), computed with every read at one database version, is stored with that
-  version and the route under (path, raw query string, the caller's grant: its
-  project and admin scope). Such an answer depends on the caller through its grant
-  alone (see `Reader.response`), so every key of a project shares it. The 401 for
-  an API key unknown to the database is stored the same way under (path, raw query
-  string, hashed key). An answer is sent again while the database is unchanged
-  since its version (`Reader.unchanged`, the version read after the request
-  arrived, as `Reader` reads it) and the API key
-  cache holds a principal with that grant for the request's key (no entry, for an
-  unknown key): exactly what the route would send then, since it would
-  authenticate from that cache (else from the key's read kept at that version) and
-  answer from the read kept at that version. Any commit by any process makes the
-  next request go through the route.
-- **Repeated polls of the latest recommendation**, within `Settings.response_cache_s`:
-  the encoded answer for (path, project, raw query string) in `response_cache`,
-  stored by the route only after it validated the query and found an answer, with
-  the key found in `key_cache` (filled only by a successful authentication in
-  `api.deps`, so an unknown, revoked or expired entry never matches).
+A response that is one kept read's answer (`Reader.response`: a detail, a list, a
+job result, the latest recommendation, or the 404 or 409 a kept read raised),
+computed with every read at one database version, is stored with that version and
+the route under (path, raw query string, the caller's grant: its project and admin
+scope). Such an answer depends on the caller through its grant alone (see
+`Reader.response`), so every key of a project shares it. The 401 for an API key
+unknown to the database is stored the same way under (path, raw query string,
+hashed key).
+
+An answer is sent again while the database is unchanged since its version
+(`Reader.unchanged`, with the version read after the request arrived, as `Reader`
+reads it) and the API key cache holds a principal with that grant for the
+request's key (no entry, for an unknown key): exactly what the route would send
+then, since it would authenticate from that cache (else from the key's read kept at
+that version) and answer from the read kept at that version. Any commit by any
+process makes the next request go through the route.
 
 Anything else (a miss, another method, no or a malformed header, a response read at
 two versions or not from a kept read) goes through the normal route unchanged, so
-validation, 401/403/422 problems and the freshness rules of `api.cache` are exactly
+validation, 401/403/422 problems and the key cache's rules (`api.cache`) are exactly
 those of the route. Stored answers are bounded in number and bytes (all dropped when
 either fills).
 """
@@ -49,18 +45,6 @@ from storage.service_records import Principal
 MAX_ANSWER_BYTES = 1 << 20
 
 
-def fast_key(path: str, project: str, query_string: bytes) -> Hashable:
-    """The response-cache key a route stores its answer under for this layer."""
-    return ("fast", path, project, query_string)
-
-
-@dataclass(frozen=True, slots=True)
-class RouteLabel:
-    """Stands in for the route in `scope["route"]`, so metrics label the request by path."""
-
-    path: str
-
-
 @dataclass(frozen=True, slots=True)
 class _Answer:
     """A response that is one kept read's answer at `version`."""
@@ -77,16 +61,12 @@ class CachedGetMiddleware:
         self,
         app: ASGIApp,
         *,
-        paths: frozenset[str],
         key_cache: TtlCache[str, Principal],
-        response_cache: TtlCache[Hashable, bytes],
         max_answers: int = 4096,
         max_bytes: int = 64 << 20,
     ) -> None:
         self.app = app
-        self.labels = {path: RouteLabel(path) for path in paths}
         self.key_cache = key_cache
-        self.response_cache = response_cache
         self.max_answers, self.max_bytes = max_answers, max_bytes
         self._answers: dict[Hashable, _Answer] = {}
         self._bytes = 0
@@ -105,12 +85,6 @@ class CachedGetMiddleware:
         """Send a stored answer for this request if one is current; True when sent."""
         path, query_string = scope["path"], scope.get("query_string", b"")
         principal = self.key_cache.get(hashed)
-        if principal is not None and path in self.labels:
-            body = self.response_cache.get(fast_key(path, principal.project, query_string))
-            if body is not None:
-                scope["route"] = self.labels[path]
-                await _send(send, 200, _json_headers(body), body)
-                return True
         answer = self._answers.get(_answer_key(path, query_string, hashed, principal))
         if answer is None:
             return False
@@ -191,10 +165,6 @@ def _hashed_key(scope: Scope) -> str | None:
     if scheme.lower() != "bearer" or not token:
         return None
     return hash_key(token)
-
-
-def _json_headers(body: bytes) -> list[tuple[bytes, bytes]]:
-    return [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
 
 
 async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:

@@ -27,7 +27,6 @@ from api.routes import (
     traces,
     ui,
 )
-from api.routes.recommendations import LATEST_PATH
 from api.settings import Settings, get_settings
 from api.uploads import clean_spool_at_start
 from api.worker import Executor, Worker, WorkerOptions, default_executors
@@ -118,19 +117,13 @@ def create_app(
     app.state.settings = settings
     app.state.metrics = Metrics()
     app.state.key_cache = TtlCache(settings.key_cache_s)
-    app.state.response_cache = TtlCache(settings.response_cache_s)
     app.state.fit_lock = threading.Lock()  # one latency-model fit at a time per process
     install_problem_handlers(app)
     routers = (health, traces, jobs, recommendations, schedules, profiles, latency_models, keys, ui)
     for module in routers:
         app.include_router(module.router)
     _serve_openapi_encoded(app)
-    app.add_middleware(
-        CachedGetMiddleware,
-        paths=frozenset({LATEST_PATH}),
-        key_cache=app.state.key_cache,
-        response_cache=app.state.response_cache,
-    )
+    app.add_middleware(CachedGetMiddleware, key_cache=app.state.key_cache)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)  # outermost
     return app
 

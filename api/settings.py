@@ -8,6 +8,7 @@ CLI command reads the settings, and pydantic-settings cost ~0.15 s of each start
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Mapping
@@ -16,6 +17,12 @@ from functools import lru_cache
 from pathlib import Path
 
 PREFIX = "SERVETUNE_"
+# Variables servetune no longer reads, and why: a warning names them when set.
+RETIRED = {
+    "RESPONSE_CACHE_S": "latest-recommendation answers are exact now: kept in memory "
+    "only while the database is unchanged",
+}
+log = logging.getLogger(__name__)
 
 
 class SettingsError(ValueError):
@@ -37,7 +44,6 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "lease_s": (2, math.inf, True),
     "worker_poll_s": (0, 60, False),
     "key_cache_s": (0, 10, True),
-    "response_cache_s": (0, 60, True),
     "native_threads": (1, 256, True),
 }
 
@@ -57,8 +63,6 @@ class Settings:
     worker_poll_s: float = 1.0  # heartbeat and queue polling period
     # API-key lookups are cached this long; a key revoked elsewhere works at most this long
     key_cache_s: float = 2.0
-    # the latest-recommendation answer is cached this long per project and filter
-    response_cache_s: float = 1.0
     # native (OpenMP/BLAS) threads for fitting latency models and compiling their tables;
     # results are identical for any value, and more than 1 oversubscribes a small machine
     native_threads: int = 1
@@ -80,6 +84,9 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Settings from SERVETUNE_* variables of `environ` (default: the process's)."""
         environ = os.environ if environ is None else environ
+        for name, why in RETIRED.items():
+            if PREFIX + name in environ:
+                log.warning("%s%s is no longer used: %s", PREFIX, name, why)
         values: dict[str, object] = {}
         for f in fields(cls):
             text = environ.get(PREFIX + f.name.upper())

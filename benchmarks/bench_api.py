@@ -13,14 +13,13 @@
    separate load process (a raw asyncio HTTP/1.1 client, light on the CPU) send
    `--duration` s of requests spread over keys and ids of several projects: the
    detail routes over every stored id, the 404s over other projects' ids, unknown
-   keys (401), and the latest recommendation both as a repeated poll (served from
-   the response cache before routing) and as a first hit (distinct filters, never
-   in the response cache). Every database read is kept in memory only while the
-   database is unchanged (api.reads): in these phases each distinct read is
-   computed once and then kept (the 5,388 first-hit requests are 2,694 distinct
-   reads: two keys of each project ask for the same filters), and a request
-   repeated with the same path, query and key is answered before routing
-   (api.fastpath); a first hit is never either. Then one mixed
+   keys (401), and the latest recommendation both as a repeated poll and as a first
+   hit (distinct filters, never asked before in the phase). Every database read is
+   kept in memory only while the database is unchanged (api.reads), and an answer
+   repeated for the same path, query and project is sent before routing
+   (api.fastpath): in these phases each distinct read is computed once (the 5,388
+   first-hit requests are 2,694 distinct reads: the second key of a project asking
+   for the same filters gets the first key's answer). Then one mixed
    phase over all of them at once, and the same mix again while another process
    commits a write every `--churn-ms` ms (default 10): that phase measures reads
    computed again after commits, as on a service whose workers write. The sweep is

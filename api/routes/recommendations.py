@@ -1,10 +1,10 @@
 """/v1/recommendations: the latest recommendation for a deployment.
 
 The hot read path (dashboards and deploy scripts poll it): an `async` route whose
-answer, the encoded JSON, is cached per (project, filter) for
-`Settings.response_cache_s` (see `api.cache`); with the API key cached too, a hit
-touches neither the database nor a thread, and a repeated poll with the same
-query is answered before routing by `api.fastpath`.
+answer, the encoded JSON (or its 404), is a kept read (`api.reads`): computed once
+per (project, filter) while the database is unchanged, and a repeated poll is
+answered before routing by `api.fastpath`. A recommendation a worker writes, in any
+process, is served from the next request on.
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import TypeAdapter
 from sqlalchemy.orm import Session
 
-from api.deps import NAME_PATTERN, PrincipalDep, ReaderDep, ResponseCacheDep
-from api.fastpath import fast_key
+from api.deps import NAME_PATTERN, PrincipalDep, ReaderDep
 from api.problems import ApiError
 from api.reads import Reader
 from api.schemas import Problem
@@ -29,7 +28,6 @@ from storage.recommendations import (
 from storage.service_records import RecommendationInfo
 
 router = APIRouter(prefix="/v1/recommendations", tags=["recommendations"])
-LATEST_PATH = "/v1/recommendations/latest"
 
 
 @lru_cache(maxsize=1)
@@ -61,10 +59,8 @@ Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=NAME_PA
     },
 )
 async def latest(
-    request: Request,
     reader: ReaderDep,
     principal: PrincipalDep,
-    cache: ResponseCacheDep,
     trace_id: Annotated[int | None, Query(ge=1, le=2**31 - 1, examples=[1])] = None,
     stream: Name = None,
     model: Name = None,
@@ -89,11 +85,7 @@ async def latest(
         slo_tpot_ms=slo_tpot_ms,
     )
     project = principal.project
-    body = await cache.get_or_load(
-        ("latest-recommendation", project, where),
+    return await reader.response(
         lambda session: _load_latest(reader, session, project, where),
-        run=lambda work: reader.run(work, key=("latest-recommendation", project, where)),
+        key=("latest-recommendation", project, where),
     )
-    # Also under the raw query, for repeated polls answered by api.fastpath.
-    cache.put(fast_key(LATEST_PATH, project, request.scope.get("query_string", b"")), body)
-    return Response(body, media_type="application/json")

@@ -328,7 +328,6 @@ def test_answers_from_memory_equal_fresh_reads_through_a_random_history(
             ref_fastpath._answers.clear()
             reference.app.state.reader._kept.clear()
             reference.app.state.key_cache.clear()
-            reference.app.state.response_cache.clear()
             return reference.get(path, headers=headers)
 
         from_memory = 0

@@ -53,3 +53,10 @@ def test_cli_reports_a_bad_setting_in_one_line(cli_db, runner, monkeypatch) -> N
     engine.cache_clear()
     out = runner.invoke(app, ["traces", "list"])
     assert out.exit_code == 2 and "error: SERVETUNE_LEASE_S: expected a value >= 2" in out.output
+
+
+def test_a_retired_variable_is_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="api.settings"):
+        settings = Settings.from_env({"SERVETUNE_RESPONSE_CACHE_S": "5"})
+    assert settings == Settings.from_env({})
+    assert "SERVETUNE_RESPONSE_CACHE_S is no longer used" in caplog.text
