@@ -211,14 +211,20 @@ class Row:
 MIXED = "all endpoints at once"
 CHURN = "all at once, a write committed every 10 ms"  # (--churn-ms)
 
-# Commits a no-op update every `interval` s until killed: every commit changes the
-# database version, so the server's kept reads (api.reads) are computed again.
+# Commits a change every `interval` s until killed (a schedule's name gains or loses a
+# trailing "~"): every commit changes the database version, so the server's kept reads
+# (api.reads) are computed again. Not a no-op update: SQLite writes nothing for one,
+# and its data_version stays.
 WRITER = """
 import sys, time
 import sqlalchemy as sa
 engine = sa.create_engine(sys.argv[1])
 interval = float(sys.argv[2])
-touch = sa.text("UPDATE schedules SET name = name WHERE id = (SELECT MIN(id) FROM schedules)")
+touch = sa.text(
+    "UPDATE schedules SET name = CASE WHEN name LIKE '%~' "
+    "THEN substr(name, 1, length(name) - 1) ELSE name || '~' END "
+    "WHERE id = (SELECT MIN(id) FROM schedules)"
+)
 while True:
     with engine.begin() as conn:
         conn.execute(touch)
