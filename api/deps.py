@@ -41,7 +41,7 @@ async def _reader(request: Request) -> Reader:
 SettingsDep = Annotated[Settings, Depends(_settings)]
 EngineDep = Annotated[Engine, Depends(_engine)]
 KeyCacheDep = Annotated[TtlCache[str, Principal], Depends(_key_cache)]
-# Read routes: `await reader.json(model, query)` (see api.reads).
+# Read routes: `await reader.json(model, query, key=...)` (see api.reads).
 ReaderDep = Annotated[Reader, Depends(_reader)]
 
 

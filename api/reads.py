@@ -256,32 +256,31 @@ class Reader:
 
     async def _kept_read(self, key: Hashable, work: Callable) -> tuple[_Kept, object]:
         """The answer for `key`, and the version read for this call that it stands for."""
-        if self._connection is not None:
-            version: object = self._sqlite_version()
-            kept = self._kept.get(key)
-            if kept is not None and kept.version == version:
-                self.hits += 1
-                return kept, version
-            kept = self._sqlite_read(version, work)
-        else:
-            version = await self._pg_version()
-            if version is None:  # the version connection is down: read it in the transaction
-                return await self._pg_kept(key, work)
-            kept = self._kept.get(key)
-            if kept is not None and self.unchanged(kept.version, version):
-                self.hits += 1
-                return kept, version
-            kept = await self._read_once(key, version, work)
-        self._keep(key, kept)
+        version = await self.version()
+        if version is None:  # the version connection is down: read it in the transaction
+            return await self._pg_kept(key, work)
+        kept = self._current(key, version)
+        if kept is None:
+            if self._connection is not None:
+                kept = self._sqlite_read(version, work)
+            else:
+                kept = await self._read_once(key, version, work)
+            self._keep(key, kept)
         return kept, version
+
+    def _current(self, key: Hashable, version: object) -> _Kept | None:
+        """The answer kept for `key` if the database is unchanged since it was read."""
+        kept = self._kept.get(key)
+        if kept is None or not self.unchanged(kept.version, version):
+            return None
+        self.hits += 1
+        return kept
 
     def unchanged(self, old: object, now: object) -> bool:
         """True when the database is in the same state at version `now` as it was at the
         earlier version `old` (SQLite: the same `data_version`; PostgreSQL: no transaction
         ended in between, `PgSnapshot.unchanged_at`)."""
-        if isinstance(old, PgSnapshot) and isinstance(now, PgSnapshot):
-            return old.unchanged_at(now)
-        return old == now
+        return old.unchanged_at(now) if isinstance(old, PgSnapshot) else old == now
 
     async def version(self) -> object | None:
         """The database's version now (see the module docstring): read after this call
@@ -357,12 +356,10 @@ class Reader:
         def read(session: Session) -> tuple[_Kept, PgSnapshot]:
             text = session.connection().exec_driver_sql(_PG_VERSION_SQL).scalar()
             version = PgSnapshot.parse(text)
-            kept = self._kept.get(key)
-            if kept is not None and self.unchanged(kept.version, version):
-                self.hits += 1
-                return kept, version
-            kept = self._compute(version, work, session)
-            self._keep(key, kept)
+            kept = self._current(key, version)
+            if kept is None:
+                kept = self._compute(version, work, session)
+                self._keep(key, kept)
             return kept, version
 
         return await self._pg_read(read)
