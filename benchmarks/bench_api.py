@@ -8,21 +8,28 @@
    profile runs imported from shared/data/profiles (AIConfigurator H100, 130k
    samples; Vidur); latency models with megabyte payloads.
 2. Starts `servetune serve` (uvicorn, the product's default settings; SQLite with
-   its embedded worker, or PostgreSQL with `--database postgresql`).
+   its embedded worker, or PostgreSQL with `--database postgresql`), a new one for
+   each sweep.
 3. For every GET route of the app, `--clients` keep-alive connections from a
    separate load process (a raw asyncio HTTP/1.1 client, light on the CPU) send
    `--duration` s of requests spread over keys and ids of several projects: the
    detail routes over every stored id, the 404s over other projects' ids, unknown
    keys (401), and the latest recommendation both as a repeated poll and as a first
-   hit (distinct filters, never asked before in the phase). Every database read is
+   hit (distinct filters, never asked before in the sweep). Every database read is
    kept in memory only while the database is unchanged (api.reads), and an answer
    repeated for the same path, query and project is sent before routing
-   (api.fastpath): in these phases each distinct read is computed once (the 5,388
-   first-hit requests are 2,694 distinct reads: the second key of a project asking
-   for the same filters gets the first key's answer). Then one mixed
-   phase over all of them at once, and the same mix again while another process
-   commits a write every `--churn-ms` ms (default 10): that phase measures reads
-   computed again after commits, as on a service whose workers write. The sweep is
+   (api.fastpath): in these phases each distinct read is computed once. The first-hit
+   phase sends each of its 5,388 requests at most once (it ends early when all were
+   sent; they are 2,694 distinct reads: the second key of a project asking for the
+   same filters gets the first key's answer), so every one of its requests is one
+   that no answer kept in memory could serve. Each sweep runs on a new server,
+   warmed up with one request per endpoint (first hits: with filters outside their
+   list), so nothing kept by an earlier sweep serves it. Then one mixed phase over
+   all of them at once, and the same mix again while another process commits a
+   worker's lease heartbeat (a job's `lease_expires_at`) every `--churn-ms` ms
+   (default 10): that phase measures reads computed again after commits, as on a
+   service whose workers write (on PostgreSQL the reads of `jobs`; on SQLite,
+   where the whole database has one version, every read). The sweep is
    run `--repeats` times; the table shows the medians of p50/p99 and PASS/MISS
    against p99 <= 50 ms.
 
@@ -60,13 +67,36 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from api_seed import PROJECTS, Seeded, seed, write_trace
 from bench_common import REPO, SERVETUNE
-from http_load import encode_get, load_process
+from http_load import Phase, encode_get, load_process
 
 sys.path.insert(0, str(REPO))
 ADMIN_URL = os.environ.get(
     "SERVETUNE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 TARGET_P99_MS = 50.0
+FIRST_HIT = "/v1/recommendations/latest (first hit)"  # each request sent once per sweep
+
+
+@contextmanager
+def serving(url: str):
+    """A `servetune serve` on `url`, ready: (its pid, base URL, port)."""
+    proc, base, port = start_server(url)
+    try:
+        yield proc.pid, base, port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def warm_up(base: str, requests: dict[str, list[Request]]) -> None:
+    """One request per endpoint on a new server (its first request of each route imports
+    and builds what that route needs); for the first hits, filters outside their list."""
+    with httpx.Client(base_url=base, timeout=30) as c:
+        for label, reqs in requests.items():
+            path, key, _ = reqs[0]
+            if label == FIRST_HIT:
+                path = "/v1/recommendations/latest?model=warm-up"
+            c.get(path, headers={"Authorization": f"Bearer {key}"} if key else {})
 
 
 def start_server(url: str) -> tuple[subprocess.Popen, str, int]:
@@ -138,7 +168,7 @@ def plan(seeded: Seeded) -> dict[str, list[Request]]:
             (path, k, 200 if s == 200 else 409)
             for path, k, s in each(seeded.jobs, "/v1/tuning-jobs/{}/result")
         ],
-        "/v1/recommendations/latest (first hit)": first_hits,
+        FIRST_HIT: first_hits,
         "/v1/recommendations/latest (repeat poll)": polls,
         "/v1/schedules": [("/v1/schedules", k, 200) for k in any_key],
         "/v1/schedules/{schedule_id}": each(seeded.schedules, "/v1/schedules/{}"),
@@ -209,78 +239,90 @@ class Row:
 
 
 MIXED = "all endpoints at once"
-CHURN = "all at once, a write committed every 10 ms"  # (--churn-ms)
+CHURN = "all at once, a job heartbeat committed every 10 ms"  # (--churn-ms)
 
-# Commits a change every `interval` s until killed (a schedule's name gains or loses a
-# trailing "~"): every commit changes the database version, so the server's kept reads
-# (api.reads) are computed again. Not a no-op update: SQLite writes nothing for one,
-# and its data_version stays.
-WRITER = """
-import sys, time
-import sqlalchemy as sa
-engine = sa.create_engine(sys.argv[1])
-interval = float(sys.argv[2])
-touch = sa.text(
-    "UPDATE schedules SET name = CASE WHEN name LIKE '%~' "
-    "THEN substr(name, 1, length(name) - 1) ELSE name || '~' END "
-    "WHERE id = (SELECT MIN(id) FROM schedules)"
-)
-while True:
-    with engine.begin() as conn:
-        conn.execute(touch)
-    time.sleep(interval)
-"""
+
+def heartbeats(url: str, interval: float) -> None:
+    """Commit a worker's lease heartbeat (a job's `lease_expires_at`, a new value each
+    time) every `interval` s until killed: each commit changes the database version, so
+    the server's kept reads of `jobs` (on SQLite: of every table) are computed again."""
+    from datetime import UTC, datetime, timedelta
+
+    from storage.db import make_engine
+    from storage.models import JobRow
+
+    jobs = JobRow.__table__
+    engine = make_engine(url)
+    first = sa.select(sa.func.min(jobs.c.id)).scalar_subquery()
+    while True:
+        expires = datetime.now(UTC) + timedelta(seconds=30)
+        with engine.begin() as conn:
+            conn.execute(sa.update(jobs).where(jobs.c.id == first).values(lease_expires_at=expires))
+        time.sleep(interval)
 
 
 @contextmanager
 def committing(url: str, interval_ms: float):
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, url, str(interval_ms / 1e3)])
+    writer = multiprocessing.get_context("spawn").Process(
+        target=heartbeats, args=(url, interval_ms / 1e3), daemon=True
+    )
+    writer.start()
     try:
-        time.sleep(0.3)
+        time.sleep(0.5)
         yield
     finally:
-        proc.kill()
-        proc.wait()
+        writer.kill()
+        writer.join()
 
 
-def sweep(port: int, requests: dict[str, list[Request]], args, pool) -> dict[str, Row]:
+def sweep(requests: dict[str, list[Request]], args, pool) -> dict[str, Row]:
+    """`args.repeats` sweeps, each on a new server (warmed up): nothing a sweep's server
+    keeps in memory comes from an earlier sweep."""
     labels = list(requests)
     alone = [
-        [(i, encode_get(p, k), s) for p, k, s in requests[label]] for i, label in enumerate(labels)
+        Phase([(i, encode_get(p, k), s) for p, k, s in requests[label]], once=label == FIRST_HIT)
+        for i, label in enumerate(labels)
     ]
     # Every endpoint equally often, each cycling through its own requests.
-    rounds = min(max(map(len, alone)), 5000)
+    rounds = min(max(len(phase.requests) for phase in alone), 5000)
     order = list(range(len(alone)))
     mixed = []
     for k in range(rounds):
         random.Random(k).shuffle(order)
-        mixed += [alone[i][k % len(alone[i])] for i in order]
+        mixed += [alone[i].requests[k % len(alone[i].requests)] for i in order]
     rows = {label: Row() for label in [*labels, MIXED, *([CHURN] if args.churn_ms else [])]}
     for r in range(args.repeats):
-        load = os.getloadavg()[0]
-        got = pool.submit(load_process, port, [*alone, mixed], args.clients, args.duration)
-        *each, (mix_latencies, mix_errors, mix_wall) = got.result()
-        for label, (latencies, errors, wall) in zip(labels, each, strict=True):
-            (values,) = latencies.values()
-            rows[label].alone.add(values, wall)
-            rows[label].errors += sum(errors.values())
-        for i, label in enumerate(labels):
-            rows[label].mixed.add(mix_latencies[i], mix_wall)
-            rows[label].errors += mix_errors[i]
-        rows[MIXED].mixed.add([v for vs in mix_latencies.values() for v in vs], mix_wall)
-        if args.churn_ms:
-            with committing(args.url, args.churn_ms):
-                got = pool.submit(load_process, port, [mixed], args.clients, args.duration)
-                ((churn_latencies, churn_errors, churn_wall),) = got.result()
-            values = [v for vs in churn_latencies.values() for v in vs]
-            rows[CHURN].mixed.add(values, churn_wall)
-            rows[CHURN].errors += sum(churn_errors.values())
+        with serving(args.url) as (_, base, port):
+            warm_up(base, requests)
+            load = os.getloadavg()[0]
+            rows_of_sweep(rows, labels, pool, port, alone, mixed, args)
         print(
             f"  sweep {r + 1}/{args.repeats}: 1-min load average {load:.2f} before, "
             f"{os.getloadavg()[0]:.2f} after",
             flush=True,
         )
     return rows
+
+
+def rows_of_sweep(rows, labels, pool, port, alone, mixed, args) -> None:
+    """One sweep's phases, added to `rows`."""
+    got = pool.submit(load_process, port, [*alone, Phase(mixed)], args.clients, args.duration)
+    *each, (mix_latencies, mix_errors, mix_wall) = got.result()
+    for label, (latencies, errors, wall) in zip(labels, each, strict=True):
+        (values,) = latencies.values()
+        rows[label].alone.add(values, wall)
+        rows[label].errors += sum(errors.values())
+    for i, label in enumerate(labels):
+        rows[label].mixed.add(mix_latencies[i], mix_wall)
+        rows[label].errors += mix_errors[i]
+    rows[MIXED].mixed.add([v for vs in mix_latencies.values() for v in vs], mix_wall)
+    if args.churn_ms:
+        with committing(args.url, args.churn_ms):
+            got = pool.submit(load_process, port, [Phase(mixed)], args.clients, args.duration)
+            ((churn_latencies, churn_errors, churn_wall),) = got.result()
+        values = [v for vs in churn_latencies.values() for v in vs]
+        rows[CHURN].mixed.add(values, churn_wall)
+        rows[CHURN].errors += sum(churn_errors.values())
 
 
 def _verdict(p99: float | None) -> str:
@@ -394,19 +436,16 @@ def main() -> None:
         if args.only:
             requests = {k: v for k, v in requests.items() if args.only in k}
         args.url = url
-        proc, base, port = start_server(url)
-        try:
-            if "/v1/tuning-jobs/{job_id}/result" in requests:
+        if "/v1/tuning-jobs/{job_id}/result" in requests:
+            with serving(url) as (_, base, _port):
                 fix_statuses(base, requests)
-            print(f"{os.cpu_count()} CPUs; server: `servetune serve` (pid {proc.pid})", flush=True)
-            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-                rows = sweep(port, requests, args, pool)
-            report(rows, args)
-            if args.uploads:
+        print(f"{os.cpu_count()} CPUs; server: `servetune serve`, a new one per sweep", flush=True)
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            rows = sweep(requests, args, pool)
+        report(rows, args)
+        if args.uploads:
+            with serving(url) as (_, base, _port):
                 uploads(base, seeded.keys["alpha"][0], url, args.uploads, 100_000)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
 
 
 if __name__ == "__main__":

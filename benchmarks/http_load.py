@@ -3,10 +3,12 @@
 A raw asyncio client (keep-alive connections, pre-encoded requests, no HTTP
 library) spends tens of microseconds a request, so on a small machine the
 server, not the client, sets the pace. `load_process(port, phases, clients,
-duration)` runs each phase in turn: `clients` connections send the phase's
-requests (label index, raw bytes, expected status) round-robin for `duration`
-seconds, each connection starting at its own offset, and it returns per phase
-the latencies in ms and the unexpected statuses per label, and the wall time.
+duration)` runs each `Phase` in turn: `clients` connections send the phase's
+requests (label index, raw bytes, expected status) for `duration` seconds,
+round-robin with each connection starting at its own offset, or, for a phase
+sent `once`, each request at most once, in order (the phase ends early when all
+were sent). It returns per phase the latencies in ms and the unexpected statuses
+per label, and the wall time.
 """
 
 from __future__ import annotations
@@ -14,6 +16,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from dataclasses import dataclass
+
+Request = tuple[int, bytes, int]  # label index, raw request, expected status
+
+
+@dataclass(frozen=True)
+class Phase:
+    requests: list[Request]
+    once: bool = False  # each request sent at most once (first hits stay first hits)
 
 
 def encode_get(path: str, key: str | None) -> bytes:
@@ -39,17 +50,24 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
 
 
 async def _phase(
-    port: int, requests: list[tuple[int, bytes, int]], clients: int, duration: float
+    port: int, phase: Phase, clients: int, duration: float
 ) -> tuple[dict[int, list[float]], dict[int, int], float]:
     """Latencies in ms and unexpected statuses per label index, and the wall time in s."""
+    requests = phase.requests
     latencies: dict[int, list[float]] = {i: [] for i, _, _ in requests}
     errors = dict.fromkeys(latencies, 0)
     end = time.monotonic() + duration
+    sent = 0  # a `once` phase: requests taken so far, by every client
 
     async def client(start: int) -> None:
+        nonlocal sent
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         n = start
         while time.monotonic() < end:
+            if phase.once:
+                if sent == len(requests):
+                    break
+                n, sent = sent, sent + 1
             label, raw, expected = requests[n % len(requests)]
             n += 1
             t = time.perf_counter()
@@ -64,11 +82,11 @@ async def _phase(
     return latencies, errors, time.monotonic() - t0
 
 
-async def _drive(port: int, phases, clients: int, duration: float):
-    return [await _phase(port, requests, clients, duration) for requests in phases]
+async def _drive(port: int, phases: list[Phase], clients: int, duration: float):
+    return [await _phase(port, phase, clients, duration) for phase in phases]
 
 
-def load_process(port: int, phases, clients: int, duration: float):
+def load_process(port: int, phases: list[Phase], clients: int, duration: float):
     # No collector pauses in the measuring process (a full collection of what it imported
     # takes tens of ms, which would be counted as server latency): the load makes no cycles.
     gc.collect()
