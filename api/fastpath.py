@@ -13,13 +13,13 @@ scope). Such an answer depends on the caller through its grant alone (see
 unknown to the database is stored the same way under (path, raw query string,
 hashed key).
 
-An answer is sent again while the database is unchanged since its version
-(`Reader.unchanged`, with the version read after the request arrived, as `Reader`
-reads it) and the API key cache holds a principal with that grant for the
+An answer is sent again while the tables its reads read are unchanged since its
+version (`Reader.unchanged`, with the version read after the request arrived, as
+`Reader` reads it) and the API key cache holds a principal with that grant for the
 request's key (no entry, for an unknown key): exactly what the route would send
 then, since it would authenticate from that cache (else from the key's read kept at
-that version) and answer from the read kept at that version. Any commit by any
-process makes the next request go through the route.
+that version) and answer from the read kept at that version. A commit by any process
+to a table it read (on SQLite: any commit) makes the next request go through the route.
 
 Anything else (a miss, another method, no or a malformed header, a response read at
 two versions or not from a kept read) goes through the normal route unchanged, so
@@ -50,6 +50,7 @@ class _Answer:
     """A response that is one kept read's answer at `version`."""
 
     version: object
+    tables: frozenset[str] | None  # what its reads read (None: unknown, any table)
     route: object  # scope["route"] as routing left it (metrics label the replay by it)
     status: int
     headers: list[tuple[bytes, bytes]]
@@ -90,7 +91,7 @@ class CachedGetMiddleware:
             return False
         reader = scope["app"].state.reader
         version = await reader.version()
-        if version is None or not reader.unchanged(answer.version, version):
+        if version is None or not reader.unchanged(answer.version, version, answer.tables):
             return False
         self.replayed += 1
         scope["route"] = answer.route
@@ -122,9 +123,8 @@ class CachedGetMiddleware:
         if not whole or start["status"] >= 500 or len(parts[0]) > MAX_ANSWER_BYTES:
             return
         body = parts[0]
-        answer = _Answer(
-            version, scope.get("route"), start["status"], list(start.get("headers", ())), body
-        )
+        headers = list(start.get("headers", ()))
+        answer = _Answer(version, log.tables, scope.get("route"), start["status"], headers, body)
         where = _answer_key(scope["path"], scope.get("query_string", b""), hashed, log.principal)
         self._store(where, answer)
 

@@ -35,18 +35,23 @@ Errors raised by the work (a storage not-found, an `ApiError`) reach the
 problem handlers as from any route.
 
 Reads named by a `key` (the route and everything its answer depends on: project,
-ids, filters, paging) are answered from memory while the database has not changed
-since they were computed, exactly, never stale:
+ids, filters, paging) are answered from memory while what they read has not
+changed since they were computed, exactly, never stale:
 
 - SQLite: `PRAGMA data_version` on the reader's connection, which changes whenever
   any other connection (this process's writers, a worker, the CLI) commits to the
-  file; ~2 us.
-- PostgreSQL: `pg_current_snapshot()`, read over an autocommit connection of the
-  reader's own, one read shared by every request that arrived before it started
-  (or first in the work's transaction while that connection is down). An answer
-  stands while no transaction of the cluster has ended since its version was read
-  (`PgSnapshot.unchanged_at`): a write transaction that has only begun changes
-  nothing yet, its commit does.
+  file; ~2 us. Any commit changes every answer's version.
+- PostgreSQL: `pg_current_snapshot()` with the tables' change counters
+  (`storage.changes`) read just before and just after it (`PgVersion`), over an
+  autocommit connection of the reader's own, one read shared by every request
+  that arrived before it started (or the snapshot alone, first in the work's
+  transaction, while that connection is down). A miss notes the SQL it ran, hence
+  the tables it read. Its answer stands while no transaction of the cluster has
+  ended since its version was read (`PgSnapshot.unchanged_at`: a write transaction
+  that has only begun changes nothing yet, its commit does), or while the counters
+  of the tables it read are unchanged and every transaction running at its version
+  still runs (`PgVersion.unchanged_at`): a worker's heartbeat to `jobs` leaves
+  the answers read from `traces` standing.
 
 The version is read before the work's own reads, so an answer is kept under a
 version no newer than the state it saw: a commit in between makes the next
@@ -72,11 +77,13 @@ from typing import Any, TypeVar
 
 from fastapi import Response
 from pydantic import TypeAdapter
+from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from api.problems import NOT_FOUND_ERRORS, ApiError
+from storage.changes import COUNTED_TABLES_SQL, counters_sql, tables_read
 from storage.db import connect_reader, is_sqlite, read_scope
 from storage.service_records import Principal
 
@@ -134,14 +141,56 @@ class PgSnapshot:
         return all(t in later.xip for t in range(self.xmax, later.xmax))
 
 
+@dataclass(frozen=True, slots=True)
+class PgVersion:
+    """PostgreSQL's version: a snapshot, and the change counters of the tables `names`
+    (`storage.changes`) read just before it (`before`) and just after it (`after`), in one
+    round trip; no counters where they cannot be read (before migration 0070, or inside a
+    read's own transaction)."""
+
+    snapshot: PgSnapshot
+    names: tuple[str, ...] = ()
+    before: tuple[int, ...] = ()
+    after: tuple[int, ...] = ()
+
+    def unchanged_at(self, later: PgVersion, tables: frozenset[str] | None) -> bool:
+        """True when the tables `tables` (None: every table) hold the same committed rows
+        at `later`, read after this version, as at this one.
+
+        Either no transaction ended in between (`PgSnapshot.unchanged_at`), or each table's
+        counter after `later`'s snapshot equals its counter before this one and no
+        transaction running at this snapshot has ended. A transaction that committed a
+        write to one of them in between advanced that counter while it ran: after this
+        version's counters were read (the counter differs: a sequence only grows, and
+        `later.after` was read after the commit), or before, and then it was still running
+        at this snapshot (it had a transaction id since its first write, and had not
+        committed, else this snapshot would see its rows) and has ended since."""
+        then, now = self.snapshot, later.snapshot
+        if then.unchanged_at(now):
+            return True
+        if tables is None or not self.before or later.names != self.names or not later.after:
+            return False
+        if now.xmax < then.xmax or any(t not in now.xip for t in then.xip):
+            return False  # not later, or a transaction running at this version has ended
+        for table in tables:
+            if table not in self.names:
+                return False
+            at = self.names.index(table)
+            if later.after[at] != self.before[at]:
+                return False
+        return True
+
+
 @dataclass(slots=True)
 class ReadLog:
     """What one request read, noted by `Reader` (and the caller's authentication) while
-    `api.fastpath` serves it: the versions its kept reads were answered at, whether any
+    `api.fastpath` serves it: the versions its kept reads were answered at and the tables
+    they read, whether any
     read was not kept, whether its response is one kept read's answer (`Reader.response`,
     or the refusal of an unknown API key) and whose key it ran under."""
 
     versions: set[object] = field(default_factory=set)
+    tables: frozenset[str] | None = frozenset()  # what its kept reads read (None: unknown)
     unkept: bool = False
     answered: bool = False
     authenticated: bool = False  # the caller's API key was looked up: `principal` holds it
@@ -153,6 +202,10 @@ class ReadLog:
         if not self.answered or self.unkept or len(self.versions) != 1:
             return None
         return next(iter(self.versions))
+
+    def note(self, version: object, tables: frozenset[str] | None) -> None:
+        self.versions.add(version)
+        self.tables = None if tables is None or self.tables is None else self.tables | tables
 
 
 _LOG: ContextVar[ReadLog | None] = ContextVar("servetune_read_log", default=None)
@@ -180,17 +233,28 @@ def note_caller(principal: Principal | None) -> None:
 
 
 class _Kept:
-    """A read's answer, or the error it raised, under the database version it was read at."""
+    """A read's answer, or the error it raised, under the database version it was read at,
+    and the tables it read (PostgreSQL; None: unknown, it depends on every table)."""
 
-    __slots__ = ("error", "value", "version")
+    __slots__ = ("error", "tables", "value", "version")
 
     def __init__(self, version: object, value: object, error: BaseException | None) -> None:
         self.version, self.value, self.error = version, value, error
+        self.tables: frozenset[str] | None = None
 
     def get(self) -> Any:
         if self.error is not None:
             raise self.error.with_traceback(None)
         return self.value
+
+
+_STATEMENTS = "servetune_statements"  # Connection.info: the SQL run by the current miss
+
+
+def _note_statement(conn: Connection, cursor, statement: str, *_: object) -> None:
+    statements = conn.info.get(_STATEMENTS)
+    if statements is not None:
+        statements.append(statement)
 
 
 @dataclass(slots=True)
@@ -220,7 +284,7 @@ class Reader:
         self._connection: Connection | None = None
         self._async_engine: Any = None  # PostgreSQL: sqlalchemy.ext.asyncio.AsyncEngine
         self._version_conn: Any = None  # PostgreSQL: a psycopg.AsyncConnection, on first use
-        self._waiting: asyncio.Future[PgSnapshot | None] | None = None  # the next read's callers
+        self._waiting: asyncio.Future[PgVersion | None] | None = None  # the next read's callers
         self._pump: asyncio.Task[None] | None = None
         if is_sqlite(engine):
             self._connection = connect_reader(engine, busy_timeout_ms=SQLITE_READ_BUSY_TIMEOUT_MS)
@@ -236,6 +300,10 @@ class Reader:
                 hide_password=False
             )
             self._connecting = asyncio.Lock()
+            # The statements each miss runs (see `_read_batch`): the tables it read.
+            event.listen(self._async_engine.sync_engine, "before_cursor_execute", _note_statement)
+            self._counted: tuple[str, ...] = ()  # tables with change counters (on connecting)
+            self._version_sql = _PG_VERSION_SQL
 
     # -- reading -------------------------------------------------------------------------
     async def run(self, work: Callable[[Session], T], *, key: Hashable | None = None) -> T:
@@ -251,7 +319,7 @@ class Reader:
             return await self._pg_read(work)
         kept, version = await self._kept_read(key, work)
         if log is not None:
-            log.versions.add(version)
+            log.note(version, kept.tables)
         return kept.get()
 
     async def _kept_read(self, key: Hashable, work: Callable) -> tuple[_Kept, object]:
@@ -271,16 +339,16 @@ class Reader:
     def _current(self, key: Hashable, version: object) -> _Kept | None:
         """The answer kept for `key` if the database is unchanged since it was read."""
         kept = self._kept.get(key)
-        if kept is None or not self.unchanged(kept.version, version):
+        if kept is None or not self.unchanged(kept.version, version, kept.tables):
             return None
         self.hits += 1
         return kept
 
-    def unchanged(self, old: object, now: object) -> bool:
-        """True when the database is in the same state at version `now` as it was at the
-        earlier version `old` (SQLite: the same `data_version`; PostgreSQL: no transaction
-        ended in between, `PgSnapshot.unchanged_at`)."""
-        return old.unchanged_at(now) if isinstance(old, PgSnapshot) else old == now
+    def unchanged(self, old: object, now: object, tables: frozenset[str] | None = None) -> bool:
+        """True when what was read at the earlier version `old` from `tables` (None: from
+        any table) is the same at version `now` (SQLite: the same `data_version`, for every
+        table; PostgreSQL: `PgVersion.unchanged_at`)."""
+        return old.unchanged_at(now, tables) if isinstance(old, PgVersion) else old == now
 
     async def version(self) -> object | None:
         """The database's version now (see the module docstring): read after this call
@@ -349,13 +417,14 @@ class Reader:
         async with session, session.begin():
             return await session.run_sync(work)
 
-    async def _pg_kept(self, key: Hashable, work: Callable) -> tuple[_Kept, PgSnapshot]:
+    async def _pg_kept(self, key: Hashable, work: Callable) -> tuple[_Kept, PgVersion]:
         """`work`'s answer with the version read first in the same transaction (the version
-        connection is down), and a kept answer used if current."""
+        connection is down; no change counters: the snapshot is taken before they could be
+        read), and a kept answer used if current."""
 
-        def read(session: Session) -> tuple[_Kept, PgSnapshot]:
+        def read(session: Session) -> tuple[_Kept, PgVersion]:
             text = session.connection().exec_driver_sql(_PG_VERSION_SQL).scalar()
-            version = PgSnapshot.parse(text)
+            version = PgVersion(PgSnapshot.parse(text))
             kept = self._current(key, version)
             if kept is None:
                 kept = self._compute(version, work, session)
@@ -451,7 +520,10 @@ class Reader:
         """Answer `batch`'s misses in one transaction until a statement fails: that error
         (also its read's answer, unless the connection was dropped)."""
         connection.begin()  # each session below joins it, and leaves it open
+        counted = frozenset(self._counted)
+        info = connection.info  # (not reachable through a connection once it is dropped)
         for miss in batch:
+            statements = info[_STATEMENTS] = []
             with Session(connection, expire_on_commit=False) as session:
                 try:
                     kept = self._compute(miss.version, miss.work, session)
@@ -462,10 +534,13 @@ class Reader:
                 except Exception as exc:
                     miss.future.set_exception(exc)
                     continue
+                finally:
+                    del info[_STATEMENTS]
+            kept.tables = tables_read(statements, counted)
             miss.future.set_result(kept)
         return None
 
-    async def _pg_version(self) -> PgSnapshot | None:
+    async def _pg_version(self) -> PgVersion | None:
         """PostgreSQL's current snapshot, read after this call began, over an autocommit
         connection of the reader's own: one read for every caller that arrived before it
         started (concurrent callers share the next read, not one already under way);
@@ -486,22 +561,42 @@ class Reader:
         finally:
             self._pump = None
 
-    async def _read_version(self) -> PgSnapshot | None:
+    async def _read_version(self) -> PgVersion | None:
+        """The snapshot, with the change counters read just before and just after it (each
+        statement of the three has its own snapshot, taken when it starts)."""
         import psycopg
 
         try:
             if self._version_conn is None or self._version_conn.closed:
                 async with self._connecting:
                     if self._version_conn is None or self._version_conn.closed:
-                        self._version_conn = await psycopg.AsyncConnection.connect(
-                            self._conninfo, autocommit=True
-                        )
-            cursor = await self._version_conn.execute(_PG_VERSION_SQL)
-            row = await cursor.fetchone()
-            return None if row is None else PgSnapshot.parse(str(row[0]))
+                        await self._connect_version_conn()
+            cursor = await self._version_conn.execute(self._version_sql)
+            if not self._counted:
+                (text,) = await cursor.fetchone()
+                return PgVersion(PgSnapshot.parse(text))
+            before = await cursor.fetchone()
+            cursor.nextset()
+            (text,) = await cursor.fetchone()
+            cursor.nextset()
+            after = await cursor.fetchone()
+            return PgVersion(PgSnapshot.parse(text), self._counted, before, after)
         except (psycopg.Error, OSError):
             await self._close_version_conn()
             return None
+
+    async def _connect_version_conn(self) -> None:
+        import psycopg
+
+        conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        cursor = await conn.execute(COUNTED_TABLES_SQL)
+        self._counted = tuple(sorted(name for (name,) in await cursor.fetchall()))
+        if self._counted:
+            counters = counters_sql(self._counted)
+            self._version_sql = f"{counters}; {_PG_VERSION_SQL}; {counters}"
+        else:
+            self._version_sql = _PG_VERSION_SQL
+        self._version_conn = conn
 
     async def _close_version_conn(self) -> None:
         conn, self._version_conn = self._version_conn, None

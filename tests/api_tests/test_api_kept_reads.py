@@ -298,8 +298,9 @@ def test_postgresql_batches_replace_a_connection_the_server_dropped(postgres_url
 def test_answers_from_memory_equal_fresh_reads_through_a_random_history(
     service: Service, tmp_path: Path
 ) -> None:
-    """Uploads through the API, deletions and new keys by another connection, and key
-    revocations through the API, between GETs over several paths and keys: every answer,
+    """Uploads through the API, deletions, new keys and queued jobs by another connection,
+    and key revocations through the API, between GETs over several paths and keys (on
+    PostgreSQL, a commit leaves standing the answers read from other tables): every answer,
     many of them kept or sent again before routing, is byte for byte the one a second app
     reads afresh with every cache emptied."""
     import random
@@ -308,9 +309,13 @@ def test_answers_from_memory_equal_fresh_reads_through_a_random_history(
 
     from api.main import create_app
     from api.settings import Settings
+    from optimizer.search.request import TuneRequest
+    from storage.jobs import enqueue_job
     from tests.api_tests.conftest import write_trace_csv
+    from tests.api_tests.test_api_jobs import PARAMS
 
     rng = random.Random(7)
+    job = TuneRequest(**PARAMS, trace_id=1)
     engine = make_engine(service.url)
     with session_scope(engine) as s:  # admins of each project revoke its keys via the API
         admins = {p: create_key(s, project=p, is_admin=True)[1] for p in ("a", "b")}
@@ -361,20 +366,28 @@ def test_answers_from_memory_equal_fresh_reads_through_a_random_history(
                     (key_id,) = [k["id"] for k in listed["items"] if k["prefix"] == prefix]
                     assert service.client.delete(f"/v1/keys/{key_id}", headers=admin).is_success
                     del owner[name]
-            else:
-                name = rng.choice(sorted(keys))
-                paths = ["/v1/traces", "/v1/traces?limit=1", "/v1/tuning-jobs"]
-                paths += [f"/v1/traces/{i}{rng.choice(['', '/stats'])}" for i in ids[-4:]]
-                path = rng.choice(paths)
-                headers = service.auth(keys[name])
-                for _ in range(2):  # the second is usually answered from memory
-                    before = _served_from_memory(service)
-                    got = service.client.get(path, headers=headers)
-                    from_memory += _served_from_memory(service) - before
-                    want = fresh(path, headers)
-                    assert (got.status_code, got.content) == (want.status_code, want.content), (
-                        step, path, name,
-                    )  # fmt: skip
+            elif op < 0.24:
+                with session_scope(engine) as s:  # a job queued by another connection
+                    enqueue_job(s, project=rng.choice("ab"), params=job)
+            # Then (after a write: at once) GETs: the second is usually answered from memory.
+            name = rng.choice(sorted(keys))
+            paths = [
+                "/v1/traces",
+                "/v1/traces?limit=1",
+                "/v1/tuning-jobs",
+                "/v1/tuning-jobs?limit=1",
+            ]
+            paths += [f"/v1/traces/{i}{rng.choice(['', '/stats'])}" for i in ids[-4:]]
+            path = rng.choice(paths)
+            headers = service.auth(keys[name])
+            for _ in range(2):
+                before = _served_from_memory(service)
+                got = service.client.get(path, headers=headers)
+                from_memory += _served_from_memory(service) - before
+                want = fresh(path, headers)
+                assert (got.status_code, got.content) == (want.status_code, want.content), (
+                    step, path, name,
+                )  # fmt: skip
     engine.dispose()
     assert from_memory >= 40, from_memory  # the history did exercise the memory
 
@@ -401,7 +414,7 @@ def test_postgresql_kept_reads_stand_while_a_write_has_only_begun(postgres_url: 
     cluster's own change whenever other tests write)."""
     import asyncio
 
-    from api.reads import PgSnapshot, Reader
+    from api.reads import PgSnapshot, PgVersion, Reader
 
     engine = make_engine(postgres_url)
     snapshots = iter(["100:100:", "100:101:100", "100:102:100,101", "101:102:101", "101:102:101"])
@@ -414,8 +427,8 @@ def test_postgresql_kept_reads_stand_while_a_write_has_only_begun(postgres_url: 
     async def scenario() -> list[int]:
         reader = Reader(engine)
 
-        async def version() -> PgSnapshot:
-            return PgSnapshot.parse(next(snapshots))
+        async def version() -> PgVersion:
+            return PgVersion(PgSnapshot.parse(next(snapshots)))
 
         reader._read_version = version
         try:
@@ -426,3 +439,76 @@ def test_postgresql_kept_reads_stand_while_a_write_has_only_begun(postgres_url: 
 
     assert asyncio.run(scenario()) == [1, 1, 1, 2, 2]
     engine.dispose()
+
+
+def test_a_postgresql_version_stands_for_the_tables_whose_counters_did_not_move() -> None:
+    """Golden cases worked out by hand: counters (jobs, traces) read before and after each
+    snapshot; a kept answer read `traces`, or `jobs`, or unknown tables (None)."""
+    from api.reads import PgSnapshot, PgVersion
+
+    names = ("jobs", "traces")
+
+    def v(snapshot: str, before=(5, 7), after=(5, 7)) -> PgVersion:
+        return PgVersion(PgSnapshot.parse(snapshot), names, before, after)
+
+    traces, jobs, both = frozenset({"traces"}), frozenset({"jobs"}), frozenset(names)
+    kept = v("100:100:")
+    # a heartbeat to jobs committed (transaction 100 ended, jobs' counter moved)
+    heartbeat = v("101:101:", before=(6, 7), after=(6, 7))
+    assert kept.unchanged_at(heartbeat, traces)
+    assert not kept.unchanged_at(heartbeat, jobs)
+    assert not kept.unchanged_at(heartbeat, both)
+    assert not kept.unchanged_at(heartbeat, None)  # unknown tables: any commit counts
+    assert kept.unchanged_at(heartbeat, frozenset())  # read no table at all
+    # no transaction ended: unchanged whatever the counters say (a write has only begun)
+    assert kept.unchanged_at(v("100:101:100", after=(6, 8)), both)
+    # the write ran between this version's two counter reads: `before` is what counts
+    racing = v("100:100:", before=(5, 7), after=(6, 7))
+    assert not racing.unchanged_at(v("101:101:", before=(6, 7), after=(6, 7)), jobs)
+    # a transaction running at the kept version wrote jobs before its counters were read,
+    # then committed: only its end shows it
+    running = v("100:101:100", before=(6, 7), after=(6, 7))
+    assert not running.unchanged_at(v("101:101:", before=(6, 7), after=(6, 7)), jobs)
+    assert not running.unchanged_at(v("101:101:", before=(6, 7), after=(6, 7)), traces)
+    assert running.unchanged_at(v("100:102:100", before=(7, 7), after=(7, 7)), traces)
+    # not later, or counted differently, or no counters: only the snapshot rule
+    assert not heartbeat.unchanged_at(kept, traces)
+    assert not kept.unchanged_at(PgVersion(heartbeat.snapshot), traces)
+    assert not PgVersion(kept.snapshot).unchanged_at(heartbeat, traces)
+    other = PgVersion(heartbeat.snapshot, ("traces", "jobs"), (7, 6), (7, 6))
+    assert not kept.unchanged_at(other, traces)
+    assert not kept.unchanged_at(heartbeat, frozenset({"schedules"}))  # not counted
+
+
+def test_postgresql_answers_stand_across_commits_to_tables_they_did_not_read(
+    service: Service, tmp_path: Path
+) -> None:
+    """A job enqueued by another connection after each read: the trace's answer is still
+    served from memory, the job list is read again (and shows the job at once)."""
+    import pytest
+
+    from optimizer.search.request import TuneRequest
+    from storage.jobs import enqueue_job
+    from tests.api_tests.test_api_jobs import PARAMS
+
+    if _reader(service)._async_engine is None:
+        pytest.skip("PostgreSQL only: on SQLite any commit changes the one version")
+    h = service.auth(service.key_a)
+    tid = _trace(service, tmp_path, name="x")
+    first = service.client.get(f"/v1/traces/{tid}", headers=h)
+    _until_from_memory(service, f"/v1/traces/{tid}", h)
+    engine = make_engine(service.url)
+    request = TuneRequest(**PARAMS, trace_id=tid)
+    after_commit = 0
+    for n in range(1, 11):
+        with session_scope(engine) as s:
+            enqueue_job(s, project="a", params=request)
+        before = _served_from_memory(service)
+        again = service.client.get(f"/v1/traces/{tid}", headers=h)
+        after_commit += _served_from_memory(service) - before
+        assert again.content == first.content
+        assert service.client.get("/v1/tuning-jobs", headers=h).json()["total"] == n
+    engine.dispose()
+    # Other tests' transactions running at a kept version and ending since make some reads
+    # compute again; without per-table versions every one of these reads would.
+    assert after_commit >= 1, after_commit

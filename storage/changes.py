@@ -1,0 +1,66 @@
+"""Per-table change counters on PostgreSQL: which tables a commit may have changed.
+
+Migration 0070 gives every table a sequence `servetune_changes_<table>` and a
+statement-level trigger (`servetune_changes`, after INSERT, UPDATE, DELETE and
+TRUNCATE) that advances it. Any writer moves them (the API, a worker, the CLI, a
+person at psql): a trigger cannot be bypassed by going around the ORM. A sequence
+is not transactional, so concurrent writers never wait for each other on it, and
+its value moves when the statement runs, before the commit (`api.reads.PgVersion`
+reads the counters on both sides of a snapshot for that reason). SQLite has no
+statement-level triggers (one per row would tax every bulk upload), so there the
+whole database has one version (`PRAGMA data_version`).
+
+`tables_read(statements, counted)` names the tables some SQL statements read, by
+their names as words of the SQL: an over-approximation (a column sharing a
+table's name adds that table), never an under-approximation for the tables this
+schema defines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from functools import cache, lru_cache
+
+from storage.models import Base
+
+TRIGGER = "servetune_changes"
+SEQUENCE_PREFIX = "servetune_changes_"
+
+
+def sequence_name(table: str) -> str:
+    return SEQUENCE_PREFIX + table
+
+
+@cache
+def _table_words() -> re.Pattern[str]:
+    names = sorted(Base.metadata.tables, key=len, reverse=True)
+    return re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+
+
+@lru_cache(maxsize=4096)
+def _tables_in(statement: str) -> frozenset[str]:
+    return frozenset(_table_words().findall(statement))
+
+
+def tables_read(statements: Iterable[str], counted: frozenset[str]) -> frozenset[str] | None:
+    """The tables `statements` name, or None when one of them has no change counter
+    (its changes could not be seen: depend on every commit instead)."""
+    tables: set[str] = set()
+    for statement in statements:
+        tables |= _tables_in(statement)
+    return frozenset(tables) if tables <= counted else None
+
+
+# The tables of this PostgreSQL database whose changes are counted (trigger and sequence
+# present; none before migration 0070).
+COUNTED_TABLES_SQL = (
+    "SELECT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+    f"WHERE t.tgname = '{TRIGGER}' AND pg_table_is_visible(c.oid) "
+    f"AND to_regclass('{SEQUENCE_PREFIX}' || c.relname) IS NOT NULL"
+)
+
+
+def counters_sql(tables: Iterable[str]) -> str:
+    """One row: each table's change counter, in the order given."""
+    return "SELECT " + ", ".join(f"(SELECT last_value FROM {sequence_name(t)})" for t in tables)
