@@ -42,7 +42,8 @@ changed since they were computed, exactly, never stale:
   any other connection (this process's writers, a worker, the CLI) commits to the
   file; ~2 us. Any commit changes every answer's version.
 - PostgreSQL: `pg_current_snapshot()` with the tables' change counters
-  (`storage.changes`) read just before and just after it (`PgVersion`), over an
+  (`storage.changes`) read after it in the same statement, and before it by the
+  previous such read (`PgVersion`), over an
   autocommit connection of the reader's own, one read shared by every request
   that arrived before it started (or the snapshot alone, first in the work's
   transaction, while that connection is down). A miss notes the SQL it ran, hence
@@ -83,7 +84,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from api.problems import NOT_FOUND_ERRORS, ApiError
-from storage.changes import COUNTED_TABLES_SQL, counters_sql, tables_read
+from storage.changes import COUNTED_TABLES_SQL, counter_columns, tables_read
 from storage.db import connect_reader, is_sqlite, read_scope
 from storage.service_records import Principal
 
@@ -144,8 +145,8 @@ class PgSnapshot:
 @dataclass(frozen=True, slots=True)
 class PgVersion:
     """PostgreSQL's version: a snapshot, and the change counters of the tables `names`
-    (`storage.changes`) read just before it (`before`) and just after it (`after`), in one
-    round trip; no counters where they cannot be read (before migration 0070, or inside a
+    (`storage.changes`) read before it (`before`; empty when unknown) and after it
+    (`after`); no counters where they cannot be read (before migration 0070, or inside a
     read's own transaction)."""
 
     snapshot: PgSnapshot
@@ -304,6 +305,7 @@ class Reader:
             event.listen(self._async_engine.sync_engine, "before_cursor_execute", _note_statement)
             self._counted: tuple[str, ...] = ()  # tables with change counters (on connecting)
             self._version_sql = _PG_VERSION_SQL
+            self._counters: tuple[int, ...] = ()  # read by the last version read, if any
 
     # -- reading -------------------------------------------------------------------------
     async def run(self, work: Callable[[Session], T], *, key: Hashable | None = None) -> T:
@@ -562,8 +564,10 @@ class Reader:
             self._pump = None
 
     async def _read_version(self) -> PgVersion | None:
-        """The snapshot, with the change counters read just before and just after it (each
-        statement of the three has its own snapshot, taken when it starts)."""
+        """The snapshot and the change counters, in one statement: its snapshot is taken
+        when it starts, the counters are read (not transactional) as it runs, after it.
+        The counters read just before the snapshot are those of the previous version read
+        on the same connection (none on a new connection)."""
         import psycopg
 
         try:
@@ -572,15 +576,12 @@ class Reader:
                     if self._version_conn is None or self._version_conn.closed:
                         await self._connect_version_conn()
             cursor = await self._version_conn.execute(self._version_sql)
+            text, *after = await cursor.fetchone()
+            snapshot = PgSnapshot.parse(text)
             if not self._counted:
-                (text,) = await cursor.fetchone()
-                return PgVersion(PgSnapshot.parse(text))
-            before = await cursor.fetchone()
-            cursor.nextset()
-            (text,) = await cursor.fetchone()
-            cursor.nextset()
-            after = await cursor.fetchone()
-            return PgVersion(PgSnapshot.parse(text), self._counted, before, after)
+                return PgVersion(snapshot)
+            before, self._counters = self._counters, tuple(after)
+            return PgVersion(snapshot, self._counted, before, self._counters)
         except (psycopg.Error, OSError):
             await self._close_version_conn()
             return None
@@ -591,11 +592,10 @@ class Reader:
         conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
         cursor = await conn.execute(COUNTED_TABLES_SQL)
         self._counted = tuple(sorted(name for (name,) in await cursor.fetchall()))
+        self._version_sql = _PG_VERSION_SQL
         if self._counted:
-            counters = counters_sql(self._counted)
-            self._version_sql = f"{counters}; {_PG_VERSION_SQL}; {counters}"
-        else:
-            self._version_sql = _PG_VERSION_SQL
+            self._version_sql += ", " + counter_columns(self._counted)
+        self._counters = ()
         self._version_conn = conn
 
     async def _close_version_conn(self) -> None:
