@@ -283,3 +283,22 @@ def get_result(session: Session, job_id: int, *, project: str | None = None) -> 
     if row.result is None:
         raise JobNotFinished(_info(row))
     return JobResult(job_id=row.id, outcome=dict(row.result))
+
+
+# The description and the result as its stored JSON text (a JSON column's text on both
+# back-ends: PostgreSQL's `json` keeps the text as written, SQLite stores text).
+_RESULT_TEXT_BY_ID = sa.select(
+    *(c for c in JobRow.__table__.c if c.name != "result"),
+    sa.cast(JobRow.__table__.c.result, sa.Text).label("result"),
+).where(JobRow.__table__.c.id == sa.bindparam("id"))
+
+
+def get_result_text(session: Session, job_id: int, *, project: str | None = None) -> str:
+    """A finished job's outcome document as stored: JSON text, not parsed (the largest
+    document; a read route sends it as it is)."""
+    row = session.execute(_RESULT_TEXT_BY_ID, {"id": job_id}).first()
+    if row is None or (project is not None and row.project != project):
+        raise JobNotFound(job_id)
+    if row.result is None or row.result == "null":  # SQL NULL, or JSON null
+        raise JobNotFinished(_info(row, shared=True))
+    return row.result

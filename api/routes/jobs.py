@@ -19,7 +19,7 @@ from storage.jobs import (
     count_jobs,
     enqueue_job,
     get_job,
-    get_result,
+    get_result_text,
     list_jobs,
     request_cancel,
 )
@@ -161,12 +161,17 @@ async def status(job_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> 
 async def result(job_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> Response:
     def body(session: Session) -> bytes:
         try:
-            stored = get_result(session, job_id, project=principal.project)
+            outcome = get_result_text(session, job_id, project=principal.project)
         except JobNotFinished as exc:
             raise ApiError(409, str(exc), kind="not-finished") from None
         # The document as stored (no re-validation of every config): `outcome.json`'s layout.
-        document = {"job_id": stored.job_id, "outcome": stored.outcome}
-        return json.dumps(document, allow_nan=False).encode()
+        # Stored by `json.dumps` with its defaults, as it would be written here, so sent as
+        # it is; one holding a non-finite number (only SQLite can hold one) is refused as
+        # `json.dumps(..., allow_nan=False)` refuses it.
+        if "NaN" in outcome or "Infinity" in outcome:
+            document = {"job_id": job_id, "outcome": json.loads(outcome)}
+            return json.dumps(document, allow_nan=False).encode()
+        return f'{{"job_id": {job_id}, "outcome": {outcome}}}'.encode()
 
     return await reader.response(body, key=("job-result", principal.project, job_id))
 

@@ -221,3 +221,29 @@ def test_the_documented_request_examples_are_valid() -> None:
         assert request.model, name
     closed = TuneRequest(**PARAMS_EXAMPLES["closed-loop"]["value"])
     assert closed.bench_spec().max_concurrency == 64
+
+
+def test_a_result_is_sent_as_stored_byte_for_byte(service: Service, tmp_path: Path) -> None:
+    """The outcome document goes out as its stored JSON text, not parsed and encoded
+    again: the very bytes `json.dumps` gives for the document read back; a result column
+    holding JSON null is no result (409)."""
+    import json
+
+    import sqlalchemy as sa
+
+    from storage.db import session_scope
+    from storage.jobs import get_result
+
+    jid = _create(service, trace_id=_trace(service, tmp_path), num_trials=3).json()["id"]
+    assert service.worker().run_once() is True
+    h = service.auth(service.key_a)
+    got = service.client.get(f"/v1/tuning-jobs/{jid}/result", headers=h)
+    engine = make_engine(service.url)
+    with session_scope(engine) as s:
+        stored = get_result(s, jid).outcome
+    assert got.content == json.dumps({"job_id": jid, "outcome": stored}).encode()
+    with session_scope(engine) as s:
+        s.execute(sa.text("UPDATE jobs SET result = 'null' WHERE id = :id"), {"id": jid})
+    engine.dispose()
+    refused = service.client.get(f"/v1/tuning-jobs/{jid}/result", headers=h)
+    assert refused.status_code == 409 and "has no result" in refused.json()["detail"]
