@@ -88,15 +88,32 @@ def serving(url: str):
         proc.wait(timeout=30)
 
 
+# Values no seeded recommendation has, per filter of the latest recommendation.
+NO_MATCH = {
+    "trace_id": "2147483647", "stream": "warm-up", "model": "warm-up", "gpu": "warm-up",
+    "num_gpus": "4096", "slo_ttft_ms": "1e9", "slo_tpot_ms": "1e9",
+}  # fmt: skip
+
+
 def warm_up(base: str, requests: dict[str, list[Request]]) -> None:
     """One request per endpoint on a new server (its first request of each route imports
-    and builds what that route needs); for the first hits, filters outside their list."""
+    and builds what that route needs). For the first hits, one per set of filters they
+    use, with values that match nothing: each query shape is compiled once, as on a
+    server that has run a while, and no first hit's answer is computed."""
     with httpx.Client(base_url=base, timeout=30) as c:
         for label, reqs in requests.items():
-            path, key, _ = reqs[0]
+            warm = [reqs[0]]
             if label == FIRST_HIT:
-                path = "/v1/recommendations/latest?model=warm-up"
-            c.get(path, headers={"Authorization": f"Bearer {key}"} if key else {})
+                shapes = {tuple(p.split("=")[0] for p in path.partition("?")[2].split("&") if p)
+                          for path, _, _ in reqs}  # fmt: skip
+                key = reqs[0][1]
+                warm = [
+                    ("/v1/recommendations/latest?" + "&".join(f"{n}={NO_MATCH[n]}" for n in shape),
+                     key, 404)
+                    for shape in sorted(shapes)
+                ]  # fmt: skip
+            for path, key, _ in warm:
+                c.get(path, headers={"Authorization": f"Bearer {key}"} if key else {})
 
 
 def start_server(url: str) -> tuple[subprocess.Popen, str, int]:
