@@ -186,9 +186,9 @@ class PgVersion:
 class ReadLog:
     """What one request read, noted by `Reader` (and the caller's authentication) while
     `api.fastpath` serves it: the versions its kept reads were answered at and the tables
-    they read, whether any
-    read was not kept, whether its response is one kept read's answer (`Reader.response`,
-    or the refusal of an unknown API key) and whose key it ran under."""
+    they read, whether any read was not kept, whether its response is one kept read's
+    answer (`Reader.response`, or the refusal of an unknown API key) and whose key it ran
+    under."""
 
     versions: set[object] = field(default_factory=set)
     tables: frozenset[str] | None = frozenset()  # what its kept reads read (None: unknown)

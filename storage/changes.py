@@ -6,7 +6,9 @@ TRUNCATE) that advances it. Any writer moves them (the API, a worker, the CLI, a
 person at psql): a trigger cannot be bypassed by going around the ORM. A sequence
 is not transactional, so concurrent writers never wait for each other on it, and
 its value moves when the statement runs, before the commit (`api.reads.PgVersion`
-reads the counters on both sides of a snapshot for that reason). SQLite has no
+reads the counters on both sides of a snapshot for that reason). Only the
+triggers may set these sequences: one moved back by hand (`setval`, `ALTER
+SEQUENCE ... RESTART`) could make a changed table look unchanged. SQLite has no
 statement-level triggers (one per row would tax every bulk upload), so there the
 whole database has one version (`PRAGMA data_version`).
 
