@@ -321,8 +321,16 @@ def sweep(requests: dict[str, list[Request]], args, pool) -> dict[str, Row]:
     return rows
 
 
-def rows_of_sweep(rows, labels, pool, port, alone, mixed, args) -> None:
-    """One sweep's phases, added to `rows`."""
+def rows_of_sweep(
+    rows: dict[str, Row],
+    labels: list[str],
+    pool: ProcessPoolExecutor,
+    port: int,
+    alone: list[Phase],
+    mixed: list[tuple[int, bytes, int]],
+    args: argparse.Namespace,
+) -> None:
+    """One sweep's phases on the server at `port`, added to `rows`."""
     got = pool.submit(load_process, port, [*alone, Phase(mixed)], args.clients, args.duration)
     *each, (mix_latencies, mix_errors, mix_wall) = got.result()
     for label, (latencies, errors, wall) in zip(labels, each, strict=True):

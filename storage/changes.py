@@ -66,8 +66,3 @@ COUNTED_TABLES_SQL = (
 def counter_columns(tables: Iterable[str]) -> str:
     """SQL select-list items: each table's change counter, in the order given."""
     return ", ".join(f"(SELECT last_value FROM {sequence_name(t)})" for t in tables)
-
-
-def counters_sql(tables: Iterable[str]) -> str:
-    """One row: each table's change counter, in the order given."""
-    return "SELECT " + counter_columns(tables)

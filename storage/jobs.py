@@ -106,9 +106,9 @@ def enqueue_job(
 # front with launch commands, tens of kilobytes): read only for the result itself.
 _WITHOUT_RESULT = (defer(JobRow.result),)
 # The description by id as a plain select (no ORM identity bookkeeping: ~0.1 ms less).
-_JOB_BY_ID = sa.select(*(c for c in JobRow.__table__.c if c.name != "result")).where(
-    JobRow.__table__.c.id == sa.bindparam("id")
-)
+_DESCRIPTION = tuple(c for c in JobRow.__table__.c if c.name != "result")
+_BY_ID = JobRow.__table__.c.id == sa.bindparam("id")
+_JOB_BY_ID = sa.select(*_DESCRIPTION).where(_BY_ID)
 
 
 def _row(session: Session, job_id: int, project: str | None) -> JobRow:
@@ -288,9 +288,8 @@ def get_result(session: Session, job_id: int, *, project: str | None = None) -> 
 # The description and the result as its stored JSON text (a JSON column's text on both
 # back-ends: PostgreSQL's `json` keeps the text as written, SQLite stores text).
 _RESULT_TEXT_BY_ID = sa.select(
-    *(c for c in JobRow.__table__.c if c.name != "result"),
-    sa.cast(JobRow.__table__.c.result, sa.Text).label("result"),
-).where(JobRow.__table__.c.id == sa.bindparam("id"))
+    *_DESCRIPTION, sa.cast(JobRow.__table__.c.result, sa.Text).label("result")
+).where(_BY_ID)
 
 
 def get_result_text(session: Session, job_id: int, *, project: str | None = None) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from optimizer.records import TraceFormat
-from storage.changes import COUNTED_TABLES_SQL, counters_sql, tables_read
+from storage.changes import COUNTED_TABLES_SQL, counter_columns, tables_read
 from storage.db import make_engine, read_scope, session_scope, upgrade_database
 from storage.keys import create_key
 from storage.models import Base
@@ -33,7 +33,8 @@ def test_tables_read_are_named_as_words_of_the_sql() -> None:
 def _counters(engine) -> dict[str, int]:
     with engine.connect() as conn:
         tables = sorted(name for (name,) in conn.exec_driver_sql(COUNTED_TABLES_SQL))
-        return dict(zip(tables, conn.exec_driver_sql(counters_sql(tables)).one(), strict=True))
+        values = conn.exec_driver_sql("SELECT " + counter_columns(tables)).one()
+        return dict(zip(tables, values, strict=True))
 
 
 def _moved(engine, change) -> set[str]:
