@@ -22,6 +22,16 @@ def _settings():
         fail(str(exc))
 
 
+def http_protocol() -> str:
+    """uvicorn's HTTP protocol: httptools' with each response in one write (see
+    api/http_protocol.py) where httptools is installed, else uvicorn's own choice."""
+    import importlib.util
+
+    if importlib.util.find_spec("httptools") is None:
+        return "auto"
+    return "api.http_protocol:CoalescingHttpToolsProtocol"
+
+
 def serve(
     host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port")] = 8000,
@@ -52,7 +62,13 @@ def serve(
     if workers > 1 and settings.database_url.startswith("sqlite"):
         fail("--workers > 1 needs PostgreSQL (SERVETUNE_DATABASE_URL); SQLite has one writer")
     console.print(f"servetune API on http://{host}:{port}  (docs: /docs, results: /ui/jobs/ID)")
-    common = {"host": host, "port": port, "log_level": log_level, "access_log": False}
+    common = {
+        "host": host,
+        "port": port,
+        "log_level": log_level,
+        "access_log": False,
+        "http": http_protocol(),
+    }
     if workers == 1:
         uvicorn.run(create_app(settings, embedded_worker=worker), **common)
         return

@@ -44,6 +44,7 @@ def _browser_missing() -> str | None:
 def live_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
     import uvicorn
 
+    from api.cli.serve import http_protocol
     from api.main import create_app
     from api.settings import Settings
     from storage.service_records import JobKind
@@ -59,7 +60,10 @@ def live_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", http=http_protocol()
+    )  # the HTTP protocol `servetune serve` runs
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"
