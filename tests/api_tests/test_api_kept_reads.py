@@ -512,3 +512,47 @@ def test_postgresql_answers_stand_across_commits_to_tables_they_did_not_read(
     # Other tests' transactions running at a kept version and ending since make some reads
     # compute again; without per-table versions every one of these reads would.
     assert after_commit >= 1, after_commit
+
+
+def test_sqlite_reads_its_version_once_per_turn_of_the_loop(tmp_path: Path) -> None:
+    import asyncio
+
+    import sqlalchemy as sa
+
+    from api.reads import Reader
+    from storage.db import read_scope
+
+    url = f"sqlite:///{tmp_path / 'turns.db'}"
+    engine, other = make_engine(url), make_engine(url)  # `other`: another process's writes
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE t (x INTEGER)"))
+    pragmas: list[str] = []
+
+    def write(bind) -> None:
+        with bind.begin() as conn:
+            conn.execute(sa.text("INSERT INTO t VALUES (1)"))
+
+    async def scenario() -> None:
+        reader = Reader(engine)
+        reader._raw.set_trace_callback(pragmas.append)
+        try:
+            first = await reader.version()
+            write(other)
+            # Same turn: the version read when the turn began stands (every request served
+            # in it arrived before that read).
+            assert await reader.version() == first and len(pragmas) == 1
+            await asyncio.sleep(0)  # the next turn: read again, and the commit is seen
+            second = await reader.version()
+            assert second != first and len(pragmas) == 2
+            write(engine)  # this process's own commit drops the turn's version at once
+            assert await reader.version() != second and len(pragmas) == 3
+            with read_scope(engine) as session:  # a read's end is no commit to see
+                session.execute(sa.text("SELECT 1"))
+            await reader.version()
+            assert len(pragmas) == 3
+        finally:
+            reader.close()
+
+    asyncio.run(scenario())
+    engine.dispose()
+    other.dispose()
