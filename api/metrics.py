@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from functools import lru_cache
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -45,38 +46,45 @@ class Metrics:
             "# TYPE servetune_http_requests_total counter",
         ]
         with self._lock:
-            for (method, route, status), n in sorted(self._requests.items()):
-                lines.append(
-                    f'servetune_http_requests_total{{method="{method}",route="{_label(route)}",'
-                    f'status="{status}"}} {n}'
-                )
+            for labels, n in sorted(self._requests.items()):
+                lines.append(f"{_request_series(*labels)} {n}")
             lines += [
                 "# HELP servetune_http_request_duration_seconds Request latency by route.",
                 "# TYPE servetune_http_request_duration_seconds histogram",
             ]
             for route, buckets in sorted(self._buckets.items()):
-                r = _label(route)
-                name = "servetune_http_request_duration_seconds_bucket"
-                for bound, n in zip(BUCKETS_S, buckets, strict=True):
-                    lines.append(f'{name}{{route="{r}",le="{bound}"}} {n}')
-                lines.append(
-                    f'servetune_http_request_duration_seconds_bucket{{route="{r}",le="+Inf"}} '
-                    f"{self._count[route]}"
-                )
-                lines.append(
-                    f'servetune_http_request_duration_seconds_sum{{route="{r}"}} '
-                    f"{self._sum[route]:.6f}"
-                )
-                lines.append(
-                    f'servetune_http_request_duration_seconds_count{{route="{r}"}} '
-                    f"{self._count[route]}"
-                )
+                *bounds, inf, total, count = _histogram_series(route)
+                lines += [f"{series} {n}" for series, n in zip(bounds, buckets, strict=True)]
+                lines.append(f"{inf} {self._count[route]}")
+                lines.append(f"{total} {self._sum[route]:.6f}")
+                lines.append(f"{count} {self._count[route]}")
         for name, series in gauges.items():
             lines.append(f"# TYPE {name} gauge")
             for labels, value in series.items():
                 text = ",".join(f'{k}="{_label(v)}"' for k, v in labels)
                 lines.append(f"{name}{{{text}}} {value:g}" if text else f"{name} {value:g}")
         return "\n".join(lines) + "\n"
+
+
+# A series' name and labels, written once per series (a scrape writes ~400 of them).
+@lru_cache(maxsize=4096)
+def _request_series(method: str, route: str, status: int) -> str:
+    return (
+        f'servetune_http_requests_total{{method="{method}",route="{_label(route)}",'
+        f'status="{status}"}}'
+    )
+
+
+@lru_cache(maxsize=1024)
+def _histogram_series(route: str) -> tuple[str, ...]:
+    """Each bucket's series, then the +Inf bucket's, the sum's and the count's."""
+    r, name = _label(route), "servetune_http_request_duration_seconds"
+    return (
+        *(f'{name}_bucket{{route="{r}",le="{bound}"}}' for bound in BUCKETS_S),
+        f'{name}_bucket{{route="{r}",le="+Inf"}}',
+        f'{name}_sum{{route="{r}"}}',
+        f'{name}_count{{route="{r}"}}',
+    )
 
 
 class MetricsMiddleware:
