@@ -1,13 +1,16 @@
-"""Dependencies as named `Annotated` aliases: settings, engine, session, reader, caller, paging."""
+"""Dependencies as named `Annotated` aliases: settings, engine, session, reader, caller,
+paging; and `query_of`, a query string validated as one model."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
@@ -19,6 +22,7 @@ from storage.db import read_scope, session_scope
 from storage.keys import authenticate, hash_key
 from storage.service_records import Principal
 
+T = TypeVar("T")
 # Dependencies that do no I/O are `async def`: FastAPI runs sync ones in the thread pool.
 
 
@@ -132,3 +136,39 @@ PagingDep = Annotated[Paging, Depends(_paging)]
 IdPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="resource id")]
 # Names users give (streams, traces, schedules): printable, no control characters.
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+
+
+def query_of(model: type[T]) -> Any:
+    """`Depends`: the request's query string as `model` (a pydantic dataclass whose
+    fields are the optional query parameters), validated in one pass: ~3 us, where
+    FastAPI validating seven parameters one at a time took ~100 us, the largest part of
+    a first hit's CPU after the read. A bad value is FastAPI's own 422 (each error at
+    ("query", name)); unknown parameters are ignored, as FastAPI ignores them; a
+    repeated one counts once, with its last value, as FastAPI reads it. Document the
+    parameters with the route's `openapi_extra=query_openapi(model)`."""
+    adapter = TypeAdapter(model)
+
+    async def parse(request: Request) -> T:
+        try:
+            return adapter.validate_python(dict(request.query_params))
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            raise RequestValidationError(
+                [{**e, "loc": ("query", *e["loc"])} for e in errors]
+            ) from None
+
+    return Depends(parse)
+
+
+def query_openapi(model: type) -> dict[str, Any]:
+    """The OpenAPI `parameters` of `model`'s fields as query parameters, as FastAPI writes
+    them for `Query()` parameters (for `openapi_extra`; FastAPI drops the null defaults
+    when it writes the document)."""
+    schema = TypeAdapter(model).json_schema()
+    required = set(schema.get("required", ()))
+    parameters = []
+    for name, field in schema["properties"].items():
+        parameters.append(
+            {"name": name, "in": "query", "required": name in required, "schema": field}
+        )
+    return {"parameters": parameters}

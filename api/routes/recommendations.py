@@ -12,11 +12,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
-from pydantic import TypeAdapter
+from fastapi import APIRouter, Response
+from pydantic import Field, TypeAdapter
+from pydantic.dataclasses import dataclass
 from sqlalchemy.orm import Session
 
-from api.deps import NAME_PATTERN, PrincipalDep, ReaderDep
+from api.deps import NAME_PATTERN, PrincipalDep, ReaderDep, query_of, query_openapi
 from api.problems import ApiError
 from api.reads import Reader
 from api.schemas import Problem
@@ -45,7 +46,20 @@ def _load_latest(reader: Reader, session: Session, project: str, where: Deployme
     )
 
 
-Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=NAME_PATTERN)]
+Name = Annotated[str | None, Field(min_length=1, max_length=200, pattern=NAME_PATTERN)]
+
+
+@dataclass(frozen=True)
+class LatestQuery:
+    """The latest recommendation's filters (every one optional)."""
+
+    trace_id: Annotated[int | None, Field(ge=1, le=2**31 - 1, examples=[1])] = None
+    stream: Name = None
+    model: Name = None
+    gpu: Name = None
+    num_gpus: Annotated[int | None, Field(ge=1, le=4096)] = None
+    slo_ttft_ms: Annotated[float | None, Field(gt=0, le=1e9)] = None
+    slo_tpot_ms: Annotated[float | None, Field(gt=0, le=1e9)] = None
 
 
 @router.get(
@@ -57,18 +71,14 @@ Name = Annotated[str | None, Query(min_length=1, max_length=200, pattern=NAME_PA
         404: {"model": Problem, "description": "no recommendation matches yet"},
         422: {"model": Problem, "description": "both trace_id and stream given"},
     },
+    openapi_extra=query_openapi(LatestQuery),
 )
 async def latest(
     reader: ReaderDep,
     principal: PrincipalDep,
-    trace_id: Annotated[int | None, Query(ge=1, le=2**31 - 1, examples=[1])] = None,
-    stream: Name = None,
-    model: Name = None,
-    gpu: Name = None,
-    num_gpus: Annotated[int | None, Query(ge=1, le=4096)] = None,
-    slo_ttft_ms: Annotated[float | None, Query(gt=0, le=1e9)] = None,
-    slo_tpot_ms: Annotated[float | None, Query(gt=0, le=1e9)] = None,
+    query: Annotated[LatestQuery, query_of(LatestQuery)],
 ) -> Response:
+    trace_id, stream = query.trace_id, query.stream
     if trace_id is not None and stream is not None:
         raise ApiError(422, "give at most one of trace_id or stream", kind="validation")
     source = None
@@ -78,11 +88,11 @@ async def latest(
         source = f"stream:{stream}"
     where = DeploymentFilter(
         source=source,
-        model=model,
-        gpu=gpu,
-        num_gpus=num_gpus,
-        slo_ttft_ms=slo_ttft_ms,
-        slo_tpot_ms=slo_tpot_ms,
+        model=query.model,
+        gpu=query.gpu,
+        num_gpus=query.num_gpus,
+        slo_ttft_ms=query.slo_ttft_ms,
+        slo_tpot_ms=query.slo_tpot_ms,
     )
     project = principal.project
     return await reader.response(
