@@ -33,8 +33,12 @@
    run `--repeats` times; the table shows the medians of p50/p99 and PASS/MISS
    against p99 <= 50 ms.
 
+The last column is the server's CPU time per request (the `servetune serve` process, all
+its threads, from /proc on Linux; PostgreSQL's processes not counted): on a shared,
+noisy machine it moves far less than req/s and p99, so compare changes with it.
+
 Usage: .venv/bin/python benchmarks/bench_api.py [--database sqlite|postgresql|URL]
-       [--duration 3] [--repeats 3] [--clients 50] [--uploads 10]
+       [--duration 3] [--repeats 3] [--clients 50] [--uploads 10] [--mix-only]
 `--uploads N` also checks N parallel uploads of distinct 100k-row traces (each stored
 once, re-uploads store nothing). PostgreSQL (SERVETUNE_TEST_POSTGRES_URL, default
 postgresql+psycopg://postgres@127.0.0.1:5432/test): a scratch database is created
@@ -241,11 +245,15 @@ class Stats:
     p99: list[float] = field(default_factory=list)
     rate: list[float] = field(default_factory=list)
 
-    def add(self, latencies: list[float], wall: float) -> None:
+    cpu_us: list[float] = field(default_factory=list)  # server CPU per request (Linux)
+
+    def add(self, latencies: list[float], wall: float, cpu_s: float | None = None) -> None:
         # None answered in the phase (every client stuck behind others): infinitely slow.
         self.p50.append(float(np.percentile(latencies, 50)) if latencies else math.inf)
         self.p99.append(float(np.percentile(latencies, 99)) if latencies else math.inf)
         self.rate.append(len(latencies) / wall)
+        if cpu_s is not None and latencies:
+            self.cpu_us.append(cpu_s / len(latencies) * 1e6)
 
 
 @dataclass
@@ -309,10 +317,10 @@ def sweep(requests: dict[str, list[Request]], args, pool) -> dict[str, Row]:
         mixed += [alone[i].requests[k % len(alone[i].requests)] for i in order]
     rows = {label: Row() for label in [*labels, MIXED, *([CHURN] if args.churn_ms else [])]}
     for r in range(args.repeats):
-        with serving(args.url) as (_, base, port):
+        with serving(args.url) as (pid, base, port):
             warm_up(base, requests)
             load = os.getloadavg()[0]
-            rows_of_sweep(rows, labels, pool, port, alone, mixed, args)
+            rows_of_sweep(rows, labels, pool, (pid, port), alone, mixed, args)
         print(
             f"  sweep {r + 1}/{args.repeats}: 1-min load average {load:.2f} before, "
             f"{os.getloadavg()[0]:.2f} after",
@@ -325,28 +333,30 @@ def rows_of_sweep(
     rows: dict[str, Row],
     labels: list[str],
     pool: ProcessPoolExecutor,
-    port: int,
+    server: tuple[int, int],
     alone: list[Phase],
     mixed: list[tuple[int, bytes, int]],
     args: argparse.Namespace,
 ) -> None:
-    """One sweep's phases on the server at `port`, added to `rows`."""
-    got = pool.submit(load_process, port, [*alone, Phase(mixed)], args.clients, args.duration)
-    *each, (mix_latencies, mix_errors, mix_wall) = got.result()
-    for label, (latencies, errors, wall) in zip(labels, each, strict=True):
+    """One sweep's phases on the server (pid, port), added to `rows`."""
+    pid, port = server
+    phases = [*([] if args.mix_only else alone), Phase(mixed)]
+    got = pool.submit(load_process, port, phases, args.clients, args.duration, pid)
+    *each, (mix_latencies, mix_errors, mix_wall, mix_cpu) = got.result()
+    for label, (latencies, errors, wall, cpu) in zip(labels, each, strict=not args.mix_only):
         (values,) = latencies.values()
-        rows[label].alone.add(values, wall)
+        rows[label].alone.add(values, wall, cpu)
         rows[label].errors += sum(errors.values())
     for i, label in enumerate(labels):
         rows[label].mixed.add(mix_latencies[i], mix_wall)
         rows[label].errors += mix_errors[i]
-    rows[MIXED].mixed.add([v for vs in mix_latencies.values() for v in vs], mix_wall)
+    rows[MIXED].mixed.add([v for vs in mix_latencies.values() for v in vs], mix_wall, mix_cpu)
     if args.churn_ms:
         with committing(args.url, args.churn_ms):
-            got = pool.submit(load_process, port, [Phase(mixed)], args.clients, args.duration)
-            ((churn_latencies, churn_errors, churn_wall),) = got.result()
+            got = pool.submit(load_process, port, [Phase(mixed)], args.clients, args.duration, pid)
+            ((churn_latencies, churn_errors, churn_wall, churn_cpu),) = got.result()
         values = [v for vs in churn_latencies.values() for v in vs]
-        rows[CHURN].mixed.add(values, churn_wall)
+        rows[CHURN].mixed.add(values, churn_wall, churn_cpu)
         rows[CHURN].errors += sum(churn_errors.values())
 
 
@@ -363,7 +373,7 @@ def report(rows: dict[str, Row], args) -> None:
         f"target p99 <= {TARGET_P99_MS:.0f} ms\n"
         f"{'':<{width}}  {'alone: 50 clients on it':^30}  {'in the mix: all endpoints':^30}\n"
         f"{'GET endpoint':<{width}}  {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7}      "
-        f"{'req/s':>7} {'p50 ms':>7} {'p99 ms':>7}      errors"
+        f"{'req/s':>7} {'p50 ms':>7} {'p99 ms':>7}      errors  server CPU us/req"
     )
     passed = total = 0
     for label, row in rows.items():
@@ -377,8 +387,14 @@ def report(rows: dict[str, Row], args) -> None:
             passed += verdict == "PASS"
             total += 1
             cells.append(f"{med(stats.rate):>7,.0f} {med(stats.p50):>7.1f} {p99:>7.1f} {verdict:4}")
-        print(f"{label:<{width}}  {cells[0]}  {cells[1]}  {row.errors:>6}")
-    print(f"{passed}/{total} PASS")
+        cpu = row.alone.cpu_us or row.mixed.cpu_us
+        cpu_cell = f"{med(cpu):>17,.0f}" if cpu else f"{'':>17}"
+        print(f"{label:<{width}}  {cells[0]}  {cells[1]}  {row.errors:>6}  {cpu_cell}")
+    print(
+        f"{passed}/{total} PASS\n(server CPU: the `servetune serve` process, all its threads, "
+        "per request answered, alone on the endpoint; for the mixes, over the mix. "
+        "PostgreSQL's own processes are not counted.)"
+    )
 
 
 def uploads(base: str, key: str, url: str, count: int, rows: int) -> None:
@@ -437,6 +453,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=3.0, help="seconds per endpoint phase")
     ap.add_argument("--repeats", type=int, default=3, help="sweeps; the table shows medians")
     ap.add_argument("--only", default="", help="only endpoints whose label contains this")
+    ap.add_argument("--mix-only", action="store_true", help="only the phases of all at once")
     ap.add_argument("--uploads", type=int, default=0, help="then N parallel 100k-row uploads")
     ap.add_argument(
         "--churn-ms", type=float, default=10.0,

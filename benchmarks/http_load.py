@@ -3,18 +3,20 @@
 A raw asyncio client (keep-alive connections, pre-encoded requests, no HTTP
 library) spends tens of microseconds a request, so on a small machine the
 server, not the client, sets the pace. `load_process(port, phases, clients,
-duration)` runs each `Phase` in turn: `clients` connections send the phase's
+duration, server_pid)` runs each `Phase` in turn: `clients` connections send the phase's
 requests (label index, raw bytes, expected status) for `duration` seconds,
 round-robin with each connection starting at its own offset, or, for a phase
 sent `once`, each request at most once, in order (the phase ends early when all
 were sent). It returns per phase the latencies in ms and the unexpected statuses
-per label, and the wall time.
+per label, the wall time, and the CPU seconds the server process (`server_pid`, all
+its threads; Linux `/proc`, else None) used during the phase.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import time
 from dataclasses import dataclass
 
@@ -49,10 +51,21 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
     return status
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU time of process `pid` and its threads so far (Linux), else None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 async def _phase(
-    port: int, phase: Phase, clients: int, duration: float
-) -> tuple[dict[int, list[float]], dict[int, int], float]:
-    """Latencies in ms and unexpected statuses per label index, and the wall time in s."""
+    port: int, phase: Phase, clients: int, duration: float, server_pid: int
+) -> tuple[dict[int, list[float]], dict[int, int], float, float | None]:
+    """Latencies in ms and unexpected statuses per label index, the wall time in s and
+    the server's CPU seconds."""
     requests = phase.requests
     latencies: dict[int, list[float]] = {i: [] for i, _, _ in requests}
     errors = dict.fromkeys(latencies, 0)
@@ -77,21 +90,22 @@ async def _phase(
             errors[label] += status != expected
         writer.close()
 
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), cpu_seconds(server_pid)
     await asyncio.gather(*(client(len(requests) * c // clients) for c in range(clients)))
-    return latencies, errors, time.monotonic() - t0
+    wall, cpu1 = time.monotonic() - t0, cpu_seconds(server_pid)
+    return latencies, errors, wall, None if cpu0 is None or cpu1 is None else cpu1 - cpu0
 
 
-async def _drive(port: int, phases: list[Phase], clients: int, duration: float):
-    return [await _phase(port, phase, clients, duration) for phase in phases]
+async def _drive(port: int, phases: list[Phase], clients: int, duration: float, pid: int):
+    return [await _phase(port, phase, clients, duration, pid) for phase in phases]
 
 
-def load_process(port: int, phases: list[Phase], clients: int, duration: float):
+def load_process(port: int, phases: list[Phase], clients: int, duration: float, server_pid: int):
     # No collector pauses in the measuring process (a full collection of what it imported
     # takes tens of ms, which would be counted as server latency): the load makes no cycles.
     gc.collect()
     gc.disable()
     try:
-        return asyncio.run(_drive(port, phases, clients, duration))
+        return asyncio.run(_drive(port, phases, clients, duration, server_pid))
     finally:
         gc.enable()
