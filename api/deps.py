@@ -133,7 +133,8 @@ async def _paging(
 PagingDep = Annotated[Paging, Depends(_paging)]
 
 # Ids are 32-bit integers in every table; larger values can never match.
-IdPath = Annotated[int, Path(ge=1, le=2**31 - 1, description="resource id")]
+MAX_ID = 2**31 - 1
+IdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="resource id")]
 # Names users give (streams, traces, schedules): printable, no control characters.
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 
@@ -152,12 +153,16 @@ def query_of(model: type[T]) -> Any:
         try:
             return adapter.validate_python(dict(request.query_params))
         except ValidationError as exc:
-            errors = exc.errors(include_url=False)
-            raise RequestValidationError(
-                [{**e, "loc": ("query", *e["loc"])} for e in errors]
-            ) from None
+            raise refusal(exc, "query") from None
 
     return Depends(parse)
+
+
+def refusal(exc: ValidationError, *where: str) -> RequestValidationError:
+    """`exc`'s errors as FastAPI reports a bad parameter (422), each at `where` (e.g.
+    "path", "job_id") followed by the error's own location."""
+    errors = exc.errors(include_url=False)
+    return RequestValidationError([{**e, "loc": (*where, *e["loc"])} for e in errors])
 
 
 def query_openapi(model: type) -> dict[str, Any]:

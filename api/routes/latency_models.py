@@ -22,7 +22,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import AdminDep, EngineDep, IdPath, PagingDep, PrincipalDep, ReaderDep
+from api.deps import MAX_ID, AdminDep, EngineDep, IdPath, PagingDep, PrincipalDep, ReaderDep
 from api.problems import ApiError
 from api.schemas import Page, Problem, StrictBody, page
 from optimizer.shapes import PRESETS
@@ -43,7 +43,7 @@ ADMIN_ERRORS = {
 
 
 class FitRequest(StrictBody):
-    profile_run_id: int = Field(ge=1, le=2**31 - 1, examples=[1])
+    profile_run_id: int = Field(ge=1, le=MAX_ID, examples=[1])
     name: str | None = Field(
         None,
         min_length=1,

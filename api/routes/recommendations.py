@@ -17,7 +17,7 @@ from pydantic import Field, TypeAdapter
 from pydantic.dataclasses import dataclass
 from sqlalchemy.orm import Session
 
-from api.deps import NAME_PATTERN, PrincipalDep, ReaderDep, query_of, query_openapi
+from api.deps import MAX_ID, NAME_PATTERN, PrincipalDep, ReaderDep, query_of, query_openapi
 from api.problems import ApiError
 from api.reads import Reader
 from api.schemas import Problem
@@ -53,7 +53,7 @@ Name = Annotated[str | None, Field(min_length=1, max_length=200, pattern=NAME_PA
 class LatestQuery:
     """The latest recommendation's filters (every one optional)."""
 
-    trace_id: Annotated[int | None, Field(ge=1, le=2**31 - 1, examples=[1])] = None
+    trace_id: Annotated[int | None, Field(ge=1, le=MAX_ID, examples=[1])] = None
     stream: Name = None
     model: Name = None
     gpu: Name = None

@@ -1,0 +1,40 @@
+"""/ui/jobs/{id} is a plain route (no FastAPI request handling) that answers as the API's
+id routes do: the page for any valid id, FastAPI's own 422 for a bad one."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api_tests.conftest import Service
+
+
+def test_a_valid_id_gets_the_page_for_that_id(service: Service) -> None:
+    r = service.client.get("/ui/jobs/2147483647")
+    assert r.status_code == 200 and r.headers["content-type"] == "text/html; charset=utf-8"
+    assert "2147483647" in r.text and "async function poll()" in r.text
+
+
+@pytest.mark.parametrize(
+    ("job_id", "message"),
+    [
+        ("0", "Input should be greater than or equal to 1"),
+        ("-1", "Input should be greater than or equal to 1"),
+        ("2147483648", "Input should be less than or equal to 2147483647"),
+        ("abc", "Input should be a valid integer, unable to parse string as an integer"),
+        ("1.5", "Input should be a valid integer, unable to parse string as an integer"),
+    ],
+)
+def test_a_bad_id_is_refused_as_every_id_route_refuses_it(
+    service: Service, job_id: str, message: str
+) -> None:
+    page = service.client.get(f"/ui/jobs/{job_id}")
+    api = service.client.get(f"/v1/tuning-jobs/{job_id}", headers=service.auth(service.key_a))
+    assert page.status_code == api.status_code == 422
+    assert page.headers["content-type"] == "application/problem+json"
+    assert page.json()["errors"] == [{"where": "path.job_id", "message": message}]
+    assert page.json()["errors"] == api.json()["errors"]
+
+
+def test_other_methods_are_not_allowed(service: Service) -> None:
+    assert service.client.post("/ui/jobs/42").status_code == 405
+    assert service.client.get("/ui/jobs/42/x").status_code == 404
