@@ -12,10 +12,16 @@ SEQUENCE ... RESTART`) could make a changed table look unchanged. SQLite has no
 statement-level triggers (one per row would tax every bulk upload), so there the
 whole database has one version (`PRAGMA data_version`).
 
+One column is not counted: `jobs.lease_expires_at`, which a worker's heartbeat
+updates every few seconds per running job and no answer of the API shows. On
+`jobs`, an update moves the counter only when it changes some other column (a
+row trigger compares the rows without it, migration 0080), so heartbeats leave
+the API's kept job reads standing.
+
 `tables_read(statements, counted)` names the tables some SQL statements read, by
 their names as words of the SQL: an over-approximation (a column sharing a
 table's name adds that table), never an under-approximation for the tables this
-schema defines.
+schema defines. A statement naming an uncounted column depends on every commit.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ from storage.models import Base
 
 TRIGGER = "servetune_changes"
 SEQUENCE_PREFIX = "servetune_changes_"
+# Columns whose changes no counter sees (see the module docstring): a read naming one is
+# not kept across commits.
+UNCOUNTED_COLUMNS = ("lease_expires_at",)
 
 
 def sequence_name(table: str) -> str:
@@ -40,17 +49,29 @@ def _table_words() -> re.Pattern[str]:
     return re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
 
 
+@cache
+def _uncounted_words() -> re.Pattern[str]:
+    return re.compile(r"\b(" + "|".join(map(re.escape, UNCOUNTED_COLUMNS)) + r")\b")
+
+
 @lru_cache(maxsize=4096)
-def _tables_in(statement: str) -> frozenset[str]:
+def _tables_in(statement: str) -> frozenset[str] | None:
+    """The tables `statement` names; None when it names an uncounted column."""
+    if _uncounted_words().search(statement):
+        return None
     return frozenset(_table_words().findall(statement))
 
 
 def tables_read(statements: Iterable[str], counted: frozenset[str]) -> frozenset[str] | None:
-    """The tables `statements` name, or None when one of them has no change counter
-    (its changes could not be seen: depend on every commit instead)."""
+    """The tables `statements` name, or None when one of them has no change counter, or
+    a statement names an uncounted column (its changes could not be seen: depend on every
+    commit instead)."""
     tables: set[str] = set()
     for statement in statements:
-        tables |= _tables_in(statement)
+        named = _tables_in(statement)
+        if named is None:
+            return None
+        tables |= named
     return frozenset(tables) if tables <= counted else None
 
 

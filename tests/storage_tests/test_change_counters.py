@@ -80,7 +80,8 @@ def test_every_write_moves_its_tables_counter_on_postgresql(postgres_url: str) -
     assert _moved(engine, new_key) == {"api_keys"}
     assert _moved(engine, new_trace) == {"traces", "trace_requests"}
     assert _moved(engine, sql("UPDATE api_keys SET name = name || '~'")) == {"api_keys"}
-    assert _moved(engine, sql("UPDATE jobs SET status = 'x' WHERE false")) == {"jobs"}  # no row
+    # Counted per statement, even one that matches no row.
+    assert _moved(engine, sql("UPDATE schedules SET name = 'x' WHERE false")) == {"schedules"}
     assert _moved(engine, sql("DELETE FROM traces")) == {"traces", "trace_requests"}  # cascade
     assert _moved(engine, sql("TRUNCATE schedules CASCADE")) >= {"schedules"}
     assert _moved(engine, rolled_back) == {"api_keys"}  # counted anyway: never missed
@@ -95,6 +96,71 @@ def test_every_write_moves_its_tables_counter_on_postgresql(postgres_url: str) -
 
     assert _moved(engine, deleted) == {"traces", "trace_requests"}
     engine.dispose()
+
+
+def test_a_jobs_update_is_counted_unless_it_only_moves_the_lease(postgres_url: str) -> None:
+    """Per changed row, without `lease_expires_at` (migration 0080): a heartbeat changes no
+    answer, so it moves no counter; any other change does, whoever writes it."""
+    from optimizer.search import TuneProgress, TuneRequest
+    from storage.jobs import claim_job, enqueue_job, renew_lease, report_progress
+
+    upgrade_database(postgres_url)
+    engine = make_engine(postgres_url)
+    params = TuneRequest(
+        model="llama-3.1-8b",
+        gpu_types=("h100",),
+        gpu_budget=8,
+        slo_ttft_ms=1000,
+        slo_tpot_ms=50,
+        trace_id=1,
+    )
+    claims = []
+
+    def enqueue(engine) -> None:
+        with session_scope(engine) as s:
+            enqueue_job(s, project="counters", params=params)
+
+    def claim(engine) -> None:
+        with session_scope(engine) as s:
+            claims.append(claim_job(s, worker="w", lease_s=30))
+
+    def heartbeat(engine) -> None:
+        with session_scope(engine) as s:
+            assert renew_lease(s, claims[-1], lease_s=60).held
+
+    def progress(engine) -> None:
+        with session_scope(engine) as s:
+            assert report_progress(s, claims[-1], TuneProgress(1, 5))
+
+    def sql(statement: str):
+        def run(engine) -> None:
+            with engine.begin() as conn:
+                conn.exec_driver_sql(statement)
+
+        return run
+
+    with engine.begin() as conn:  # only this test's job, whatever other tests left
+        conn.exec_driver_sql("UPDATE jobs SET status = 'cancelled' WHERE status = 'queued'")
+    assert _moved(engine, enqueue) == {"jobs"}
+    assert _moved(engine, claim) == {"jobs"} and claims[-1] is not None
+    assert _moved(engine, heartbeat) == set()
+    assert _moved(engine, sql("UPDATE jobs SET lease_expires_at = now()")) == set()
+    assert _moved(engine, progress) == {"jobs"}
+    assert _moved(engine, sql("UPDATE jobs SET status = status")) == set()  # no value changed
+    assert _moved(engine, sql("UPDATE jobs SET status = 'x' WHERE false")) == set()
+    one = "(SELECT min(id) FROM jobs)"
+    assert _moved(
+        engine, sql(f"UPDATE jobs SET lease_expires_at = now(), error = 'e' WHERE id = {one}")
+    ) == {"jobs"}
+    assert "jobs" in _moved(engine, sql(f"DELETE FROM jobs WHERE id = {one}"))  # (+ cascade)
+    engine.dispose()
+
+
+def test_a_read_naming_an_uncounted_column_depends_on_every_commit() -> None:
+    lease = "SELECT jobs.id, jobs.lease_expires_at FROM jobs"
+    assert tables_read(["SELECT jobs.id FROM jobs"], ALL) == {"jobs"}
+    assert tables_read([lease], ALL) is None
+    assert tables_read(["SELECT id FROM traces", lease], ALL) is None
 
 
 def test_sqlite_has_no_counters(tmp_path) -> None:
