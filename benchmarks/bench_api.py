@@ -25,11 +25,12 @@
    that no answer kept in memory could serve. Each sweep runs on a new server,
    warmed up with one request per endpoint (first hits: with filters outside their
    list), so nothing kept by an earlier sweep serves it. Then one mixed phase over
-   all of them at once, and the same mix again while another process commits a
-   worker's lease heartbeat (a job's `lease_expires_at`) every `--churn-ms` ms
-   (default 10): that phase measures reads computed again after commits, as on a
-   service whose workers write (on PostgreSQL the reads of `jobs`; on SQLite,
-   where the whole database has one version, every read). The sweep is
+   all of them at once, and the same mix twice more while another process commits
+   a worker's write to one job every `--churn-ms` ms (default 10): its lease
+   heartbeat (`lease_expires_at`; on PostgreSQL no kept read depends on it, on
+   SQLite, where the whole database has one version, every read is computed
+   again), then its progress (on PostgreSQL the reads of `jobs` are computed again;
+   on SQLite every read). The sweep is
    run `--repeats` times; the table shows the medians of p50/p99 and PASS/MISS
    against p99 <= 50 ms.
 
@@ -265,31 +266,43 @@ class Row:
 
 MIXED = "all endpoints at once"
 CHURN = "all at once, a job heartbeat committed every 10 ms"  # (--churn-ms)
+PROGRESS = "all at once, a job's progress committed every 10 ms"
+# What each churn row's writer commits to one job, a new value each time.
+WRITES = {CHURN: "heartbeat", PROGRESS: "progress"}
 
 
-def heartbeats(url: str, interval: float) -> None:
-    """Commit a worker's lease heartbeat (a job's `lease_expires_at`, a new value each
-    time) every `interval` s until killed: each commit changes the database version, so
-    the server's kept reads of `jobs` (on SQLite: of every table) are computed again."""
+def commits(url: str, interval: float, what: str) -> None:
+    """Commit a worker's write to one job every `interval` s until killed: its lease
+    heartbeat (`lease_expires_at`, which no answer shows: on PostgreSQL the kept reads
+    stand, on SQLite every commit changes the one version) or its progress (shown by the
+    job's answers: on PostgreSQL the reads of `jobs` are computed again, on SQLite every
+    read)."""
     from datetime import UTC, datetime, timedelta
 
+    from optimizer.search import TuneProgress
+    from storage.codec import to_json
     from storage.db import make_engine
     from storage.models import JobRow
 
     jobs = JobRow.__table__
     engine = make_engine(url)
     first = sa.select(sa.func.min(jobs.c.id)).scalar_subquery()
+    n = 0
     while True:
-        expires = datetime.now(UTC) + timedelta(seconds=30)
+        n += 1
+        if what == "heartbeat":
+            values = {"lease_expires_at": datetime.now(UTC) + timedelta(seconds=30)}
+        else:
+            values = {"progress": to_json(TuneProgress(n, 10**9))}
         with engine.begin() as conn:
-            conn.execute(sa.update(jobs).where(jobs.c.id == first).values(lease_expires_at=expires))
+            conn.execute(sa.update(jobs).where(jobs.c.id == first).values(**values))
         time.sleep(interval)
 
 
 @contextmanager
-def committing(url: str, interval_ms: float):
+def committing(url: str, interval_ms: float, what: str):
     writer = multiprocessing.get_context("spawn").Process(
-        target=heartbeats, args=(url, interval_ms / 1e3), daemon=True
+        target=commits, args=(url, interval_ms / 1e3, what), daemon=True
     )
     writer.start()
     try:
@@ -315,7 +328,8 @@ def sweep(requests: dict[str, list[Request]], args, pool) -> dict[str, Row]:
     for k in range(rounds):
         random.Random(k).shuffle(order)
         mixed += [alone[i].requests[k % len(alone[i].requests)] for i in order]
-    rows = {label: Row() for label in [*labels, MIXED, *([CHURN] if args.churn_ms else [])]}
+    churns = list(WRITES) if args.churn_ms else []
+    rows = {label: Row() for label in [*labels, MIXED, *churns]}
     for r in range(args.repeats):
         with serving(args.url) as (pid, base, port):
             warm_up(base, requests)
@@ -351,13 +365,13 @@ def rows_of_sweep(
         rows[label].mixed.add(mix_latencies[i], mix_wall)
         rows[label].errors += mix_errors[i]
     rows[MIXED].mixed.add([v for vs in mix_latencies.values() for v in vs], mix_wall, mix_cpu)
-    if args.churn_ms:
-        with committing(args.url, args.churn_ms):
+    for label, what in WRITES.items() if args.churn_ms else ():
+        with committing(args.url, args.churn_ms, what):
             got = pool.submit(load_process, port, [Phase(mixed)], args.clients, args.duration, pid)
             ((churn_latencies, churn_errors, churn_wall, churn_cpu),) = got.result()
         values = [v for vs in churn_latencies.values() for v in vs]
-        rows[CHURN].mixed.add(values, churn_wall, churn_cpu)
-        rows[CHURN].errors += sum(churn_errors.values())
+        rows[label].mixed.add(values, churn_wall, churn_cpu)
+        rows[label].errors += sum(churn_errors.values())
 
 
 def _verdict(p99: float | None) -> str:
