@@ -52,8 +52,9 @@ changed since they were computed, exactly, never stale:
   ended since its version was read (`PgSnapshot.unchanged_at`: a write transaction
   that has only begun changes nothing yet, its commit does), or while the counters
   of the tables it read are unchanged and every transaction running at its version
-  still runs (`PgVersion.unchanged_at`): a worker's heartbeat to `jobs` leaves
-  the answers read from `traces` standing.
+  still runs (`PgVersion.unchanged_at`): a worker's progress report to `jobs`
+  leaves the answers read from `traces` standing (and its heartbeat, uncounted,
+  every answer: see `storage.changes`).
 
 The version is read before the work's own reads, so an answer is kept under a
 version no newer than the state it saw: a commit in between makes the next
