@@ -45,6 +45,9 @@ class SimRequest:
     instance: int = -1  # index of the instance it was routed to (current role)
     refs: list[int] | None = None  # prefix cache: the leading hash blocks it references
     num_ref_blocks: int = 0  # KV blocks those references cover (shared, not its own)
+    # Preempted and not yet caught up: its KV is computed again as a prompt, to the last
+    # token, whose step samples its next token (and records the whole gap as one ITL).
+    recomputing: bool = False
 
     @property
     def num_tokens(self) -> int:

@@ -44,7 +44,9 @@ class PerRequestScheduler(BaseScheduler):
         while i < len(running):
             r = running[i]
             remaining = r.num_prompt + r.num_generated - r.num_computed
-            is_dec = remaining == 1 and r.num_generated > 0
+            # The last token of a recompute is still prompt: its step samples the next token
+            # after the whole gap (as on the fast path), not one step after the last.
+            is_dec = remaining == 1 and r.num_generated > 0 and not r.recomputing
             num_new = 1 + self.num_spec if is_dec else remaining
             if num_new > budget:
                 num_new = budget

@@ -191,6 +191,7 @@ class BaseScheduler(ABC):
         self.pool.release(r)
         self._drop_refs(r)
         r.num_computed = 0
+        r.recomputing = r.num_generated > 0
         self.num_preemptions += 1
         self.log.num_preemptions[r.rid] += 1
         self.waiting.appendleft(r)
@@ -276,6 +277,7 @@ class BaseScheduler(ABC):
             self.log.first_token_s[r.rid] = t
         else:  # resumed after preemption
             self.log.itl_gaps.append(t - r.last_token_s)
+            r.recomputing = False
         r.num_generated += 1
         r.last_token_s = t
         self.log.tokens_emitted += 1

@@ -128,6 +128,27 @@ def test_fast_path_keeps_admission_order_when_a_decode_joins_after_a_prefill():
     assert fast.itl == slow.itl
 
 
+def test_a_recompute_ending_in_a_one_token_chunk_is_timed_alike_on_both_paths():
+    """Found by the property above: a preempted request recomputes its 38 + 11 tokens in
+    chunks of 16, 16, 16, 1. The general path counted the last one-token chunk as a decode
+    (priced as one, and its token's ITL as one step), the fast path as prompt (its token's
+    ITL the whole gap since the token before the preemption, 0.18 s). Both now count it as
+    prompt, and the gap is kept: a user waits it."""
+    inst = instance_with_blocks(
+        30, max_num_batched_tokens=16, max_num_seqs=1, enable_chunked_prefill=True
+    )
+    cfg = ServingConfig.disaggregated(MODEL, inst, inst, num_prefill=1, num_decode=1)
+    prompts = [1, 1, 38, 1, 1, 1, 17, 17, 33, 33, 33, 33, 49, 49] + [1] * 10
+    outputs = [1, 31, 12] + [2] * 11 + [1] * 10
+    wl = Workload(np.zeros(24), np.array(prompts), np.array(outputs))
+    fast = simulate(wl, cfg, CheckingSource(16, 1), check_invariants=True)
+    slow = simulate(wl, cfg, CheckingSource(16, 1), force_general=True, check_invariants=True)
+    assert fast.num_preemptions[2] == slow.num_preemptions[2] == 1
+    np.testing.assert_allclose(fast.e2e_s, slow.e2e_s, rtol=1e-12)
+    assert fast.itl == slow.itl
+    assert slow.itl.max > 20 * LAT.base_s  # the preemption's gap, not one step
+
+
 def test_littles_law_on_steady_poisson_load():
     wl = synthetic_workload(
         3000, 4.0, input_lengths=LognormalLength(500, 0.5),
