@@ -171,9 +171,9 @@ def query_openapi(model: type) -> dict[str, Any]:
     when it writes the document)."""
     schema = TypeAdapter(model).json_schema()
     required = set(schema.get("required", ()))
-    parameters = []
-    for name, field in schema["properties"].items():
-        parameters.append(
+    return {
+        "parameters": [
             {"name": name, "in": "query", "required": name in required, "schema": field}
-        )
-    return {"parameters": parameters}
+            for name, field in schema["properties"].items()
+        ]
+    }

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, defer
 
 from optimizer.search import TuneOutcome, TuneProgress, TuneRequest
+from storage.changes import UNCOUNTED_COLUMNS
 from storage.codec import from_json, from_json_shared, to_json
 from storage.models import JobRow
 from storage.recommendations import save_recommendation
@@ -104,11 +105,12 @@ def enqueue_job(
 
 # A job's description never needs its result, the largest document (the whole Pareto
 # front with launch commands, tens of kilobytes): read only for the result itself. Nor
-# the lease's expiry, which heartbeats change and no counter sees (storage.changes): a
-# read naming it would be read again after every commit.
-_WITHOUT_RESULT = (defer(JobRow.result), defer(JobRow.lease_expires_at))
+# the columns no change counter sees (the lease's expiry, which heartbeats move; see
+# storage.changes): a read naming one would be read again after every commit.
+_UNDESCRIBED = ("result", *UNCOUNTED_COLUMNS)
+_WITHOUT_RESULT = tuple(defer(getattr(JobRow, name)) for name in _UNDESCRIBED)
 # The description by id as a plain select (no ORM identity bookkeeping: ~0.1 ms less).
-_DESCRIPTION = tuple(c for c in JobRow.__table__.c if c.name not in ("result", "lease_expires_at"))
+_DESCRIPTION = tuple(c for c in JobRow.__table__.c if c.name not in _UNDESCRIBED)
 _BY_ID = JobRow.__table__.c.id == sa.bindparam("id")
 _JOB_BY_ID = sa.select(*_DESCRIPTION).where(_BY_ID)
 
