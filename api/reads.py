@@ -40,8 +40,12 @@ changed since they were computed, exactly, never stale:
 
 - SQLite: `PRAGMA data_version` on the reader's connection, which changes whenever
   any other connection (this process's writers, a worker, the CLI) commits to the
-  file; read once per turn of the event loop (`_sqlite_version`). Any commit changes
-  every answer's version.
+  file, and the tables' change counters (`storage.changes`) read after it when it
+  has changed (`SqliteVersion`); read once per turn of the event loop
+  (`_sqlite_version`). A miss notes the SQL it ran, hence the tables it read, and
+  its answer stands while no commit has happened since, or while the counters of
+  the tables it read are unchanged: a worker's progress report to `jobs` leaves
+  the answers read from `traces` standing, and its heartbeat every answer.
 - PostgreSQL: `pg_current_snapshot()` with the tables' change counters
   (`storage.changes`) read after it in the same statement, and before it by the
   previous such read (`PgVersion`), over an
@@ -72,6 +76,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 from collections.abc import Callable, Hashable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -86,7 +91,13 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from api.problems import NOT_FOUND_ERRORS, ApiError
-from storage.changes import COUNTED_TABLES_SQL, counter_columns, tables_read
+from storage.changes import (
+    COUNTED_TABLES_SQL,
+    SQLITE_COUNTED_TABLES_SQL,
+    counter_columns,
+    sqlite_counters_sql,
+    tables_read,
+)
 from storage.db import READ_ONLY, connect_reader, is_sqlite, read_scope
 from storage.service_records import Principal
 
@@ -180,6 +191,34 @@ class PgVersion:
                 return False
             at = self.names.index(table)
             if later.after[at] != self.before[at]:
+                return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class SqliteVersion:
+    """SQLite's version: `PRAGMA data_version` on the reader's connection, which changes
+    whenever another connection commits, and the change counters of the tables `names`
+    (`storage.changes`; none before migration 0090) read after it."""
+
+    data_version: int
+    names: tuple[str, ...] = ()
+    counters: tuple[int, ...] = ()
+
+    def unchanged_at(self, later: SqliteVersion, tables: frozenset[str] | None) -> bool:
+        """True when the tables `tables` (None: every table) hold the same committed rows
+        at `later`, read after this version, as at this one: no commit at all in between
+        (the same data version), or none to those tables (the same counters: a counter is
+        written in the transaction that writes its table, and commits one at a time)."""
+        if later.data_version == self.data_version:
+            return True
+        if tables is None or not self.counters or later.names != self.names:
+            return False
+        for table in tables:
+            if table not in self.names:
+                return False
+            at = self.names.index(table)
+            if later.counters[at] != self.counters[at]:
                 return False
         return True
 
@@ -292,7 +331,12 @@ class Reader:
         if is_sqlite(engine):
             self._connection = connect_reader(engine, busy_timeout_ms=SQLITE_READ_BUSY_TIMEOUT_MS)
             self._raw = self._connection.connection.driver_connection
-            self._turn_version: int | None = None  # read in this turn of the loop
+            self._turn_version: SqliteVersion | None = None  # read in this turn of the loop
+            self._last_version: SqliteVersion | None = None  # the last one read
+            self._sqlite_counted, self._counters_sql = self._sqlite_counted_tables()
+            self._sqlite_counted_set = frozenset(self._sqlite_counted)
+            if self._sqlite_counted:  # the statements each miss runs: the tables it read
+                event.listen(self._connection, "before_cursor_execute", _note_statement)
             event.listen(engine, "commit", self._committed)
         else:
             from sqlalchemy.ext.asyncio import create_async_engine
@@ -352,9 +396,9 @@ class Reader:
 
     def unchanged(self, old: object, now: object, tables: frozenset[str] | None = None) -> bool:
         """True when what was read at the earlier version `old` from `tables` (None: from
-        any table) is the same at version `now` (SQLite: the same `data_version`, for every
-        table; PostgreSQL: `PgVersion.unchanged_at`)."""
-        return old.unchanged_at(now, tables) if isinstance(old, PgVersion) else old == now
+        any table) is the same at version `now` (`SqliteVersion.unchanged_at`,
+        `PgVersion.unchanged_at`)."""
+        return old.unchanged_at(now, tables)
 
     async def version(self) -> object | None:
         """The database's version now (see the module docstring): read after this call
@@ -363,20 +407,41 @@ class Reader:
             return self._sqlite_version()
         return await self._pg_version()
 
-    def _sqlite_version(self) -> int:
-        """`PRAGMA data_version`, read once per turn of the event loop (each read takes and
-        drops a WAL read lock: ~30 us of system calls on a virtual machine). Every request
-        served in a turn arrived before it began (the loop polls its sockets between
-        turns), so a version read in the turn is read after the request arrived, as
-        `version` promises; `_end_turn`, queued with `call_soon` when the version is read,
-        runs before anything that arrives later. A commit through this process's engine
-        drops it at once (`_drop_turn_version`): a read after its own write sees it."""
+    def _sqlite_version(self) -> SqliteVersion:
+        """`PRAGMA data_version`, and the change counters after it when it has changed,
+        read once per turn of the event loop (each read takes and drops a WAL read lock:
+        ~30 us of system calls on a virtual machine). Every request served in a turn
+        arrived before it began (the loop polls its sockets between turns), so a version
+        read in the turn is read after the request arrived, as `version` promises;
+        `_drop_turn_version`, queued with `call_soon` when the version is read, runs
+        before anything that arrives later. A commit through this process's engine drops
+        it at once (`_committed`): a read after its own write sees it. While the data
+        version stands no commit has happened since the counters were read (after it),
+        so they stand too."""
         version = self._turn_version
         if version is None:
-            version = self._raw.execute("PRAGMA data_version").fetchone()[0]
+            data_version = self._raw.execute("PRAGMA data_version").fetchone()[0]
+            version = self._last_version
+            if version is None or version.data_version != data_version:
+                version = self._last_version = self._sqlite_counters(data_version)
             self._turn_version = version
             asyncio.get_running_loop().call_soon(self._drop_turn_version)
         return version
+
+    def _sqlite_counted_tables(self) -> tuple[tuple[str, ...], str]:
+        """The tables whose changes SQLite counts (none before migration 0090), and the
+        statement that reads their counters."""
+        try:
+            counted = tuple(name for (name,) in self._raw.execute(SQLITE_COUNTED_TABLES_SQL))
+        except sqlite3.OperationalError:  # no counters table
+            return (), ""
+        return counted, sqlite_counters_sql(counted)
+
+    def _sqlite_counters(self, data_version: int) -> SqliteVersion:
+        if not self._sqlite_counted:
+            return SqliteVersion(data_version)
+        counters = self._raw.execute(self._counters_sql).fetchone()
+        return SqliteVersion(data_version, self._sqlite_counted, counters)
 
     def _drop_turn_version(self) -> None:
         self._turn_version = None
@@ -421,8 +486,17 @@ class Reader:
         self._kept[key] = kept
 
     def _sqlite_read(self, version: object, work: Callable[[Session], Any]) -> _Kept:
-        with read_scope(self._connection) as session:
-            return self._compute(version, work, session)
+        """`work`'s answer, with the tables its statements read (None without counters)."""
+        info = self._connection.info
+        statements = info[_STATEMENTS] = []
+        try:
+            with read_scope(self._connection) as session:
+                kept = self._compute(version, work, session)
+        finally:
+            del info[_STATEMENTS]
+        if self._sqlite_counted:
+            kept.tables = tables_read(statements, self._sqlite_counted_set)
+        return kept
 
     # -- PostgreSQL ----------------------------------------------------------------------
     async def _pg_read(self, work: Callable[[Session], T]) -> T:

@@ -27,10 +27,8 @@
    list), so nothing kept by an earlier sweep serves it. Then one mixed phase over
    all of them at once, and the same mix twice more while another process commits
    a worker's write to one job every `--churn-ms` ms (default 10): its lease
-   heartbeat (`lease_expires_at`; on PostgreSQL no kept read depends on it, on
-   SQLite, where the whole database has one version, every read is computed
-   again), then its progress (on PostgreSQL the reads of `jobs` are computed again;
-   on SQLite every read). The sweep is
+   heartbeat (`lease_expires_at`: no kept read depends on it), then its progress
+   (the reads of `jobs` are computed again). The sweep is
    run `--repeats` times; the table shows the medians of p50/p99 and PASS/MISS
    against p99 <= 50 ms.
 
@@ -273,10 +271,8 @@ WRITES = {CHURN: "heartbeat", PROGRESS: "progress"}
 
 def commits(url: str, interval: float, what: str) -> None:
     """Commit a worker's write to one job every `interval` s until killed: its lease
-    heartbeat (`lease_expires_at`, which no answer shows: on PostgreSQL the kept reads
-    stand, on SQLite every commit changes the one version) or its progress (shown by the
-    job's answers: on PostgreSQL the reads of `jobs` are computed again, on SQLite every
-    read)."""
+    heartbeat (`lease_expires_at`, which no answer shows: the kept reads stand) or its
+    progress (shown by the job's answers: the reads of `jobs` are computed again)."""
     from datetime import UTC, datetime, timedelta
 
     from optimizer.search import TuneProgress

@@ -1,22 +1,34 @@
-"""Per-table change counters on PostgreSQL: which tables a commit may have changed.
+"""Per-table change counters: which tables a commit may have changed.
 
-Migration 0070 gives every table a sequence `servetune_changes_<table>` and a
-statement-level trigger (`servetune_changes`, after INSERT, UPDATE, DELETE and
-TRUNCATE) that advances it. Any writer moves them (the API, a worker, the CLI, a
-person at psql): a trigger cannot be bypassed by going around the ORM. A sequence
-is not transactional, so concurrent writers never wait for each other on it, and
-its value moves when the statement runs, before the commit (`api.reads.PgVersion`
-reads the counters on both sides of a snapshot for that reason). Only the
-triggers may set these sequences: one moved back by hand (`setval`, `ALTER
-SEQUENCE ... RESTART`) could make a changed table look unchanged. SQLite has no
-statement-level triggers (one per row would tax every bulk upload), so there the
-whole database has one version (`PRAGMA data_version`).
+PostgreSQL: migration 0070 gives every table a sequence `servetune_changes_<table>`
+and a statement-level trigger (`servetune_changes`, after INSERT, UPDATE, DELETE
+and TRUNCATE) that advances it. A sequence is not transactional, so concurrent
+writers never wait for each other on it, and its value moves when the statement
+runs, before the commit (`api.reads.PgVersion` reads the counters on both sides of
+a snapshot for that reason). Only the triggers may set these sequences: one moved
+back by hand (`setval`, `ALTER SEQUENCE ... RESTART`) could make a changed table
+look unchanged.
+
+SQLite: migration 0090 gives every table a row of `servetune_changes` (name,
+changes) and row-level triggers (`servetune_changes_<table>_<event>`, after
+INSERT, UPDATE and DELETE; SQLite has no statement-level ones) that add one to it
+per row written. The row is written in the writer's own transaction: it commits or
+rolls back with the change it counts, and the database has one writer at a time,
+so two reads of the counters see every commit in between (`api.reads.SqliteVersion`).
+Two tables written in bulk have none there, `trace_requests` and `kernel_samples`:
+a counter update per row made storing a 1M-row trace take twice as long. A read
+naming one depends on every commit; the API's hot reads name neither (a trace's
+stats and a profile's per-operator summary are stored on their parent rows).
+
+Either way any writer moves them (the API, a worker, the CLI, a person at psql or
+sqlite3): a trigger cannot be bypassed by going around the ORM.
 
 One column is not counted: `jobs.lease_expires_at`, which a worker's heartbeat
 updates every few seconds per running job and no answer of the API shows. On
-`jobs`, an update moves the counter only when it changes some other column (a
-row trigger compares the rows without it, migration 0080), so heartbeats leave
-the API's kept job reads standing.
+`jobs`, an update moves the counter only when it changes some other column
+(PostgreSQL: a row trigger compares the rows without it, migration 0080; SQLite:
+the update trigger names every other column, 0090), so heartbeats leave the API's
+kept job reads standing.
 
 `tables_read(statements, counted)` names the tables some SQL statements read, by
 their names as words of the SQL: an over-approximation (a column sharing a
@@ -34,6 +46,7 @@ from storage.models import Base
 
 TRIGGER = "servetune_changes"
 SEQUENCE_PREFIX = "servetune_changes_"
+SQLITE_TABLE = "servetune_changes"  # SQLite: one row (name, changes) per counted table
 # Columns whose changes no counter sees (see the module docstring): a read naming one is
 # not kept across commits.
 UNCOUNTED_COLUMNS = ("lease_expires_at",)
@@ -87,3 +100,20 @@ COUNTED_TABLES_SQL = (
 def counter_columns(tables: Iterable[str]) -> str:
     """SQL select-list items: each table's change counter, in the order given."""
     return ", ".join(f"(SELECT last_value FROM {sequence_name(t)})" for t in tables)
+
+
+# SQLite: the tables whose changes are counted (a row in the counters table and its three
+# triggers present; none before migration 0090, when the statement fails: no such table).
+SQLITE_COUNTED_TABLES_SQL = (
+    f"SELECT c.name FROM {SQLITE_TABLE} c WHERE (SELECT count(*) FROM sqlite_master m "
+    f"WHERE m.type = 'trigger' AND m.tbl_name = c.name AND m.name IN ("
+    f"'{SQLITE_TABLE}_' || c.name || '_insert', '{SQLITE_TABLE}_' || c.name || '_update', "
+    f"'{SQLITE_TABLE}_' || c.name || '_delete')) = 3 ORDER BY c.name"
+)
+
+
+def sqlite_counters_sql(tables: Iterable[str]) -> str:
+    """SQLite: the counters of `tables`, in the order given, as one row of values."""
+    return "SELECT " + ", ".join(
+        f"(SELECT changes FROM {SQLITE_TABLE} WHERE name = '{t}')" for t in tables
+    )
