@@ -1,5 +1,6 @@
-"""`servetune serve`'s HTTP protocol: a response's head and body in one write, and a
-head with nothing after it (streaming, `100 Continue`) never held back for long."""
+"""`servetune serve`'s HTTP protocol: a response's head and body in one write, a head
+with nothing after it (streaming, `100 Continue`) never held back for long, and the
+requests read together started least recently served connection first."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from api.http_protocol import CoalescingHttpToolsProtocol, HeadWithBodyTransport
+from api.http_protocol import CoalescingHttpToolsProtocol, HeadWithBodyTransport, StartOrder
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
 
@@ -37,6 +38,32 @@ class FakeTransport:
 
     def get_extra_info(self, name: str) -> str:
         return f"extra:{name}"
+
+
+def test_requests_start_at_the_next_turn_least_recently_served_first() -> None:
+    async def main() -> list[str]:
+        order = StartOrder(asyncio.get_running_loop())
+        started: list[str] = []
+
+        def start(name: str, then: tuple[float, str] | None = None):
+            def run() -> None:
+                started.append(name)
+                if then is not None:  # read while this batch starts: the next batch
+                    order.add(then[0], start(then[1]))
+
+            return run
+
+        order.add(3.0, start("c"))
+        order.add(1.0, start("a", then=(0.5, "late")))
+        order.add(2.0, start("b1"))
+        order.add(2.0, start("b2"))  # a tie keeps the order read
+        assert started == []  # not in the step that read them
+        await asyncio.sleep(0)
+        assert started == ["a", "b1", "b2", "c"]
+        await asyncio.sleep(0)
+        return started
+
+    assert asyncio.run(main()) == ["a", "b1", "b2", "c", "late"]
 
 
 def test_head_and_body_of_one_step_are_one_write() -> None:
@@ -106,6 +133,20 @@ async def echo(request: Request) -> Response:
     return Response(await request.body(), media_type="application/octet-stream")
 
 
+_who: list[str] = []
+
+
+async def who(request: Request) -> Response:
+    """Notes which connection (its client port) asked, in the order started."""
+    _who.append(str(request.client.port))
+    return Response(b"", media_type="text/plain")
+
+
+async def block(request: Request) -> Response:
+    time.sleep(0.3)  # holds the event loop: requests sent meanwhile are read together
+    return Response(b"", media_type="text/plain")
+
+
 @pytest.fixture
 def server() -> Iterator[int]:
     import uvicorn
@@ -115,6 +156,8 @@ def server() -> Iterator[int]:
             Route("/small", small),
             Route("/stream", stream),
             Route("/echo", echo, methods=["POST"]),
+            Route("/who", who),
+            Route("/block", block),
         ]
     )
     with socket.socket() as probe:
@@ -199,3 +242,29 @@ def test_100_continue_is_sent_before_the_body_arrives(server: int) -> None:
         sock.sendall(b"hello")
         head, body, _ = _response(sock)
         assert head.startswith(b"HTTP/1.1 200 OK") and body == b"hello"
+
+
+def test_requests_read_together_start_least_recently_served_first(server: int) -> None:
+    """Three connections opened a, b, c; b is then served. While the loop is held, b asks,
+    then c: both are read in one iteration, and c, served longer ago (never), starts
+    first, as it would have arrived first from a client that sends when answered."""
+    ask = b"GET /who HTTP/1.1\r\nhost: t\r\n\r\n"
+    conns = [socket.create_connection(("127.0.0.1", server), timeout=5) for _ in range(3)]
+    try:
+        a, b, c = conns
+        time.sleep(0.05)  # every connection accepted (its time noted) before b is served
+        b.sendall(ask)
+        _response(b)
+        _who.clear()
+        a.sendall(b"GET /block HTTP/1.1\r\nhost: t\r\n\r\n")
+        time.sleep(0.1)  # the loop is now held by /block
+        b.sendall(ask)
+        time.sleep(0.02)
+        c.sendall(ask)
+        for sock in conns:
+            _response(sock)
+        ports = {str(sock.getsockname()[1]): name for sock, name in zip(conns, "abc", strict=True)}
+        assert [ports[port] for port in _who] == ["c", "b"]
+    finally:
+        for sock in conns:
+            sock.close()
