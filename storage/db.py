@@ -48,10 +48,10 @@ def _sqlite_begin(conn) -> None:
     # transaction takes no lock: in WAL mode it reads a snapshot and neither waits for
     # the writer nor blocks it (under load, readers queueing for the write lock starve
     # in SQLite's sleeping busy handler: seconds, up to the 30 s busy timeout).
-    if conn.get_execution_options().get(READ_ONLY):
-        conn.exec_driver_sql("BEGIN")
-    else:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    # Straight on the driver's connection: through `exec_driver_sql` (a cursor, an
+    # execution context, a result) it cost ~40% of a one-statement read's overhead.
+    begin = "BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE"
+    conn.connection.driver_connection.execute(begin)
 
 
 def make_engine(url: str, *, echo: bool = False) -> Engine:
