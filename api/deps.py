@@ -1,9 +1,10 @@
 """Dependencies as named `Annotated` aliases: settings, engine, session, reader, caller,
-paging; and `query_of`, a query string validated as one model."""
+paging; and `query_of`, a query string validated as one model. `caller_of` and
+`query_parser` are the same checks for plain (non-FastAPI) routes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
@@ -104,6 +105,12 @@ async def _principal(
 PrincipalDep = Annotated[Principal, Depends(_principal)]
 
 
+async def caller_of(request: Request) -> Principal:
+    """`PrincipalDep` outside FastAPI's dependency solving (a plain route): the same
+    checks, errors and key cache."""
+    return await _principal(request, await _bearer(request))
+
+
 async def _admin(principal: PrincipalDep) -> Principal:
     if not principal.is_admin:
         raise ApiError(
@@ -147,6 +154,11 @@ def query_of(model: type[T]) -> Any:
     ("query", name)); unknown parameters are ignored, as FastAPI ignores them; a
     repeated one counts once, with its last value, as FastAPI reads it. Document the
     parameters with the route's `openapi_extra=query_openapi(model)`."""
+    return Depends(query_parser(model))
+
+
+def query_parser(model: type[T]) -> Callable[[Request], Awaitable[T]]:
+    """`query_of`'s parser, to call outside FastAPI's dependency solving (a plain route)."""
     adapter = TypeAdapter(model)
 
     async def parse(request: Request) -> T:
@@ -155,7 +167,7 @@ def query_of(model: type[T]) -> Any:
         except ValidationError as exc:
             raise refusal(exc, "query") from None
 
-    return Depends(parse)
+    return parse
 
 
 def refusal(exc: ValidationError, *where: str) -> RequestValidationError:

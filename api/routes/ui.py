@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse
 from pydantic import Field, TypeAdapter, ValidationError
 
 from api.deps import MAX_ID, refusal
+from api.plain import plain_route
 
 router = APIRouter(tags=["ui"], include_in_schema=False)
 # The job id, checked as the API's `IdPath` parameters are.
@@ -43,4 +44,4 @@ async def job_page(request: Request) -> HTMLResponse:
     return HTMLResponse(_page(job_id))
 
 
-router.add_route("/ui/jobs/{job_id}", job_page, methods=["GET"], include_in_schema=False)
+router.routes.append(plain_route("/ui/jobs/{job_id}", job_page, methods=["GET"]))

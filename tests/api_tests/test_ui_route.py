@@ -38,3 +38,13 @@ def test_a_bad_id_is_refused_as_every_id_route_refuses_it(
 def test_other_methods_are_not_allowed(service: Service) -> None:
     assert service.client.post("/ui/jobs/42").status_code == 405
     assert service.client.get("/ui/jobs/42/x").status_code == 404
+
+
+def test_the_metrics_name_the_page_by_its_route(service: Service) -> None:
+    """A plain route names itself in the scope, as FastAPI's routes are named."""
+    service.client.get("/ui/jobs/42")
+    service.client.get("/ui/jobs/0")
+    metrics = service.client.get("/metrics").text
+    assert 'method="GET",route="/ui/jobs/{job_id}",status="200"} 1' in metrics
+    assert 'method="GET",route="/ui/jobs/{job_id}",status="422"} 1' in metrics
+    assert "(unmatched)" not in metrics

@@ -1,0 +1,97 @@
+"""The latest recommendation is served by a plain route in front of its documented FastAPI
+route (`api.routes.recommendations.latest_served`): the two answer every kind of request
+alike, status, headers and body, checks in the same order."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+
+import api.routes.recommendations as recommendations
+from tests.api_tests.conftest import Service
+from tests.api_tests.test_api_cache import _store_recommendation
+from tests.api_tests.test_api_kept_reads import _fastpath
+
+URL = "/v1/recommendations/latest"
+QUERIES = [
+    "",
+    "?model=llama-3.1-8b",
+    "?model=llama-3.1-8b&gpu=h100&num_gpus=8&slo_ttft_ms=300&slo_tpot_ms=50",
+    "?model=other",  # no match: 404
+    "?stream=prod&trace_id=1",  # both: 422 of the route's own
+    "?num_gpus=0",
+    "?num_gpus=abc&model=&trace_id=x",
+    "?model=a&model=llama-3.1-8b&unknown=1",  # the last value counts; unknown ignored
+    "?slo_ttft_ms=nan",
+]
+
+
+@contextlib.contextmanager
+def _documented_route_only() -> Iterator[None]:
+    """The plain route taken out of the router for a while."""
+    routes = recommendations.router.routes
+    at = routes.index(recommendations._served)
+    routes.pop(at)
+    recommendations.router._mark_routes_changed()  # (FastAPI >= 0.16x caches its routes)
+    try:
+        yield
+    finally:
+        routes.insert(at, recommendations._served)
+        recommendations.router._mark_routes_changed()
+
+
+def _asked(service: Service, method: str, path: str, headers: dict) -> tuple:
+    """One request with nothing kept from earlier ones: (status, headers, body)."""
+    _fastpath(service)._answers.clear()
+    service.client.app.state.reader._kept.clear()
+    service.client.app.state.key_cache.clear()
+    r = service.client.request(method, path, headers=headers)
+    return r.status_code, sorted(r.headers.items()), r.content
+
+
+def test_the_plain_route_answers_as_the_documented_route(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _store_recommendation(service.url, "a")
+    served = []
+    caller_of = recommendations.caller_of
+
+    async def counted(request):
+        served.append(request.url.path)
+        return await caller_of(request)
+
+    monkeypatch.setattr(recommendations, "caller_of", counted)
+    callers = {
+        "a": service.auth(service.key_a),
+        "b": service.auth(service.key_b),
+        "unknown": service.auth("st_" + "0" * 40),
+        "basic": {"Authorization": f"Basic {service.key_a}"},
+        "none": {},
+    }
+    compared = 0
+    for method in ("GET", "HEAD", "POST", "DELETE"):
+        for query in QUERIES:
+            for name, headers in callers.items():
+                asked = len(served)
+                plain = _asked(service, method, URL + query, headers)
+                assert len(served) == asked + (method == "GET"), (method, query, name)
+                with _documented_route_only():
+                    documented = _asked(service, method, URL + query, headers)
+                assert len(served) == asked + (method == "GET")
+                assert plain == documented, (method, query, name)
+                compared += 1
+    statuses = {_asked(service, "GET", URL + q, h)[0] for q in QUERIES for h in callers.values()}
+    assert statuses == {200, 401, 404, 422}  # every kind of answer was compared
+    assert compared == 4 * len(QUERIES) * len(callers)
+
+
+def test_the_documented_route_stays_in_the_openapi_document(service: Service) -> None:
+    spec = service.client.get("/openapi.json").json()
+    operation = spec["paths"][URL]["get"]
+    assert [p["name"] for p in operation["parameters"]] == [
+        "trace_id", "stream", "model", "gpu", "num_gpus", "slo_ttft_ms", "slo_tpot_ms",
+    ]  # fmt: skip
+    assert operation["security"] == [{"HTTPBearer": []}]
+    assert set(operation["responses"]) == {"200", "401", "404", "422"}
