@@ -186,13 +186,7 @@ class PgVersion:
             return False
         if now.xmax < then.xmax or any(t not in now.xip for t in then.xip):
             return False  # not later, or a transaction running at this version has ended
-        for table in tables:
-            if table not in self.names:
-                return False
-            at = self.names.index(table)
-            if later.after[at] != self.before[at]:
-                return False
-        return True
+        return _same_counters(tables, self.names, self.before, later.after)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,13 +208,21 @@ class SqliteVersion:
             return True
         if tables is None or not self.counters or later.names != self.names:
             return False
-        for table in tables:
-            if table not in self.names:
-                return False
-            at = self.names.index(table)
-            if later.counters[at] != self.counters[at]:
-                return False
-        return True
+        return _same_counters(tables, self.names, self.counters, later.counters)
+
+
+def _same_counters(
+    tables: frozenset[str], names: tuple[str, ...], old: tuple[int, ...], new: tuple[int, ...]
+) -> bool:
+    """True when every table of `tables` has a counter (`names`) and it is the same in
+    `old` and `new`."""
+    for table in tables:
+        if table not in names:
+            return False
+        at = names.index(table)
+        if new[at] != old[at]:
+            return False
+    return True
 
 
 @dataclass(slots=True)

@@ -37,6 +37,35 @@ def test_tables_read_are_named_as_words_of_the_sql() -> None:
     assert tables_read([select, joined], frozenset({"traces", "jobs"})) is None
 
 
+def _new_trace(engine, content_hash: str = "h") -> None:
+    with session_scope(engine) as s:
+        store_trace(
+            s, name="t", source_format=TraceFormat.AZURE, content_hash=content_hash,
+            columns=make_columns(20), stats=make_stats(20),
+        )  # fmt: skip
+
+
+def _sql(statement: str):
+    """A change: `statement` run and committed."""
+
+    def run(engine) -> None:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(statement)
+
+    return run
+
+
+def _rolled_back(engine) -> None:
+    with engine.connect() as conn:
+        conn.exec_driver_sql("UPDATE traces SET name = 'x'")
+        conn.rollback()
+
+
+def _only_reads(engine) -> None:
+    with read_scope(engine) as s:
+        s.execute(sa.text("SELECT count(*) FROM traces")).scalar()
+
+
 def _counters(engine) -> dict[str, int]:
     """Every counted table's counter, read as `api.reads.Reader` reads them."""
     with engine.connect() as conn:
@@ -66,39 +95,16 @@ def test_every_write_moves_its_tables_counter_on_postgresql(postgres_url: str) -
         with session_scope(engine) as s:
             create_key(s, project="p")
 
-    def new_trace(engine) -> None:
-        with session_scope(engine) as s:
-            store_trace(
-                s, name="t", source_format=TraceFormat.AZURE, content_hash="h",
-                columns=make_columns(20), stats=make_stats(20),
-            )  # fmt: skip
-
-    def sql(statement: str):
-        def run(engine) -> None:
-            with engine.begin() as conn:
-                conn.exec_driver_sql(statement)
-
-        return run
-
-    def rolled_back(engine) -> None:
-        with engine.connect() as conn:
-            conn.exec_driver_sql("UPDATE api_keys SET name = 'x'")
-            conn.rollback()
-
-    def only_reads(engine) -> None:
-        with read_scope(engine) as s:
-            s.execute(sa.text("SELECT count(*) FROM traces")).scalar()
-
     assert _moved(engine, new_key) == {"api_keys"}
-    assert _moved(engine, new_trace) == {"traces", "trace_requests"}
-    assert _moved(engine, sql("UPDATE api_keys SET name = name || '~'")) == {"api_keys"}
+    assert _moved(engine, _new_trace) == {"traces", "trace_requests"}
+    assert _moved(engine, _sql("UPDATE api_keys SET name = name || '~'")) == {"api_keys"}
     # Counted per statement, even one that matches no row.
-    assert _moved(engine, sql("UPDATE schedules SET name = 'x' WHERE false")) == {"schedules"}
-    assert _moved(engine, sql("DELETE FROM traces")) == {"traces", "trace_requests"}  # cascade
-    assert _moved(engine, sql("TRUNCATE schedules CASCADE")) >= {"schedules"}
-    assert _moved(engine, rolled_back) == {"api_keys"}  # counted anyway: never missed
-    assert _moved(engine, only_reads) == set()
-    new_trace(engine)
+    assert _moved(engine, _sql("UPDATE schedules SET name = 'x' WHERE false")) == {"schedules"}
+    assert _moved(engine, _sql("DELETE FROM traces")) == {"traces", "trace_requests"}  # cascade
+    assert _moved(engine, _sql("TRUNCATE schedules CASCADE")) >= {"schedules"}
+    assert _moved(engine, _rolled_back) == {"traces"}  # counted anyway: never missed
+    assert _moved(engine, _only_reads) == set()
+    _new_trace(engine)
     with session_scope(engine) as s:
         (trace_id,) = s.execute(sa.text("SELECT id FROM traces")).scalars()
 
@@ -146,28 +152,23 @@ def test_a_jobs_update_is_counted_unless_it_only_moves_the_lease(db_url: str) ->
         with session_scope(engine) as s:
             assert report_progress(s, claims[-1], TuneProgress(1, 5))
 
-    def sql(statement: str):
-        def run(engine) -> None:
-            with engine.begin() as conn:
-                conn.exec_driver_sql(statement)
-
-        return run
-
     with engine.begin() as conn:  # only this test's job, whatever other tests left
         conn.exec_driver_sql("UPDATE jobs SET status = 'cancelled' WHERE status = 'queued'")
     assert _moved(engine, enqueue) == {"jobs"}
     assert _moved(engine, claim) == {"jobs"} and claims[-1] is not None
     assert _moved(engine, heartbeat) == set()
-    assert _moved(engine, sql(f"UPDATE jobs SET lease_expires_at = {now}")) == set()
+    assert _moved(engine, _sql(f"UPDATE jobs SET lease_expires_at = {now}")) == set()
     assert _moved(engine, progress) == {"jobs"}
     # No value changed: PostgreSQL compares the rows; SQLite counts the columns set.
-    assert _moved(engine, sql("UPDATE jobs SET status = status")) == ({"jobs"} if sqlite else set())
-    assert _moved(engine, sql("UPDATE jobs SET status = 'x' WHERE 1 = 0")) == set()
+    assert _moved(engine, _sql("UPDATE jobs SET status = status")) == (
+        {"jobs"} if sqlite else set()
+    )
+    assert _moved(engine, _sql("UPDATE jobs SET status = 'x' WHERE 1 = 0")) == set()
     one = "(SELECT min(id) FROM jobs)"
     assert _moved(
-        engine, sql(f"UPDATE jobs SET lease_expires_at = {now}, error = 'e' WHERE id = {one}")
+        engine, _sql(f"UPDATE jobs SET lease_expires_at = {now}, error = 'e' WHERE id = {one}")
     ) == {"jobs"}
-    assert "jobs" in _moved(engine, sql(f"DELETE FROM jobs WHERE id = {one}"))  # (+ cascade)
+    assert "jobs" in _moved(engine, _sql(f"DELETE FROM jobs WHERE id = {one}"))  # (+ cascade)
     engine.dispose()
 
 
@@ -186,41 +187,18 @@ def test_every_write_moves_its_tables_counter_on_sqlite(tmp_path) -> None:
     # every table of the schema has one but the two written in bulk
     assert set(_counters(engine)) == ALL - {"trace_requests", "kernel_samples"}
 
-    def new_trace(engine, content_hash: str = "h") -> None:
-        with session_scope(engine) as s:
-            store_trace(
-                s, name="t", source_format=TraceFormat.AZURE, content_hash=content_hash,
-                columns=make_columns(20), stats=make_stats(20),
-            )  # fmt: skip
-
-    def sql(statement: str):
-        def run(engine) -> None:
-            with engine.begin() as conn:
-                conn.exec_driver_sql(statement)
-
-        return run
-
-    def rolled_back(engine) -> None:
-        with engine.connect() as conn:
-            conn.exec_driver_sql("UPDATE traces SET name = 'x'")
-            conn.rollback()
-
-    def only_reads(engine) -> None:
-        with read_scope(engine) as s:
-            s.execute(sa.text("SELECT count(*) FROM traces")).scalar()
-
     with session_scope(engine) as s:
         create_key(s, project="p")
     before = _counters(engine)
-    new_trace(engine)
+    _new_trace(engine)
     after = _counters(engine)
     assert after["traces"] == before["traces"] + 1
     assert after["api_keys"] == before["api_keys"]
-    assert _moved(engine, sql("UPDATE api_keys SET name = name || '~'")) == {"api_keys"}
+    assert _moved(engine, _sql("UPDATE api_keys SET name = name || '~'")) == {"api_keys"}
     # Per row: an update matching no row writes nothing, and moves nothing.
-    assert _moved(engine, sql("UPDATE schedules SET name = 'x' WHERE 0")) == set()
-    assert _moved(engine, rolled_back) == set()  # rolled back with the change it counted
-    assert _moved(engine, only_reads) == set()
+    assert _moved(engine, _sql("UPDATE schedules SET name = 'x' WHERE 0")) == set()
+    assert _moved(engine, _rolled_back) == set()  # rolled back with the change it counted
+    assert _moved(engine, _only_reads) == set()
     (trace_id,) = _rows(engine, "SELECT id FROM traces")
 
     def deleted(engine) -> None:
@@ -228,10 +206,10 @@ def test_every_write_moves_its_tables_counter_on_sqlite(tmp_path) -> None:
             delete_trace(s, trace_id)
 
     assert _moved(engine, deleted) == {"traces"}
-    new_trace(engine, "h1")
-    new_trace(engine, "h2")
+    _new_trace(engine, "h1")
+    _new_trace(engine, "h2")
     before = _counters(engine)
-    sql("DELETE FROM traces")(engine)
+    _sql("DELETE FROM traces")(engine)
     assert _counters(engine)["traces"] == before["traces"] + 2  # one per row
     # A read of a table written in bulk (no counter) depends on every commit.
     rows = "SELECT trace_requests.arrival_s FROM trace_requests"
