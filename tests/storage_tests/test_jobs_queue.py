@@ -93,3 +93,64 @@ def test_cancel_queued_and_flag_running(engine) -> None:
         running = request_cancel(s, a)
         assert running.status is JobStatus.RUNNING and running.cancel_requested
         assert renew_lease(s, claim, lease_s=10).cancel_requested is True
+
+
+def test_job_records_read_as_rows_equal_those_of_the_orm(engine) -> None:
+    """`get_job` and `list_jobs` build each record once per distinct row, from the JSON
+    documents' stored text (`storage.jobs._described`): the records equal those built
+    from the ORM's rows, for jobs in every state, and follow every change at once."""
+    import sqlalchemy as sa
+
+    from storage.jobs import _info, get_result_text, list_jobs
+    from storage.models import JobRow
+    from storage.service_records import JobKind, WindowSummary
+    from tests.api_tests.fakes import fake_outcome
+
+    window = WindowSummary(
+        trace_ids=(3, 4), num_requests=1200, mean_rate=0.333, input_mean=812.25,
+        input_p90=2048.0, output_mean=190.0, output_p90=512.5,
+    )  # fmt: skip
+    with session_scope(engine) as s:
+        enqueue_job(s, project="p", params=PARAMS)
+        enqueue_job(s, project="p", params=PARAMS, window=window, schedule_id=7,
+                    trigger_reason="rate drift 31%", kind=JobKind.TUNING)  # fmt: skip
+        enqueue_job(s, project="q", params=PARAMS)
+    running = _claim(engine, "w1")
+    with session_scope(engine) as s:
+        progress = TuneProgress(3, 9, best_goodput_per_gpu=0.75, eta_s=12.5)
+        assert report_progress(s, running, progress)
+    finished = _claim(engine, "w2")
+    with session_scope(engine) as s:
+        finish_job(s, finished, status=JobStatus.SUCCEEDED, outcome=fake_outcome(PARAMS, 2))
+    with session_scope(engine) as s:
+        request_cancel(s, _enqueue(engine)[0])
+
+    def orm_records(project: str | None) -> list:
+        with session_scope(engine) as s:
+            query = sa.select(JobRow).order_by(JobRow.id.desc())
+            if project is not None:
+                query = query.where(JobRow.project == project)
+            return [_info(row) for row in s.scalars(query)]
+
+    def records(project: str | None) -> list:
+        with session_scope(engine) as s:
+            listed = list_jobs(s, project=project)
+            assert listed == [get_job(s, job.id) for job in listed]
+            return listed
+
+    for project in ("p", "q", None):
+        assert records(project) == orm_records(project)
+    assert {job.status for job in records(None)} == {
+        JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.CANCELLED,
+    }  # fmt: skip
+    with session_scope(engine) as s:
+        assert get_result_text(s, finished.job.id).startswith("{")
+    # A change to one job shows at once, the others' records shared with the last read.
+    before = records(None)
+    with session_scope(engine) as s:
+        assert report_progress(s, running, TuneProgress(4, 9, best_goodput_per_gpu=0.8))
+    after = records(None)
+    assert after == orm_records(None)
+    changed = [a for a, b in zip(after, before, strict=True) if a is not b]
+    assert [job.id for job in changed] == [running.job.id]
+    assert changed[0].progress.trials_done == 4
