@@ -20,7 +20,7 @@ import functools
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields, is_dataclass
 from enum import StrEnum
 
@@ -46,17 +46,7 @@ def to_plain(value: object) -> object:
 
 def from_plain(cls: type, data: object, where: str) -> object:
     """`cls` built from plain `data` read at `where` (the dotted path in errors)."""
-    if not isinstance(data, Mapping):
-        raise PlainDataError(f"{where}: expected a mapping, got {type(data).__name__} {data!r}")
-    hints, settable, derived = _layout(cls)
-    unknown = sorted(set(data) - set(settable) - derived)
-    if unknown:
-        raise PlainDataError(f"{where}: unknown keys {unknown}; expected some of {settable}")
-    kwargs = {k: _coerce(hints[k], v, f"{where}.{k}") for k, v in data.items() if k not in derived}
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:  # a required field is missing
-        raise PlainDataError(f"{where}: {exc}") from exc
+    return _reader(cls)(data, where)
 
 
 @functools.cache
@@ -72,55 +62,143 @@ def _type_name(value: object) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def _coerce(tp: object, value: object, where: str) -> object:
+Reader = Callable[[object, str], object]
+
+
+@functools.cache
+def _reader(tp: object) -> Reader:
+    """How to read plain values as type `tp`, worked out once per type: a function of
+    (value, where) that returns the value read or raises `PlainDataError` naming
+    `where`. (Working out a type's kind on every value took most of a document's
+    reading time.)"""
     origin = typing.get_origin(tp)
     if isinstance(tp, types.UnionType) or origin is typing.Union:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None:
-            return None
-        (tp,) = args
-        origin = typing.get_origin(tp)
+        return _optional(args[0]) if len(args) == 1 else _unsupported(tp)
     if tp is typing.Any:
-        return value
+        return _as_is
     if origin is tuple:
         args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return _tuple_of(args[0])
+        return _fixed_tuple(args)
+    if origin in (dict, collections.abc.Mapping):
+        return _mapping
+    if isinstance(tp, type) and issubclass(tp, StrEnum):
+        return _enum(tp)
+    if isinstance(tp, type) and is_dataclass(tp):
+        return _dataclass(tp)
+    return _SCALARS.get(tp) or _unsupported(tp)
+
+
+def _optional(tp: object) -> Reader:
+    def read(value: object, where: str) -> object:
+        return None if value is None else inner(value, where)
+
+    inner = _reader(tp)
+    return read
+
+
+def _as_is(value: object, where: str) -> object:
+    return value
+
+
+def _tuple_of(tp: object) -> Reader:
+    item = _reader(tp)
+
+    def read(value: object, where: str) -> object:
         if not isinstance(value, (list, tuple)):
             raise PlainDataError(f"{where}: expected a list, got {_type_name(value)}")
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_coerce(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-        if len(args) != len(value):
-            raise PlainDataError(f"{where}: expected {len(args)} values, got {len(value)}")
-        pairs = enumerate(zip(args, value, strict=True))
-        return tuple(_coerce(a, v, f"{where}[{i}]") for i, (a, v) in pairs)
-    if origin in (dict, collections.abc.Mapping):
-        if not isinstance(value, Mapping):
-            raise PlainDataError(f"{where}: expected a mapping, got {_type_name(value)}")
-        return dict(value)
-    if isinstance(tp, type) and issubclass(tp, StrEnum):
+        return tuple([item(v, f"{where}[{i}]") for i, v in enumerate(value)])
+
+    return read
+
+
+def _fixed_tuple(args: tuple[object, ...]) -> Reader:
+    items = [_reader(a) for a in args]
+
+    def read(value: object, where: str) -> object:
+        if not isinstance(value, (list, tuple)):
+            raise PlainDataError(f"{where}: expected a list, got {_type_name(value)}")
+        if len(items) != len(value):
+            raise PlainDataError(f"{where}: expected {len(items)} values, got {len(value)}")
+        pairs = enumerate(zip(items, value, strict=True))
+        return tuple([item(v, f"{where}[{i}]") for i, (item, v) in pairs])
+
+    return read
+
+
+def _mapping(value: object, where: str) -> object:
+    if not isinstance(value, Mapping):
+        raise PlainDataError(f"{where}: expected a mapping, got {_type_name(value)}")
+    return dict(value)
+
+
+def _enum(tp: type[StrEnum]) -> Reader:
+    def read(value: object, where: str) -> object:
         try:
             return tp(value)
         except ValueError:
             raise PlainDataError(
                 f"{where}: expected one of {[m.value for m in tp]}, got {value!r}"
             ) from None
-    if isinstance(tp, type) and is_dataclass(tp):
-        return from_plain(tp, value, where)
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise PlainDataError(f"{where}: expected a bool, got {_type_name(value)}")
-        return value
-    if tp is int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise PlainDataError(f"{where}: expected an int, got {_type_name(value)}")
-        return value
-    if tp is float:
-        if value is None:
-            return math.nan
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise PlainDataError(f"{where}: expected a number, got {_type_name(value)}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise PlainDataError(f"{where}: expected a string, got {_type_name(value)}")
-        return value
-    raise PlainDataError(f"{where}: unsupported field type {tp!r}")  # pragma: no cover
+
+    return read
+
+
+def _dataclass(cls: type) -> Reader:
+    hints, settable, derived = _layout(cls)
+    known = frozenset(settable) | derived
+    fields_read: dict[str, Reader] = {}  # on first use: a class may hold its own type
+
+    def read(data: object, where: str) -> object:
+        if not isinstance(data, Mapping):
+            raise PlainDataError(f"{where}: expected a mapping, got {type(data).__name__} {data!r}")
+        if not known.issuperset(data):
+            unknown = sorted(set(data) - known)
+            raise PlainDataError(f"{where}: unknown keys {unknown}; expected some of {settable}")
+        if not fields_read:
+            fields_read.update((k, _reader(hints[k])) for k in settable)
+        kwargs = {k: fields_read[k](v, f"{where}.{k}") for k, v in data.items() if k not in derived}
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:  # a required field is missing
+            raise PlainDataError(f"{where}: {exc}") from exc
+
+    return read
+
+
+def _bool(value: object, where: str) -> object:
+    if not isinstance(value, bool):
+        raise PlainDataError(f"{where}: expected a bool, got {_type_name(value)}")
+    return value
+
+
+def _int(value: object, where: str) -> object:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise PlainDataError(f"{where}: expected an int, got {_type_name(value)}")
+    return value
+
+
+def _float(value: object, where: str) -> object:
+    if value is None:
+        return math.nan
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise PlainDataError(f"{where}: expected a number, got {_type_name(value)}")
+    return float(value)
+
+
+def _str(value: object, where: str) -> object:
+    if not isinstance(value, str):
+        raise PlainDataError(f"{where}: expected a string, got {_type_name(value)}")
+    return value
+
+
+_SCALARS: dict[object, Reader] = {bool: _bool, int: _int, float: _float, str: _str}
+
+
+def _unsupported(tp: object) -> Reader:
+    def read(value: object, where: str) -> object:  # pragma: no cover
+        raise PlainDataError(f"{where}: unsupported field type {tp!r}")
+
+    return read
