@@ -459,10 +459,16 @@ class Reader:
         `api.fastpath` send it again (`ReadLog`) to any caller with that grant. So the
         work must depend on the caller only through its project and admin scope
         (`Principal.project`, `Principal.is_admin`), never on which of its keys called."""
+        self.answering()
+        return json_response(await self.run(work, key=key))
+
+    def answering(self) -> None:
+        """The response being built (or the error raised) is a function of the request and
+        the answers of its kept reads alone, as `response` says: `api.fastpath` may send
+        it again while they stand."""
         log = _LOG.get()
         if log is not None:
             log.answered = True
-        return json_response(await self.run(work, key=key))
 
     async def json(
         self, model: Any, query: Callable[[Session], object], *, key: Hashable
@@ -481,6 +487,10 @@ class Reader:
             self._immutable.clear()
         self._immutable[key] = value
         return value
+
+    def remembered(self, key: Hashable) -> Any | None:
+        """What `remember` holds for `key`; None when it holds nothing."""
+        return self._immutable.get(key)
 
     def _keep(self, key: Hashable, kept: _Kept) -> None:
         if key not in self._kept and len(self._kept) >= self.max_entries:

@@ -1,15 +1,19 @@
 """/v1/recommendations: the latest recommendation for a deployment.
 
 The hot read path (dashboards and deploy scripts poll it): an `async` route whose
-answer, the encoded JSON (or its 404), is a kept read (`api.reads`): computed once
-per (project, filter) while the database is unchanged, and a repeated poll is
-answered before routing by `api.fastpath`. A recommendation a worker writes, in any
+answer, the encoded JSON (or its 404), comes from kept reads (`api.reads`), and a
+repeated poll is answered before routing by `api.fastpath`. The project's
+recommendations are read once while that table is unchanged
+(`storage.recommendations.RecommendationIndex`, up to `INDEX_MAX_ROWS` of them; more:
+one query per set of filters) and each row is encoded once, so a first hit with
+filters never asked before runs no query. A recommendation a worker writes, in any
 process, is served from the next request on.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from datetime import datetime
+from functools import lru_cache, partial
 from typing import Annotated
 
 from fastapi import APIRouter, Request, Response
@@ -30,12 +34,14 @@ from api.deps import (
 )
 from api.plain import plain_route
 from api.problems import ApiError
-from api.reads import Reader
+from api.reads import Reader, json_response
 from api.schemas import Problem
 from storage.recommendations import (
     DeploymentFilter,
+    RecommendationNotFound,
     get_recommendation,
     latest_recommendation_ref,
+    recommendation_index,
 )
 from storage.service_records import Principal, RecommendationInfo
 
@@ -47,14 +53,26 @@ def _adapter() -> TypeAdapter[RecommendationInfo]:
     return TypeAdapter(RecommendationInfo)
 
 
-def _load_latest(reader: Reader, session: Session, project: str, where: DeploymentFilter) -> bytes:
-    # Which row is newest is one indexed query; its encoding is kept per row (rows are
-    # written once), so a first hit with new filters costs no decoding.
-    ref = latest_recommendation_ref(session, project=project, where=where)
+def _encoded(reader: Reader, ref: tuple[int, datetime], session: Session) -> bytes:
+    """The row `ref` names, encoded once (rows are written once and never changed)."""
     return reader.remember(
         ("recommendation", *ref),
         lambda: _adapter().dump_json(get_recommendation(session, ref[0])),
     )
+
+
+def _load_latest(reader: Reader, session: Session, project: str, where: DeploymentFilter) -> bytes:
+    # Which row is newest is one indexed query; its encoding is kept per row.
+    return _encoded(
+        reader, latest_recommendation_ref(session, project=project, where=where), session
+    )
+
+
+def _encoded_if_stored(reader: Reader, ref: tuple[int, datetime], session: Session) -> bytes | None:
+    try:
+        return _encoded(reader, ref, session)
+    except RecommendationNotFound:  # deleted (with its job) since the index was read
+        return None
 
 
 Name = Annotated[str | None, Field(min_length=1, max_length=200, pattern=NAME_PATTERN)]
@@ -126,6 +144,21 @@ async def _latest(reader: Reader, principal: Principal, query: LatestQuery) -> R
         slo_tpot_ms=query.slo_tpot_ms,
     )
     project = principal.project
+    reader.answering()
+    # The project's recommendations are read once while that table stands (a first hit
+    # with new filters then costs no query), and each row they name is encoded once.
+    index = await reader.run(
+        partial(recommendation_index, project=project), key=("recommendation-index", project)
+    )
+    if index is not None:
+        ref = index.latest(where)
+        body = reader.remembered(("recommendation", *ref))
+        if body is None:
+            body = await reader.run(
+                partial(_encoded_if_stored, reader, ref), key=("recommendation", *ref)
+            )
+        if body is not None:
+            return json_response(body)
     return await reader.response(
         lambda session: _load_latest(reader, session, project, where),
         key=("latest-recommendation", project, where),

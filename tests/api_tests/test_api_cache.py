@@ -85,17 +85,19 @@ def test_revoking_through_the_api_takes_effect_at_once(service: Service) -> None
     assert [k["revoked_at"] is not None for k in listed] == [False, True]
 
 
-def _store_recommendation(url: str, project: str) -> int:
+def _store_recommendation(url: str, project: str, **changes) -> int:
+    """A succeeded job's recommendation for `project` (of a stream "prod"; `changes` to the
+    request's parameters), written through its own engine; the job's id."""
     from optimizer.search import TuneRequest
     from storage.db import make_engine, session_scope
     from storage.jobs import claim_job, enqueue_job, finish_job
     from storage.service_records import JobStatus
     from tests.api_tests.fakes import fake_outcome
 
-    params = TuneRequest(
-        model="llama-3.1-8b", gpu_types=("h100",), gpu_budget=8, slo_ttft_ms=2000,
-        slo_tpot_ms=50, stream="prod",
-    )  # fmt: skip
+    params = TuneRequest(**{
+        "model": "llama-3.1-8b", "gpu_types": ("h100",), "gpu_budget": 8, "slo_ttft_ms": 2000,
+        "slo_tpot_ms": 50, "stream": "prod", **changes,
+    })  # fmt: skip
     engine = make_engine(url)
     with session_scope(engine) as s:
         job = enqueue_job(s, project=project, params=params)

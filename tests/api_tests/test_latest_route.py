@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import api.routes.recommendations as recommendations
+import storage.recommendations
 from tests.api_tests.conftest import Service
 from tests.api_tests.test_api_cache import _store_recommendation
 from tests.api_tests.test_api_kept_reads import _fastpath
@@ -95,3 +96,55 @@ def test_the_documented_route_stays_in_the_openapi_document(service: Service) ->
     ]  # fmt: skip
     assert operation["security"] == [{"HTTPBearer": []}]
     assert set(operation["responses"]) == {"200", "401", "404", "422"}
+
+
+FIRST_HITS = [
+    "?stream=prod",
+    "?model=llama-3.1-8b",
+    "?gpu=h100&num_gpus=8",
+    "?slo_ttft_ms=2000&slo_tpot_ms=50.0",
+    "?stream=prod&model=llama-3.1-8b&gpu=h100&num_gpus=8&slo_ttft_ms=2e3&slo_tpot_ms=50",
+    "?gpu=a100",
+    "?num_gpus=4&model=llama-3.1-8b",
+    "?trace_id=7",
+]
+
+
+def test_first_hits_are_answered_from_the_projects_recommendations_in_memory(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a project's recommendations are read, a first hit with new filters runs no
+    query of its own, and each row is read and encoded once; it answers what the query
+    per filter answers, and a recommendation written by another process shows at once."""
+    calls = {"latest_recommendation_ref": 0, "get_recommendation": 0}
+
+    def counting(name: str):
+        function = getattr(recommendations, name)
+
+        def counted(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        monkeypatch.setattr(recommendations, name, counted)
+
+    for name in calls:
+        counting(name)
+    a = service.auth(service.key_a)
+    first = _store_recommendation(service.url, "a")
+    assert service.client.get(URL, headers=a).json()["job_id"] == first
+    got = {q: service.client.get(URL + q, headers=a) for q in FIRST_HITS}
+    assert calls == {"latest_recommendation_ref": 0, "get_recommendation": 1}
+    assert [r.status_code for r in got.values()] == [200] * 5 + [404] * 3
+    assert {r.json()["job_id"] for r in got.values() if r.status_code == 200} == {first}
+
+    second = _store_recommendation(service.url, "a", gpu_types=("a100",), gpu_budget=4)
+    got = {q: service.client.get(URL + q, headers=a) for q in FIRST_HITS}
+    assert calls == {"latest_recommendation_ref": 0, "get_recommendation": 2}
+    job_ids = [r.json()["job_id"] if r.status_code == 200 else None for r in got.values()]
+    assert job_ids == [second, second, first, second, first, second, second, None]
+
+    monkeypatch.setattr(storage.recommendations, "INDEX_MAX_ROWS", 0)  # a query per filter
+    for query, r in got.items():
+        status, _, body = _asked(service, "GET", URL + query, a)
+        assert (status, body) == (r.status_code, r.content), query
+    assert calls["latest_recommendation_ref"] == len(FIRST_HITS)
