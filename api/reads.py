@@ -77,10 +77,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from typing import Any, TypeVar
 
 from fastapi import Response
@@ -303,11 +303,25 @@ def _note_statement(conn: Connection, cursor, statement: str, *_: object) -> Non
 
 @dataclass(slots=True)
 class _Miss:
-    """A kept read to compute on PostgreSQL, in the next batch (see `Reader._pg_batches`)."""
+    """A kept read to compute on PostgreSQL, in the next batch (see `Reader._pg_batches`):
+    `work`, or `item`'s answer of `read_many` (`Reader.each`)."""
 
     version: object
     work: Callable[[Session], Any]
     future: asyncio.Future[_Kept]
+    read_many: ReadMany | None = None
+    item: Hashable = None
+
+
+# Answers for many items in one go (`Reader.each`): item -> value, or the error to raise.
+ReadMany = Callable[[Session, list[Any]], Mapping[Any, Any]]
+
+
+def _one_of(read_many: ReadMany, item: Hashable, session: Session) -> Any:
+    answer = read_many(session, [item])[item]
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
 
 
 class Reader:
@@ -369,12 +383,27 @@ class Reader:
                 with read_scope(self._connection) as session:
                     return work(session)
             return await self._pg_read(work)
-        kept, version = await self._kept_read(key, work)
+        return await self._kept_answer(key, work)
+
+    async def each(self, read_many: ReadMany, item: Hashable, *, key: Hashable) -> Any:
+        """`read_many(session, items)[item]`, read as `run` reads a kept read under `key`
+        (an answer that is an error of those kept, a not-found, is raised). On PostgreSQL
+        the misses of one `read_many` queued for the same batch are read by one call: one
+        statement for many rows where `run` would take one each."""
+        return await self._kept_answer(key, partial(_one_of, read_many, item), (read_many, item))
+
+    async def _kept_answer(
+        self, key: Hashable, work: Callable, many: tuple[ReadMany, Hashable] | None = None
+    ) -> Any:
+        kept, version = await self._kept_read(key, work, many)
+        log = _LOG.get()
         if log is not None:
             log.note(version, kept.tables)
         return kept.get()
 
-    async def _kept_read(self, key: Hashable, work: Callable) -> tuple[_Kept, object]:
+    async def _kept_read(
+        self, key: Hashable, work: Callable, many: tuple[ReadMany, Hashable] | None = None
+    ) -> tuple[_Kept, object]:
         """The answer for `key`, and the version read for this call that it stands for."""
         version = await self.version()
         if version is None:  # the version connection is down: read it in the transaction
@@ -384,7 +413,7 @@ class Reader:
             if self._connection is not None:
                 kept = self._sqlite_read(version, work)
             else:
-                kept = await self._read_once(key, version, work)
+                kept = await self._read_once(key, version, work, many)
             self._keep(key, kept)
         return kept, version
 
@@ -551,14 +580,16 @@ class Reader:
         except _KEPT_ERRORS as exc:
             return _Kept(version, None, exc)
 
-    async def _read_once(self, key: Hashable, version: object, work: Callable) -> _Kept:
+    async def _read_once(
+        self, key: Hashable, version: object, work: Callable, many: tuple | None = None
+    ) -> _Kept:
         """`work`'s answer under `version`, read once for every concurrent caller of the
         same key and version (a burst of misses after a commit costs one read per key, not
         one per request), in the next batch of misses."""
         running = self._running.get(key)
         if running is None or running[0] != version:
             future: asyncio.Future[_Kept] = asyncio.get_running_loop().create_future()
-            self._queued.append(_Miss(version, work, future))
+            self._queued.append(_Miss(version, work, future, *(many or ())))
             if self._batching < MAX_PG_BATCHES:
                 self._batching += 1
                 task = asyncio.create_task(self._pg_batches())
@@ -629,27 +660,54 @@ class Reader:
 
     def _read_batch(self, connection: Connection, batch: list[_Miss]) -> DBAPIError | None:
         """Answer `batch`'s misses in one transaction until a statement fails: that error
-        (also its read's answer, unless the connection was dropped)."""
+        (also its reads' answer, unless the connection was dropped). The misses of one
+        `read_many` (`each`) are read together, where the first of them stands."""
         connection.begin()  # each session below joins it, and leaves it open
         counted = frozenset(self._counted)
         info = connection.info  # (not reachable through a connection once it is dropped)
-        for miss in batch:
+        for at, miss in enumerate(batch):
+            if miss.future.done():  # read together with an earlier one
+                continue
+            together = [miss]
+            if miss.read_many is not None:
+                together += [m for m in batch[at + 1 :] if m.read_many == miss.read_many]
             statements = info[_STATEMENTS] = []
             with Session(connection, expire_on_commit=False) as session:
                 try:
-                    kept = self._compute(miss.version, miss.work, session)
+                    if miss.read_many is None:
+                        answers = [self._compute(miss.version, miss.work, session)]
+                    else:
+                        answers = self._compute_many(together, session)
                 except DBAPIError as exc:
                     if not exc.connection_invalidated:
-                        miss.future.set_exception(exc)
+                        for m in together:
+                            m.future.set_exception(exc)
                     return exc
                 except Exception as exc:
-                    miss.future.set_exception(exc)
+                    for m in together:
+                        m.future.set_exception(exc)
                     continue
                 finally:
                     del info[_STATEMENTS]
-            kept.tables = tables_read(statements, counted)
-            miss.future.set_result(kept)
+            tables = tables_read(statements, counted)
+            for m, kept in zip(together, answers, strict=True):
+                kept.tables = tables
+                m.future.set_result(kept)
         return None
+
+    def _compute_many(self, misses: list[_Miss], session: Session) -> list[_Kept]:
+        answers = misses[0].read_many(session, [m.item for m in misses])
+        self.misses += len(misses)
+        out = []
+        for m in misses:
+            answer = answers[m.item]
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, _KEPT_ERRORS):
+                    raise answer
+                out.append(_Kept(m.version, None, answer))
+            else:
+                out.append(_Kept(m.version, answer, None))
+        return out
 
     async def _pg_version(self) -> PgVersion | None:
         """PostgreSQL's current snapshot, read after this call began, over an autocommit

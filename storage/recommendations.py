@@ -136,6 +136,18 @@ def _by_id_query() -> sa.Select:
 
 
 @lru_cache(maxsize=1)
+def _by_ids_query() -> sa.Select:
+    table = RecommendationRow.__table__
+    return sa.select(table).where(table.c.id.in_(sa.bindparam("ids", expanding=True)))
+
+
+def get_recommendations(session: Session, ids: Sequence[int]) -> dict[int, RecommendationInfo]:
+    """The recommendations of `ids` that exist, by id, in one statement."""
+    rows = session.connection().execute(_by_ids_query(), {"ids": list(ids)})
+    return {row.id: _info(row) for row in rows}
+
+
+@lru_cache(maxsize=1)
 def _index_query() -> sa.Select:
     r = RecommendationRow
     columns = (r.id, r.created_at, *(getattr(r, name) for name in _FILTERS))

@@ -38,8 +38,8 @@ from api.reads import Reader, json_response
 from api.schemas import Problem
 from storage.recommendations import (
     DeploymentFilter,
-    RecommendationNotFound,
     get_recommendation,
+    get_recommendations,
     latest_recommendation_ref,
     recommendation_index,
 )
@@ -53,7 +53,10 @@ def _adapter() -> TypeAdapter[RecommendationInfo]:
     return TypeAdapter(RecommendationInfo)
 
 
-def _encoded(reader: Reader, ref: tuple[int, datetime], session: Session) -> bytes:
+Ref = tuple[int, datetime]  # a recommendation's id and creation time: one row's content
+
+
+def _encoded(reader: Reader, ref: Ref, session: Session) -> bytes:
     """The row `ref` names, encoded once (rows are written once and never changed)."""
     return reader.remember(
         ("recommendation", *ref),
@@ -68,11 +71,15 @@ def _load_latest(reader: Reader, session: Session, project: str, where: Deployme
     )
 
 
-def _encoded_if_stored(reader: Reader, ref: tuple[int, datetime], session: Session) -> bytes | None:
-    try:
-        return _encoded(reader, ref, session)
-    except RecommendationNotFound:  # deleted (with its job) since the index was read
-        return None
+def _encoded_rows(session: Session, refs: list[Ref]) -> dict[Ref, bytes | None]:
+    """The rows `refs` name, encoded, in one statement; None for a row deleted (with its
+    job) since the index named it."""
+    found = get_recommendations(session, [ref[0] for ref in refs])
+    out: dict[Ref, bytes | None] = {}
+    for ref in refs:
+        info = found.get(ref[0])
+        out[ref] = None if info is None or info.created_at != ref[1] else _adapter().dump_json(info)
+    return out
 
 
 Name = Annotated[str | None, Field(min_length=1, max_length=200, pattern=NAME_PATTERN)]
@@ -153,10 +160,10 @@ async def _latest(reader: Reader, principal: Principal, query: LatestQuery) -> R
     if index is not None:
         ref = index.latest(where)
         body = reader.remembered(("recommendation", *ref))
-        if body is None:
-            body = await reader.run(
-                partial(_encoded_if_stored, reader, ref), key=("recommendation", *ref)
-            )
+        if body is None:  # (the rows first asked at once are read together)
+            body = await reader.each(_encoded_rows, ref, key=("encoded-recommendation", *ref))
+            if body is not None:
+                body = reader.remember(("recommendation", *ref), lambda: body)
         if body is not None:
             return json_response(body)
     return await reader.response(

@@ -261,6 +261,56 @@ def test_postgresql_misses_are_read_in_batches_that_fail_one_read_alone(postgres
         assert answers[("ok", i)] == (i, "repeatable read", "on")
 
 
+def test_reads_of_many_rows_are_read_together(db_url: str) -> None:
+    """`Reader.each`: on PostgreSQL the concurrent misses of one `read_many` are read by one
+    call with all their items (SQLite reads each alone, on the loop); an answer that is a
+    not-found is raised as a kept read's error; a `read_many` that raises fails its own
+    items alone."""
+    import asyncio
+
+    import sqlalchemy as sa
+
+    from api.reads import Reader
+    from storage.jobs import JobNotFound
+
+    calls = []
+
+    def squares(session, items: list[int]) -> dict:
+        calls.append(sorted(items))
+        session.execute(sa.text("SELECT 1"))
+        return {i: JobNotFound(i) if i < 0 else i * i for i in items}
+
+    def broken(session, items: list[int]) -> dict:
+        raise RuntimeError("a bug in one read")
+
+    def plain(session) -> int:
+        return session.execute(sa.text("SELECT 2")).scalar()
+
+    async def scenario() -> list:
+        reader = Reader(engine)
+        try:
+            return await asyncio.gather(
+                *(reader.each(squares, i, key=("square", i)) for i in (1, 2, 3, -1)),
+                *(reader.each(broken, i, key=("broken", i)) for i in (1, 2)),
+                reader.run(plain, key="plain"),
+                return_exceptions=True,
+            )
+        finally:
+            await reader.aclose()
+            reader.close()
+
+    engine = make_engine(db_url)
+    got = asyncio.run(scenario())
+    engine.dispose()
+    assert got[:3] == [1, 4, 9] and got[-1] == 2
+    assert isinstance(got[3], JobNotFound)
+    assert all(isinstance(e, RuntimeError) for e in got[4:6])
+    if db_url.startswith("sqlite"):
+        assert calls == [[1], [2], [3], [-1]]
+    else:
+        assert calls == [[-1, 1, 2, 3]]  # one call, one statement
+
+
 def test_postgresql_batches_replace_a_connection_the_server_dropped(postgres_url: str) -> None:
     import asyncio
 

@@ -116,7 +116,7 @@ def test_first_hits_are_answered_from_the_projects_recommendations_in_memory(
     """Once a project's recommendations are read, a first hit with new filters runs no
     query of its own, and each row is read and encoded once; it answers what the query
     per filter answers, and a recommendation written by another process shows at once."""
-    calls = {"latest_recommendation_ref": 0, "get_recommendation": 0}
+    calls = {"latest_recommendation_ref": 0, "get_recommendations": 0}
 
     def counting(name: str):
         function = getattr(recommendations, name)
@@ -133,13 +133,13 @@ def test_first_hits_are_answered_from_the_projects_recommendations_in_memory(
     first = _store_recommendation(service.url, "a")
     assert service.client.get(URL, headers=a).json()["job_id"] == first
     got = {q: service.client.get(URL + q, headers=a) for q in FIRST_HITS}
-    assert calls == {"latest_recommendation_ref": 0, "get_recommendation": 1}
+    assert calls == {"latest_recommendation_ref": 0, "get_recommendations": 1}
     assert [r.status_code for r in got.values()] == [200] * 5 + [404] * 3
     assert {r.json()["job_id"] for r in got.values() if r.status_code == 200} == {first}
 
     second = _store_recommendation(service.url, "a", gpu_types=("a100",), gpu_budget=4)
     got = {q: service.client.get(URL + q, headers=a) for q in FIRST_HITS}
-    assert calls == {"latest_recommendation_ref": 0, "get_recommendation": 2}
+    assert calls == {"latest_recommendation_ref": 0, "get_recommendations": 2}
     job_ids = [r.json()["job_id"] if r.status_code == 200 else None for r in got.values()]
     assert job_ids == [second, second, first, second, first, second, second, None]
 
