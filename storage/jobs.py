@@ -14,6 +14,7 @@ never overwrite its successor.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -149,6 +150,17 @@ def get_job(session: Session, job_id: int, *, project: str | None = None) -> Job
     if row is None or (project is not None and row.project != project):
         raise JobNotFound(job_id)
     return _described(tuple(row))
+
+
+_JOBS_BY_IDS = sa.select(*_DESCRIPTION).where(
+    JobRow.__table__.c.id.in_(sa.bindparam("ids", expanding=True))
+)
+
+
+def get_jobs(session: Session, job_ids: Sequence[int]) -> dict[int, JobInfo]:
+    """The jobs of `job_ids` that exist, by id, in one statement."""
+    rows = session.execute(_JOBS_BY_IDS, {"ids": list(job_ids)})
+    return {row.id: _described(tuple(row)) for row in rows}
 
 
 def _listing(query, project: str | None, status: JobStatus | None):
@@ -312,17 +324,33 @@ def get_result(session: Session, job_id: int, *, project: str | None = None) -> 
 
 # The description and the result as its stored JSON text (a JSON column's text on both
 # back-ends: PostgreSQL's `json` keeps the text as written, SQLite stores text).
-_RESULT_TEXT_BY_ID = sa.select(
-    *_DESCRIPTION, sa.cast(JobRow.__table__.c.result, sa.Text).label("result")
-).where(_BY_ID)
-
-
 def get_result_text(session: Session, job_id: int, *, project: str | None = None) -> str:
     """A finished job's outcome document as stored: JSON text, not parsed (the largest
     document; a read route sends it as it is)."""
-    row = session.execute(_RESULT_TEXT_BY_ID, {"id": job_id}).first()
-    if row is None or (project is not None and row.project != project):
+    got = get_result_texts(session, [job_id]).get(job_id)
+    if got is None or (project is not None and got[0].project != project):
         raise JobNotFound(job_id)
-    if row.result is None or row.result == "null":  # SQL NULL, or JSON null
-        raise JobNotFinished(_described(tuple(row)[:-1]))
-    return row.result
+    job, text = got
+    if text is None:
+        raise JobNotFinished(job)
+    return text
+
+
+_RESULT_TEXTS_BY_IDS = sa.select(
+    *_DESCRIPTION, sa.cast(JobRow.__table__.c.result, sa.Text).label("result")
+).where(JobRow.__table__.c.id.in_(sa.bindparam("ids", expanding=True)))
+
+
+def get_result_texts(
+    session: Session, job_ids: Sequence[int]
+) -> dict[int, tuple[JobInfo, str | None]]:
+    """The jobs of `job_ids` that exist, by id, with their outcome documents as stored
+    (`get_result_text`; None: no result yet), in one statement."""
+    rows = session.execute(_RESULT_TEXTS_BY_IDS, {"ids": list(job_ids)})
+    return {
+        row.id: (
+            _described(tuple(row)[:-1]),
+            None if row.result is None or row.result == "null" else row.result,  # SQL or JSON null
+        )
+        for row in rows
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -11,15 +12,17 @@ from sqlalchemy.orm import Session
 
 from api.deps import IdPath, PagingDep, PrincipalDep, ReaderDep, SessionDep
 from api.problems import ApiError
+from api.reads import encode_json, json_response
 from api.schemas import JobCreated, JobResultOut, Page, Problem, page
 from api.windows import EmptyWindow, resolve_window
 from optimizer.search import TuneRequest
 from storage.jobs import (
     JobNotFinished,
+    JobNotFound,
     count_jobs,
     enqueue_job,
-    get_job,
-    get_result_text,
+    get_jobs,
+    get_result_texts,
     list_jobs,
     request_cancel,
 )
@@ -145,11 +148,32 @@ async def list_(
     summary="Status and progress (trials done/total, best so far, ETA)",
 )
 async def status(job_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> Response:
-    return await reader.json(
-        JobInfo,
-        lambda session: get_job(session, job_id, project=principal.project),
-        key=("job", principal.project, job_id),
-    )
+    reader.answering()
+    item = (principal.project, job_id)
+    return json_response(await reader.each(_encoded_jobs, item, key=("job", *item)))
+
+
+JobItem = tuple[str, int]  # (the caller's project, a job id)
+
+
+def _encoded_jobs(session: Session, items: list[JobItem]) -> dict[JobItem, object]:
+    """Each item's job, encoded, in one statement (`Reader.each`: the jobs read again after
+    a commit are read together)."""
+    found = get_jobs(session, [job_id for _, job_id in items])
+    return _answers(items, found, lambda job: encode_json(JobInfo, job))
+
+
+def _answers(
+    items: list[JobItem], jobs: dict[int, JobInfo], answer: Callable[[JobInfo], object]
+) -> dict[JobItem, object]:
+    """Each item's `answer(job)`, or `JobNotFound` where `jobs` holds no job of its id in
+    the caller's project."""
+    out: dict[JobItem, object] = {}
+    for project, job_id in items:
+        job = jobs.get(job_id)
+        ok = job is not None and job.project == project
+        out[project, job_id] = answer(job) if ok else JobNotFound(job_id)
+    return out
 
 
 @router.get(
@@ -159,21 +183,30 @@ async def status(job_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> 
     responses={**ERRORS, 409: {"model": Problem, "description": "the job has no result yet"}},
 )
 async def result(job_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> Response:
-    def body(session: Session) -> bytes:
-        try:
-            outcome = get_result_text(session, job_id, project=principal.project)
-        except JobNotFinished as exc:
-            raise ApiError(409, str(exc), kind="not-finished") from None
-        # The document as stored (no re-validation of every config): `outcome.json`'s layout.
-        # Stored by `json.dumps` with its defaults, as it would be written here, so sent as
-        # it is; one holding a non-finite number (only SQLite can hold one) is refused as
-        # `json.dumps(..., allow_nan=False)` refuses it.
-        if "NaN" in outcome or "Infinity" in outcome:
-            document = {"job_id": job_id, "outcome": json.loads(outcome)}
-            return json.dumps(document, allow_nan=False).encode()
-        return f'{{"job_id": {job_id}, "outcome": {outcome}}}'.encode()
+    reader.answering()
+    item = (principal.project, job_id)
+    return json_response(await reader.each(_results, item, key=("job-result", *item)))
 
-    return await reader.response(body, key=("job-result", principal.project, job_id))
+
+def _results(session: Session, items: list[JobItem]) -> dict[JobItem, object]:
+    """Each item's result body, in one statement; a 409 for a job without a result."""
+    found = get_result_texts(session, [job_id for _, job_id in items])
+    jobs = {job_id: job for job_id, (job, _) in found.items()}
+    return _answers(items, jobs, lambda job: _result(job, found[job.id][1]))
+
+
+def _result(job: JobInfo, outcome: str | None) -> object:
+    if outcome is None:
+        return ApiError(409, str(JobNotFinished(job)), kind="not-finished")
+    # The document as stored (no re-validation of every config): `outcome.json`'s layout.
+    # Stored by `json.dumps` with its defaults, as it would be written here, so sent as it
+    # is; one holding a non-finite number (only SQLite can hold one) is refused as
+    # `json.dumps(..., allow_nan=False)` refuses it.
+    job_id = job.id
+    if "NaN" in outcome or "Infinity" in outcome:
+        document = {"job_id": job_id, "outcome": json.loads(outcome)}
+        return json.dumps(document, allow_nan=False).encode()
+    return f'{{"job_id": {job_id}, "outcome": {outcome}}}'.encode()
 
 
 @router.post(
