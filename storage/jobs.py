@@ -186,8 +186,29 @@ def list_jobs(
 def count_jobs(
     session: Session, *, project: str | None = None, status: JobStatus | None = None
 ) -> int:
-    query = _listing(sa.select(sa.func.count()).select_from(JobRow), project, status)
-    return int(session.scalar(query) or 0)
+    return int(session.scalar(_counting(project, status)) or 0)
+
+
+def _counting(project: str | None, status: JobStatus | None) -> sa.Select:
+    return _listing(sa.select(sa.func.count()).select_from(JobRow), project, status)
+
+
+def list_jobs_page(
+    session: Session,
+    *,
+    project: str | None = None,
+    status: JobStatus | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> tuple[list[JobInfo], int]:
+    """`list_jobs` and `count_jobs` in one statement (the count a subquery evaluated once;
+    a second statement only for an empty page past the first)."""
+    total = _counting(project, status).correlate(None).scalar_subquery().label("total")
+    query = _listing(sa.select(*_DESCRIPTION, total), project, status).order_by(JobRow.id.desc())
+    rows = session.execute(query.limit(limit).offset(offset)).all()
+    if rows:
+        return [_described(tuple(r)[:-1]) for r in rows], int(rows[0].total)
+    return [], 0 if offset == 0 else count_jobs(session, project=project, status=status)
 
 
 def count_by_status(session: Session) -> dict[JobStatus, int]:

@@ -19,11 +19,10 @@ from optimizer.search import TuneRequest
 from storage.jobs import (
     JobNotFinished,
     JobNotFound,
-    count_jobs,
     enqueue_job,
     get_jobs,
     get_result_texts,
-    list_jobs,
+    list_jobs_page,
     request_cancel,
 )
 from storage.service_records import JobInfo, JobStatus
@@ -134,8 +133,9 @@ async def list_(
     project, limit, offset = principal.project, paging.limit, paging.offset
 
     def query(session: Session) -> Page[JobInfo]:
-        items = list_jobs(session, project=project, status=status, limit=limit, offset=offset)
-        total = count_jobs(session, project=project, status=status)
+        items, total = list_jobs_page(
+            session, project=project, status=status, limit=limit, offset=offset
+        )
         return page(items, total=total, limit=limit, offset=offset)
 
     return await reader.json(Page[JobInfo], query, key=("jobs", project, status, limit, offset))

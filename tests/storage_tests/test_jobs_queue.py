@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from optimizer.search import TuneProgress, TuneRequest
 from storage.db import session_scope
 from storage.jobs import (
@@ -154,3 +156,54 @@ def test_job_records_read_as_rows_equal_those_of_the_orm(engine) -> None:
     changed = [a for a, b in zip(after, before, strict=True) if a is not b]
     assert [job.id for job in changed] == [running.job.id]
     assert changed[0].progress.trials_done == 4
+
+
+def test_pages_and_sets_of_jobs_are_read_in_one_statement(engine) -> None:
+    """`list_jobs_page` gives what `list_jobs` and `count_jobs` give, in one statement (a
+    second only for an empty page past the first); `get_jobs` and `get_result_texts` give
+    what `get_job` and `get_result_text` give for each id, in one statement."""
+    import sqlalchemy as sa
+
+    from storage.jobs import (
+        JobNotFinished,
+        count_jobs,
+        get_jobs,
+        get_result_text,
+        get_result_texts,
+        list_jobs,
+        list_jobs_page,
+    )
+    from tests.api_tests.fakes import fake_outcome
+
+    with session_scope(engine) as s:
+        for project in ("p", "p", "q", "p", "q"):
+            enqueue_job(s, project=project, params=PARAMS)
+    finished = _claim(engine, "w")
+    with session_scope(engine) as s:
+        finish_job(s, finished, status=JobStatus.SUCCEEDED, outcome=fake_outcome(PARAMS, 2))
+    statements = []
+    sa.event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    pages = 0
+    with session_scope(engine) as s:
+        for project in ("p", "q", None, "none"):
+            for status in (None, JobStatus.QUEUED, JobStatus.SUCCEEDED):
+                for limit, offset in ((100, 0), (2, 0), (2, 1), (2, 2), (1, 100), (3, 100)):
+                    kw = {"project": project, "status": status}
+                    want = (list_jobs(s, **kw, limit=limit, offset=offset), count_jobs(s, **kw))
+                    del statements[:]
+                    assert list_jobs_page(s, **kw, limit=limit, offset=offset) == want, kw
+                    assert len(statements) == (2 if offset and not want[0] else 1)
+                    pages += bool(want[0])
+        ids = [finished.job.id, 1, 2, 99]
+        del statements[:]
+        jobs, results = get_jobs(s, ids), get_result_texts(s, ids)
+        assert len(statements) == 2
+        assert jobs == {i: get_job(s, i) for i in ids if i != 99}
+        assert {i: job for i, (job, _) in results.items()} == jobs
+        for i, (_, text) in results.items():
+            if text is None:
+                with pytest.raises(JobNotFinished):
+                    get_result_text(s, i)
+            else:
+                assert text == get_result_text(s, i) and i == finished.job.id
+    assert 20 <= pages <= 72 - 20  # pages with jobs and empty ones, both well exercised
