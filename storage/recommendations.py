@@ -106,8 +106,9 @@ def latest_recommendation_ref(
 
 NO_MATCH = "no recommendation matches this deployment yet"
 _FILTERS = ("source", "model", "gpu", "num_gpus", "slo_ttft_ms", "slo_tpot_ms")
-# At most this many of a project's recommendations are held by a `RecommendationIndex`.
-INDEX_MAX_ROWS = 2048
+# At most this many deployments' newest recommendations are held by a
+# `RecommendationIndex` (a deployment re-tuned on a schedule counts once).
+INDEX_MAX_ROWS = 1024
 
 
 def _given(where: DeploymentFilter) -> tuple[str, ...]:
@@ -149,10 +150,24 @@ def get_recommendations(session: Session, ids: Sequence[int]) -> dict[int, Recom
 
 @lru_cache(maxsize=1)
 def _index_query() -> sa.Select:
+    # The newest row of each deployment (the six filter columns' values): an older one
+    # is never the newest match, since the newer one matches every filter it matches.
+    # PARTITION BY groups values as `=` compares them (text, integers, doubles).
     r = RecommendationRow
-    columns = (r.id, r.created_at, *(getattr(r, name) for name in _FILTERS))
-    query = sa.select(*columns).where(r.project == sa.bindparam("project"))
-    return _newest_first(query).limit(sa.bindparam("limit"))
+    filters = [getattr(r, name) for name in _FILTERS]
+    rank = sa.func.row_number().over(
+        partition_by=filters, order_by=(r.created_at.desc(), r.id.desc())
+    )
+    ranked = (
+        sa.select(r.id, r.created_at, *filters, rank.label("rank"))
+        .where(r.project == sa.bindparam("project"))
+        .subquery()
+    )
+    newest = sa.select(*(ranked.c[c] for c in ("id", "created_at", *_FILTERS)))
+    newest = newest.where(ranked.c.rank == 1)
+    return newest.order_by(ranked.c.created_at.desc(), ranked.c.id.desc()).limit(
+        sa.bindparam("limit")
+    )
 
 
 class RecommendationIndex:
@@ -195,9 +210,9 @@ class RecommendationIndex:
 def recommendation_index(
     session: Session, *, project: str, max_rows: int | None = None
 ) -> RecommendationIndex | None:
-    """`project`'s recommendations as a `RecommendationIndex`; None when it has more than
-    `max_rows` (default `INDEX_MAX_ROWS`): ask `latest_recommendation_ref` then, one
-    indexed query each."""
+    """`project`'s recommendations as a `RecommendationIndex`, the newest of each deployment;
+    None when it has more than `max_rows` (default `INDEX_MAX_ROWS`) deployments: ask
+    `latest_recommendation_ref` then, one indexed query each."""
     max_rows = INDEX_MAX_ROWS if max_rows is None else max_rows
     query = _index_query()
     rows = session.connection().execute(query, {"project": project, "limit": max_rows + 1}).all()

@@ -7,6 +7,8 @@ import itertools
 import random
 from datetime import UTC, datetime, timedelta
 
+import sqlalchemy as sa
+
 from optimizer.search import TuneRequest
 from storage.db import read_scope, session_scope
 from storage.jobs import enqueue_job
@@ -58,12 +60,12 @@ def _store(engine, rng: random.Random, count: int) -> None:
             )  # fmt: skip
 
 
-def _answers(session, project: str, where: DeploymentFilter) -> tuple:
+def _answers(session, project: str, index, where: DeploymentFilter) -> tuple:
     """(the query's answer, the index's): a reference or the not-found message."""
     out = []
     for ask in (
         lambda: latest_recommendation_ref(session, project=project, where=where),
-        lambda: recommendation_index(session, project=project).latest(where),
+        lambda: index.latest(where),
     ):
         try:
             out.append(ask())
@@ -72,28 +74,43 @@ def _answers(session, project: str, where: DeploymentFilter) -> tuple:
     return tuple(out)
 
 
+def _deployments(session, project: str) -> tuple[int, int]:
+    """How many recommendations `project` has, and how many distinct deployments."""
+    r = RecommendationRow
+    rows = session.execute(
+        sa.select(r.source, r.model, r.gpu, r.num_gpus, r.slo_ttft_ms, r.slo_tpot_ms).where(
+            r.project == project
+        )
+    ).all()
+    return len(rows), len(set(map(tuple, rows)))
+
+
 def test_the_index_answers_every_filter_as_the_query(engine) -> None:
-    _store(engine, random.Random(3), 60)
+    _store(engine, random.Random(3), 150)  # 64 deployments: most re-tuned, some never
     asked = found = 0
     with read_scope(engine) as s:
         for project in ("p", "q", "none"):
+            index = recommendation_index(s, project=project)
+            rows, deployments = _deployments(s, project)
+            assert len(index) == deployments  # the newest of each only
+            assert project == "none" or deployments < rows
             for r in range(len(STORED) + 1):
                 for names in itertools.combinations(STORED, r):
                     choices = [(*STORED[n], ABSENT[n]) for n in names]
                     for values in itertools.product(*choices):
                         where = DeploymentFilter(**dict(zip(names, values, strict=True)))
-                        want, got = _answers(s, project, where)
+                        want, got = _answers(s, project, index, where)
                         assert got == want, (project, where)
                         asked += 1
                         found += isinstance(want, tuple)
     assert asked == 3 * 4**6 and 1000 < found < asked - 1000  # both answers well exercised
 
 
-def test_a_project_with_more_rows_than_the_limit_has_no_index(engine) -> None:
+def test_a_project_with_more_deployments_than_the_limit_has_no_index(engine) -> None:
     _store(engine, random.Random(4), 30)
     with read_scope(engine) as s:
         held = len(recommendation_index(s, project="p"))
-        assert 0 < held < 30
+        assert held == _deployments(s, "p")[1] > 1
         assert len(recommendation_index(s, project="p", max_rows=held)) == held
         assert recommendation_index(s, project="p", max_rows=held - 1) is None
         assert len(recommendation_index(s, project="none", max_rows=0)) == 0
