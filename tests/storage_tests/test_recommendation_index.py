@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
-from optimizer.search import TuneRequest
 from storage.db import read_scope, session_scope
 from storage.jobs import enqueue_job
 from storage.models import RecommendationRow
@@ -19,6 +18,7 @@ from storage.recommendations import (
     latest_recommendation_ref,
     recommendation_index,
 )
+from tests.storage_tests.test_jobs_queue import PARAMS
 
 # Two stored values per filter (text differing only in case, floats one ulp apart,
 # 0.1 + 0.2 against 0.3) and one that no row holds.
@@ -37,17 +37,9 @@ ABSENT = {
 
 
 def _store(engine, rng: random.Random, count: int) -> None:
-    params = TuneRequest(
-        model="llama-3.1-8b",
-        gpu_types=("h100",),
-        gpu_budget=1,
-        slo_ttft_ms=1,
-        slo_tpot_ms=1,
-        stream="s",
-    )
     start = datetime(2026, 1, 1, tzinfo=UTC)
     with session_scope(engine) as s:
-        job = enqueue_job(s, project="p", params=params)
+        job = enqueue_job(s, project="p", params=PARAMS)
         for i in range(count):
             s.add(
                 RecommendationRow(
