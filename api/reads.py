@@ -12,7 +12,10 @@ read route is `async` instead and awaits its app's `Reader`:
   the route keeps `response_model=model` for its OpenAPI schema;
 - `await reader.response(work, key=...)`: the JSON bytes `work` returns, sent as
   the whole response;
-- `await reader.run(work)`: the same transaction, returning what `work` returns.
+- `await reader.run(work)`: the same transaction, returning what `work` returns;
+- `await reader.each(read_many, item, key=...)`: `read_many(session, items)[item]`,
+  a kept read whose misses of one `read_many` are read together on PostgreSQL (one
+  statement for many rows: the jobs a commit made stale, say).
 
 The work runs on the event loop, never in a thread:
 
