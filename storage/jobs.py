@@ -121,8 +121,6 @@ _DESCRIPTION = tuple(
     sa.cast(c, sa.Text).label(c.name) if c.name in _DOCUMENTS else c for c in _DESCRIBED
 )
 _NAMES = tuple(c.name for c in _DESCRIBED)
-_BY_ID = JobRow.__table__.c.id == sa.bindparam("id")
-_JOB_BY_ID = sa.select(*_DESCRIPTION).where(_BY_ID)
 
 
 @lru_cache(maxsize=2048)
@@ -146,10 +144,10 @@ def _row(session: Session, job_id: int, project: str | None) -> JobRow:
 
 
 def get_job(session: Session, job_id: int, *, project: str | None = None) -> JobInfo:
-    row = session.execute(_JOB_BY_ID, {"id": job_id}).first()
-    if row is None or (project is not None and row.project != project):
+    job = get_jobs(session, [job_id]).get(job_id)
+    if job is None or (project is not None and job.project != project):
         raise JobNotFound(job_id)
-    return _described(tuple(row))
+    return job
 
 
 _JOBS_BY_IDS = sa.select(*_DESCRIPTION).where(

@@ -3,9 +3,9 @@
 The hot read path (dashboards and deploy scripts poll it): an `async` route whose
 answer, the encoded JSON (or its 404), comes from kept reads (`api.reads`), and a
 repeated poll is answered before routing by `api.fastpath`. The project's
-recommendations are read once while that table is unchanged
-(`storage.recommendations.RecommendationIndex`, up to `INDEX_MAX_ROWS` of them; more:
-one query per set of filters) and each row is encoded once, so a first hit with
+recommendations, the newest of each deployment, are read once while that table is
+unchanged (`storage.recommendations.RecommendationIndex`, up to `INDEX_MAX_ROWS`
+deployments; more: one query per set of filters) and each row is encoded once, so a first hit with
 filters never asked before runs no query. A recommendation a worker writes, in any
 process, is served from the next request on.
 """
