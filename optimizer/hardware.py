@@ -82,6 +82,8 @@ ACCELERATORS: dict[str, Accelerator] = {
         # GH200: an H100 GPU with 96 GB of HBM3 at 4 TB/s (priced with the H100's model)
         Accelerator("gh200", 989.0, 94.5, 4.0, 450.0, fp8_tflops=1979.0, chip="h100"),
         Accelerator("b200", 2250.0, 178.4, 8.0, 900.0, fp8_tflops=4500.0),
+        # B300 (Blackwell Ultra): nvidia-smi reports 275,040 MiB; less the ~0.9% the B200 shows.
+        Accelerator("b300", 2250.0, 266.2, 8.0, 900.0, fp8_tflops=4500.0),
         Accelerator("l40s", 362.0, 44.4, 0.864, 32.0, fp8_tflops=733.0),
         # The CPU this project profiles on in CI; figures are rough, for tiny shapes only.
         # Their weights (tens of MB) stay in the last-level cache, so the bandwidth is the

@@ -98,7 +98,11 @@ class OpKind(StrEnum):
     PREFILL_ATTN = "prefill_attn"  # batch, q_len, kv_len
     DECODE_ATTN = "decode_attn"  # batch, kv_len (q_len = 1)
     VERIFY_ATTN = "verify_attn"  # batch, q_len = K+1, kv_len
-    ALL_REDUCE = "all_reduce"  # num_gpus, message_bytes
+    ALL_REDUCE = "all_reduce"  # num_gpus, message_bytes (NCCL)
+    # vLLM's own TP all-reduce (custom all-reduce, symmetric memory or NCCL, as its
+    # communicator picks by size), captured in a CUDA graph / run eagerly
+    VLLM_ALL_REDUCE = "vllm_all_reduce"
+    VLLM_ALL_REDUCE_EAGER = "vllm_all_reduce_eager"
     MIXED_ITERATION = "mixed_iteration"  # ground truth: one prefill chunk + batch_size decodes
 
 
@@ -122,7 +126,7 @@ class KernelSample:
 
     For per-model ops (QKV_PROJ ...), num_tokens is the token count and n/k the
     GEMM shape it implies; attention ops use batch_size, q_len, kv_len and the
-    head counts; ALL_REDUCE uses num_gpus and message_bytes.
+    head counts; the all-reduces use num_gpus and message_bytes.
     """
 
     op: OpKind

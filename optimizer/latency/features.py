@@ -57,7 +57,10 @@ ELEMENTWISE_OPS = frozenset(
     {OpKind.NORM, OpKind.ACTIVATION, OpKind.ROPE, OpKind.ADD, OpKind.EMBEDDING}
 )
 ATTENTION_OPS = frozenset({OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.VERIFY_ATTN})
-MODELLED_OPS = GEMM_OPS | ELEMENTWISE_OPS | ATTENTION_OPS | {OpKind.ALL_REDUCE}
+ALL_REDUCE_OPS = frozenset(
+    {OpKind.ALL_REDUCE, OpKind.VLLM_ALL_REDUCE, OpKind.VLLM_ALL_REDUCE_EAGER}
+)
+MODELLED_OPS = GEMM_OPS | ELEMENTWISE_OPS | ATTENTION_OPS | ALL_REDUCE_OPS
 
 FP8_DTYPE = "fp8"  # KernelSample.dtype of FP8 GEMMs (weights) and FP8-KV attention
 FP8_OPS = GEMM_OPS | ATTENTION_OPS  # operators that have FP8 variants
@@ -214,7 +217,7 @@ def work(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
             return flops, dt * b * d * (2.0 * q * heads + 2.0 * kv * kv_heads)
         # Q read and output written at the activation width, K and V at the KV width
         return flops, b * d * (dt * 2.0 * q * heads + kvw * 2.0 * kv * kv_heads)
-    if op is OpKind.ALL_REDUCE:
+    if op in ALL_REDUCE_OPS:
         g = np.maximum(batch.num_gpus, 2.0)
         return np.zeros_like(batch.message_bytes), batch.message_bytes * 2.0 * (g - 1.0) / g
     raise FeatureError(f"op {op.value!r} has no latency features")
@@ -222,7 +225,7 @@ def work(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
 
 def token_count(batch: OpBatch) -> np.ndarray:
     """The size axis an extrapolation hold-out withholds the top of."""
-    if batch.op is OpKind.ALL_REDUCE:
+    if batch.op in ALL_REDUCE_OPS:
         return batch.message_bytes
     if batch.op is OpKind.PREFILL_ATTN:
         return batch.batch_size * batch.q_len
@@ -263,7 +266,7 @@ def feature_matrix(batch: OpBatch, version: int = FEATURE_VERSION) -> np.ndarray
             np.log2(np.maximum(batch.num_kv_heads, 1.0)),
             np.log2(np.maximum(batch.head_dim, 1.0)),
         ]
-    elif batch.op is OpKind.ALL_REDUCE:
+    elif batch.op in ALL_REDUCE_OPS:
         cols = [np.log2(np.maximum(batch.message_bytes, 1.0)), batch.num_gpus]
     else:
         cols = [np.log2(np.maximum(batch.num_tokens, 1.0)), np.log2(np.maximum(batch.n, 1.0))]

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from optimizer.engines import EngineOverhead
 from optimizer.hardware import Accelerator
-from optimizer.latency.features import GEMM_OPS, MODELLED_OPS, OpBatch, is_fp8, work
-from optimizer.latency.overhead import DEFAULT_ENGINE_OVERHEAD, EngineOverhead
+from optimizer.latency.features import ALL_REDUCE_OPS, GEMM_OPS, MODELLED_OPS, OpBatch, is_fp8, work
 from optimizer.records import OpKind
 
 ROOFLINE_LABEL = "roofline estimate"
@@ -37,7 +37,8 @@ class RooflineOptions:
     link_efficiency: float = 0.7  # share of NVLink bandwidth an all-reduce reaches
     launch_ms: float = 0.004  # per kernel launch
     all_reduce_latency_ms: float = 0.01
-    overhead: EngineOverhead = DEFAULT_ENGINE_OVERHEAD  # the engine's own time per step
+    # the engine's own time per step; None: the engine release's (`optimizer.engines`)
+    overhead: EngineOverhead | None = None
 
     def __post_init__(self) -> None:
         for name in ("compute_efficiency", "memory_efficiency", "link_efficiency"):
@@ -75,7 +76,7 @@ class RooflinePricer:
     def predict_ms(self, batch: OpBatch) -> np.ndarray:
         flops, moved = work(batch)
         o, acc = self.options, self.accelerator
-        if batch.op is OpKind.ALL_REDUCE:
+        if batch.op in ALL_REDUCE_OPS:
             link = acc.link_gb_s * 1e9 * o.link_efficiency
             return o.all_reduce_latency_ms + 1e3 * moved / link
         compute_s = flops / (self.peak_flops_per_s(batch) * o.compute_efficiency)

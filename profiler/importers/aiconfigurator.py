@@ -5,6 +5,7 @@ Layout read (newest version folder of each table):
   <gpu>/attention/vllm/<ver>/context_attention_perf.parquet     prefill attention
   <gpu>/attention/vllm/<ver>/generation_attention_perf.parquet  decode attention
   <gpu>/comm/nccl/<ver>/nccl_perf.parquet            collectives, message_size in elements
+  <gpu>/comm/vllm/<ver>/custom_allreduce_perf.parquet vLLM's own all-reduce (optional)
   <gpu>/<gpu>.yaml                                   system spec (memory, preferred NCCL)
 
 Filters (a bf16 model with a bf16 KV cache, plus the FP8 variants vLLM runs for
@@ -32,6 +33,12 @@ FP8 checkpoints and `--kv-cache-dtype fp8`):
 - NCCL: `op_name == "all_reduce"`, `nccl_dtype == "half"`; the version named
   by the spec YAML's `misc.nccl_version` when it holds all-reduce rows, else the
   newest such version. message_bytes = message_size x 2.
+- vLLM's all-reduce: `tensor_model_parallel_all_reduce` as vLLM runs it (its
+  communicator picks the custom all-reduce, symmetric memory or NCCL by size), bf16,
+  measured inside a CUDA graph (`backend` "vllm_graph" -> `vllm_all_reduce`) and
+  eagerly ("vllm_eager" -> `vllm_all_reduce_eager`); message_size in elements, as for
+  NCCL (the two tables agree on large messages: 0.881 and 0.885 ms for 2^27 elements on
+  two H100s).
 
 Mapping: KV length attended = isl + step (context: step = cached prefix;
 generation: isl = 1, step = tokens already in the cache). Head counts are per
@@ -72,6 +79,11 @@ ATTN_COLUMNS = (
     "latency",
 )
 NCCL_COLUMNS = ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency")
+VLLM_AR_COLUMNS = ("op_name", "allreduce_dtype", "num_gpus", "message_size", "latency", "backend")
+VLLM_AR_BACKENDS = {
+    "vllm_graph": OpKind.VLLM_ALL_REDUCE,
+    "vllm_eager": OpKind.VLLM_ALL_REDUCE_EAGER,
+}
 
 
 def _version_dirs(root: Path, table: str) -> list[Path]:
@@ -174,8 +186,35 @@ def _nccl_samples(root: Path, spec: dict) -> list[KernelSample]:
     return []
 
 
+def _vllm_all_reduce_samples(root: Path) -> list[KernelSample]:
+    """vLLM's own all-reduce (newest version folder holding the table), bf16 rows."""
+    dirs = _version_dirs(root, "custom_allreduce_perf.parquet")
+    if not dirs:
+        return []
+    df = read_parquet(dirs[0] / "custom_allreduce_perf.parquet", VLLM_AR_COLUMNS).filter(
+        pl.col("op_name") == "all_reduce",
+        pl.col("allreduce_dtype") == "bfloat16",
+        pl.col("backend").is_in(list(VLLM_AR_BACKENDS)),
+    )
+    rows = df.select("backend", "num_gpus", "message_size", "latency").iter_rows()
+    return [
+        KernelSample(
+            VLLM_AR_BACKENDS[backend],
+            lat,
+            lat,
+            lat,
+            dtype="bfloat16",
+            tp=g,
+            num_gpus=g,
+            message_bytes=2 * size,
+        )
+        for backend, g, size, lat in rows
+    ]
+
+
 def import_aiconfigurator(folder: Path, gpu: str | None = None) -> ImportedProfile:
-    """Import one AIConfigurator GPU folder (GEMM, attention and, if present, NCCL)."""
+    """Import one AIConfigurator GPU folder (GEMM, attention and, if present, NCCL and
+    vLLM's all-reduce)."""
     if not folder.is_dir():
         raise ProfileImportError(
             f"{folder}: expected an AIConfigurator GPU folder (e.g. .../aiconfigurator/h100_sxm)"
@@ -189,6 +228,7 @@ def import_aiconfigurator(folder: Path, gpu: str | None = None) -> ImportedProfi
     samples += _attention_samples(ctx_path, OpKind.PREFILL_ATTN)
     samples += _attention_samples(gen_path, OpKind.DECODE_ATTN)
     samples += _nccl_samples(folder / "comm" / "nccl", spec)
+    samples += _vllm_all_reduce_samples(folder / "comm" / "vllm")
     if not samples:
         raise ProfileImportError(f"{folder}: no bf16/fp16 or fp8 rows found in the tables")
     device_name = str(read_parquet(gemm_path, ("device",))["device"][0])

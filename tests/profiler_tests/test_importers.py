@@ -28,7 +28,14 @@ def test_aiconfigurator_h100_ops_and_filters(h100) -> None:
     assert h100.accelerator == "h100"
     assert h100.device.kind == "imported" and "H100" in h100.device.name
     counts = Counter(s.op for s in h100.samples)
-    assert set(counts) == {OpKind.GEMM, OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.ALL_REDUCE}
+    assert set(counts) == {
+        OpKind.GEMM, OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.ALL_REDUCE,
+        OpKind.VLLM_ALL_REDUCE, OpKind.VLLM_ALL_REDUCE_EAGER,
+    }  # fmt: skip
+    # vLLM's all-reduce: 23 message sizes at 2, 4 and 8 GPUs, in a CUDA graph and eagerly
+    assert counts[OpKind.VLLM_ALL_REDUCE] == counts[OpKind.VLLM_ALL_REDUCE_EAGER] == 69
+    small = [s for s in h100.samples if s.op is OpKind.VLLM_ALL_REDUCE and s.num_gpus == 2]
+    assert min(small, key=lambda s: s.message_bytes).message_bytes == 256  # 128 bf16 values
     gemm = Counter(s.dtype for s in h100.samples if s.op is OpKind.GEMM)
     assert gemm == {"bfloat16": 35742, "fp8": 35742}  # fp8_block (35,704 rows) dropped
     assert all(s.median_ms > 0 for s in h100.samples)
