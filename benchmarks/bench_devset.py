@@ -1,49 +1,209 @@
-"""The development set: servetune's predictions against 754 measured vLLM batch runs
-(LLM-Inference-Bench; optimizer/validation/devset.py). Usage:
+"""servetune against every measured vLLM set in ../shared/data, each run priced as the
+engine generation that ran it (`optimizer.engines`). Usage:
 
-    .venv/bin/python benchmarks/bench_devset.py [--database URL]
+    .venv/bin/python benchmarks/bench_devset.py [--database URL] [--only SECTION] [--fit]
 
-Prices every run with the AIConfigurator A100 and H100 tables fitted into a database
-(imported and fitted once unless `--database` has them; GH200 is priced with the H100
-model: the same GPU with faster memory), first with no engine overhead. A batch
-released at once runs the same steps whatever they cost, so its makespan is
+Sections (`--only steps|closed-loop|offline|online`; all by default):
 
-    ops time + base x steps + per_seq x (sequences summed over steps)
-             + per_token x (tokens summed over steps)
+- steps: per-step timings of vLLM 0.20.1 (V1, async scheduling) serving Qwen3-32B on
+  B300 at TP 1/2/4/8 (observations/aic-fpm-b300), each step priced with the B300 tables
+  as the simulator prices it (a step after an idle gap with its CPU work in line): median
+  |error| per step type (prefill-only, decode-only, mixed) and TP degree; target <= 5%
+  for each step type. The MoE runs of that folder are left for the MoE issue.
+- closed-loop: the 93 development runs (observations/aic-silicon-dev: vLLM 0.12.0, V1
+  with synchronous scheduling, Qwen3-32B on H100, aiperf closed loops), each through the
+  path users run: `servetune simulate --workload W --config C --json` in a subprocess.
+  Mean TTFT and TPOT against measured, medians per TP degree and prompt length, and per
+  half (the V1-synchronous overhead is fitted on the training half); targets TTFT <=
+  15%, TPOT <= 5%, no run refused.
+- offline: 754 offline batch runs of a V0-era vLLM (LLM-Inference-Bench), priced as V0;
+  makespan median |error| per GPU on the half the V0 overhead was not fitted on.
+- online: four `vllm bench serve` runs of vLLM 0.8.3 (V1, synchronous) serving
+  Llama-3.3-70B on 8 x A100 40 GB, replayed back to back with their warm prefix cache.
 
-and the overhead (`optimizer.latency.overhead.EngineOverhead`) is fitted by
-non-negative least squares on relative error, on half the (GPU, TP, model, length)
-groups; errors are reported on the other half: median absolute error of the batch
-latency per GPU type (target <= 10%) and of the 9 TTFT rows (<= 15%), and per
-GPU x model x TP. Prints the fitted overhead for `optimizer/latency/overhead.py`.
+`--fit` also prints the constants `optimizer/engines.py` holds, fitted as they were:
+the async generation's on the per-step timings, the synchronous V1 overhead on the
+development runs' training half, V0's on the offline batches' training half. The
+database (a temporary SQLite one unless given) gets the AIConfigurator A100, H100 and
+B300 tables imported and fitted once.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from bench_common import SHARED, prepare_database
+import yaml
+from bench_common import SERVETUNE, SHARED, prepare_database
 from scipy.optimize import nnls
 
-from optimizer.latency.base import StepLoad
-from optimizer.latency.overhead import NO_OVERHEAD
+from optimizer.engines import NO_OVERHEAD, EngineRelease
+from optimizer.latency.base import StepLoad, TableReach
+from optimizer.shapes import DEFAULT_PRECISION
 from optimizer.sim import simulate
-from optimizer.validation.devset import BatchRun, Deployment, abs_error, deployment, runs_of
+from optimizer.validation.devset import (
+    ClosedLoopRun,
+    Deployment,
+    closed_loop_deployment,
+    closed_loop_runs_of,
+    deployment,
+    runs_of,
+)
+from optimizer.validation.forward_passes import (
+    StepPhase,
+    fit_async_step_pricing,
+    price_step_s,
+    read_forward_pass_metrics,
+)
 
-DEVSET = SHARED / "observations" / "llm-inference-bench" / "vllm_nvidia.csv"
+OBS = SHARED / "observations"
+FPM = OBS / "aic-fpm-b300" / "fpm_upfront_qwen32_full_once_20260613_194007"
+CLOSED_LOOP = OBS / "aic-silicon-dev" / "qwen3_32b_h100_vllm.csv"
+OFFLINE = OBS / "llm-inference-bench" / "vllm_nvidia.csv"
+ONLINE = OBS / "vllm-bench" / "surajssd-llm-k8s-a100"
+STEPS_RELEASE = EngineRelease("vllm", "0.20.1")
+
+
+def _median_abs(errs: list[float]) -> float:
+    return statistics.median(abs(e) for e in errs) if errs else float("nan")
+
+
+def _line(label: str, errs: list[float], target: float | None = None) -> str:
+    mark = ""
+    if target is not None:
+        mark = "  ok" if _median_abs(errs) <= target else "  MISS"
+    return (f"  {label:34s} n={len(errs):5d}  median |error| {_median_abs(errs):6.1%}  "
+            f"(signed {statistics.median(errs):+6.1%}){mark}")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- steps
+
+
+def steps_section(url: str, fit: bool) -> None:
+    from api.services.tuning import stored_latency
+
+    print("\n== per-step timings: vLLM 0.20.1 (V1, async scheduling), Qwen3-32B, B300 ==")
+    source = stored_latency(url, "qwen3-32b").source
+    reach = TableReach(8192, 256, 8192, 32768)
+    by_phase: dict[StepPhase, list[float]] = defaultdict(list)
+    groups = {}
+    for tp in (1, 2, 4, 8):
+        table = source.for_instance("b300", tp, reach, DEFAULT_PRECISION, engine=STEPS_RELEASE)
+        steps = read_forward_pass_metrics(FPM / f"tp{tp}_ep1_past4096" / "fpm_metrics_detail.csv")
+        per: dict[StepPhase, list[float]] = defaultdict(list)
+        for s in steps:
+            err = price_step_s(table, s) / s.latency_s - 1.0
+            per[s.phase].append(err)
+            by_phase[s.phase].append(err)
+            groups.setdefault(f"{s.phase}-tp{tp}", []).append((s, table.kernel_time_s(s.load)))
+        print(f" TP{tp}: " + ", ".join(
+            f"{p.value} {_median_abs(e):.1%} ({statistics.median(e):+.1%}, n={len(e)})"
+            for p, e in per.items()
+        ))  # fmt: skip
+    print(f" all TP degrees (priced as {STEPS_RELEASE.label}):")
+    for phase in StepPhase:
+        print(_line(f"{phase.value} steps", by_phase[phase], 0.05))
+    if fit:
+        # The fit reads the kernels as tabulated without the engine's scale.
+        g = STEPS_RELEASE.generation
+        scale = g.kernel_scale("b300")
+        unscaled = {k: [(s, kern / scale) for s, kern in v] for k, v in groups.items()}
+        f = fit_async_step_pricing(unscaled)
+        print(f" fitted (V1 async, B300): kernel scale {f.kernel_scale:.3f}, exposed "
+              f"{f.exposed.describe()}, CPU {f.cpu.describe()} ({f.num_steps} steps, "
+              f"{f.num_dropped} dropped)")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- closed loop
+
+
+def _in_train(run: ClosedLoopRun) -> bool:
+    key = f"{run.precision}|{run.tp}|{run.isl}|{run.osl}|{run.concurrency}"
+    return hashlib.sha256(key.encode()).digest()[0] % 2 == 0
+
+
+def _simulate_cli(run: ClosedLoopRun, workdir: Path, env: dict[str, str]) -> dict | str:
+    """`servetune simulate --workload --config --json` for one run (a string: why not)."""
+    config, spec = closed_loop_deployment(run)
+    cfg, wl = workdir / "config.yaml", workdir / "workload.yaml"
+    cfg.write_text(yaml.safe_dump(config.to_dict()), encoding="utf-8")
+    wl.write_text(yaml.safe_dump(spec.to_plain()), encoding="utf-8")
+    done = subprocess.run(
+        [SERVETUNE, "simulate", "--workload", str(wl), "--config", str(cfg), "--json"],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        return (done.stderr or done.stdout).strip().splitlines()[-1]
+    return json.loads(done.stdout)
+
+
+def closed_loop_section(url: str, env: dict[str, str], fit: bool) -> None:
+    print("\n== closed-loop runs: vLLM 0.12.0 (V1, synchronous), Qwen3-32B, H100, aiperf ==")
+    runs = closed_loop_runs_of(CLOSED_LOOP)
+    rows, refused = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for run in runs:
+            out = _simulate_cli(run, Path(tmp), env)
+            if isinstance(out, str):
+                refused.append(f"{run.key}: {out}")
+                continue
+            ttft = out["ttft_s"]["mean"] / run.ttft_s - 1.0
+            tpot = out["tpot_s"]["mean"] / run.tpot_s - 1.0
+            rows.append((run, ttft, tpot, out["ttft_s"]["p50"]))
+    print(f" {len(rows)} of {len(runs)} runs simulated through the CLI; refused: "
+          f"{len(refused)}" + "".join(f"\n   {r}" for r in refused))  # fmt: skip
+    print(" mean TTFT / TPOT against measured (targets 15% / 5%):")
+    print(_line("TTFT, all", [r[1] for r in rows], 0.15))
+    print(_line("TPOT, all", [r[2] for r in rows], 0.05))
+    for label, pick in (("training half", True), ("held-out half", False)):
+        half = [r for r in rows if _in_train(r[0]) is pick]
+        print(_line(f"TTFT, {label}", [r[1] for r in half]))
+        print(_line(f"TPOT, {label}", [r[2] for r in half]))
+    groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for run, ttft, tpot, _ in rows:
+        groups[f"{run.precision or 'bf16'} TP{run.tp} ISL {run.isl}"].append((ttft, tpot))
+    print(" per precision, TP degree and prompt length (median |error| TTFT / TPOT):")
+    for key in sorted(groups):
+        e = groups[key]
+        print(f"   {key:24s} n={len(e):3d}  TTFT {_median_abs([a for a, _ in e]):6.1%}  "
+              f"TPOT {_median_abs([b for _, b in e]):6.1%}")  # fmt: skip
+    if fit:
+        _fit_sync_overhead(url, [r for r in runs if _in_train(r)])
+
+
+def _fit_sync_overhead(url: str, train: list[ClosedLoopRun]) -> None:
+    """V1 synchronous overhead: each step's CPU work adds to every token's time, so TPOT
+    ~ TPOT without overhead + base + per_seq x (sequences in a step, ~ the clients)."""
+    from api.services.tuning import stored_latency
+
+    a, b = [], []
+    for run in train:
+        config, spec = closed_loop_deployment(run)
+        latency = stored_latency(url, run.model, overhead=NO_OVERHEAD).source
+        res = simulate(spec.workload(), config, latency, seed=0)
+        tpot0 = float(np.nanmean(res.tpot_s))
+        a.append([1.0 / run.tpot_s, run.concurrency / run.tpot_s])
+        b.append(1.0 - tpot0 / run.tpot_s)
+    (base, per_seq), _ = nnls(np.array(a), np.array(b))
+    print(f" fitted (V1 synchronous, {len(train)} training runs): {base * 1e3:.2f} ms/step + "
+          f"{per_seq * 1e6:.1f} us/sequence")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- offline
 
 
 class _Count:
-    """A 'latency' that prices a step at one of its counters: the makespan is then that
-    counter summed over the run's steps."""
+    """A 'latency' that prices a step at one of its counters: a batch released at once runs
+    the same steps whatever they cost, so its makespan is then that counter summed."""
 
     is_estimate = True
 
@@ -57,131 +217,122 @@ class _Count:
             return float(load.num_decode_seqs + len(load.prefill_q))
         return float(load.num_tokens)
 
-    def for_instance(self, accelerator, tp, reach=None, precision=None):
+    def for_instance(self, accelerator, tp, reach=None, precision=None, engine=None):
         return self
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    run: BatchRun
-    ops_s: float  # makespan with no engine overhead
-    counts: tuple[float, float, float]  # steps, sequence-steps, token-steps
-    ttft_ops_s: float | None
-    ttft_counts: tuple[float, float, float] | None
+def offline_section(url: str, fit: bool) -> None:
+    from api.services.tuning import stored_latency
 
-    def predict(self, coef: np.ndarray) -> float:
-        return self.ops_s + float(np.dot(coef, self.counts))
-
-    def predict_ttft(self, coef: np.ndarray) -> float | None:
-        if self.ttft_ops_s is None or self.ttft_counts is None:
-            return None
-        return self.ttft_ops_s + float(np.dot(coef, self.ttft_counts))
-
-
-def _makespan(dep_workload, config, latency) -> float:
-    res = simulate(dep_workload, config, latency, seed=0)
-    if res.num_rejected:
-        raise ValueError(f"{res.num_rejected} requests rejected")
-    return float(np.nanmax(res.e2e_s))
-
-
-def _counts(workload, config) -> tuple[float, float, float]:
-    return tuple(_makespan(workload, config, _Count(w)) for w in ("steps", "seqs", "tokens"))
-
-
-def _in_train(run: BatchRun) -> bool:
-    key = f"{run.gpu}|{run.tp}|{run.model}|{run.input_tokens}"
-    return hashlib.sha256(key.encode()).digest()[0] % 2 == 0
-
-
-def _fit(rows: list[Row], terms: tuple[bool, bool, bool] = (True, True, True)) -> np.ndarray:
-    """Overhead coefficients minimising relative squared error, all >= 0 (`terms`:
-    which of base, per sequence, per token are free; the others stay 0)."""
-    a = np.array([np.asarray(r.counts) / r.run.latency_s for r in rows])
-    b = np.array([(r.run.latency_s - r.ops_s) / r.run.latency_s for r in rows])
-    ttft = [r for r in rows if r.ttft_counts is not None]
-    if ttft:
-        a = np.vstack([a, [np.asarray(r.ttft_counts) / r.run.ttft_s for r in ttft]])
-        b = np.concatenate([b, [(r.run.ttft_s - r.ttft_ops_s) / r.run.ttft_s for r in ttft]])
-    keep = np.array(terms)
-    coef = np.zeros(3)
-    coef[keep], _ = nnls(a[:, keep], b)
-    return coef
+    print("\n== offline batches: a V0-era vLLM (LLM-Inference-Bench), priced as V0 ==")
+    rows: dict[str, list[float]] = defaultdict(list)
+    skipped: dict[str, int] = defaultdict(int)
+    a, b = [], []
+    for run in runs_of(OFFLINE):
+        dep = deployment(run)
+        if isinstance(dep, str):
+            skipped[dep.split(":")[0]] += 1
+            continue
+        assert isinstance(dep, Deployment)
+        in_train = (
+            hashlib.sha256(f"{run.gpu}|{run.tp}|{run.model}|{run.input_tokens}".encode()).digest()[
+                0
+            ]
+            % 2
+            == 0
+        )
+        try:
+            if in_train and fit:  # makespan = kernels + overhead . (steps, seqs, tokens)
+                plain = stored_latency(url, run.model, overhead=NO_OVERHEAD).source
+                ops = np.nanmax(simulate(dep.workload, dep.config, plain, seed=0).e2e_s)
+                counts = [np.nanmax(simulate(dep.workload, dep.config, _Count(w), seed=0).e2e_s)
+                          for w in ("steps", "seqs", "tokens")]  # fmt: skip
+                a.append(np.array(counts) / run.latency_s)
+                b.append(1.0 - ops / run.latency_s)
+            if not in_train:
+                latency = stored_latency(url, run.model).source
+                res = simulate(dep.workload, dep.config, latency, seed=0)
+                rows[run.gpu].append(float(np.nanmax(res.e2e_s)) / run.latency_s - 1.0)
+        except ValueError as exc:
+            skipped[f"{run.key}: {exc}"] += 1
+    print(f" left out: {dict(skipped)}")
+    for gpu, errs in sorted(rows.items()):
+        print(_line(f"{gpu} batch makespan, held-out half", errs, 0.10))
+    if fit and a:
+        (base, per_seq, per_token), _ = nnls(np.array(a), np.array(b))
+        print(f" fitted (V0, {len(a)} training runs, batch makespans): {base * 1e3:.2f} ms/step "
+              f"+ {per_seq * 1e6:.1f} us/sequence + {per_token * 1e6:.2f} us/token")  # fmt: skip
 
 
-def _report(rows: list[Row], coef: np.ndarray, title: str) -> None:
-    by_gpu: dict[str, list[float]] = defaultdict(list)
-    by_key: dict[str, list[float]] = defaultdict(list)
-    ttft = []
-    for r in rows:
-        err = abs_error(r.predict(coef), r.run.latency_s)
-        by_gpu[r.run.gpu].append(err)
-        by_key[r.run.key].append(err)
-        t = r.predict_ttft(coef)
-        if t is not None and r.run.ttft_s:
-            ttft.append((r.run.key, t, r.run.ttft_s, t / r.run.ttft_s - 1.0))
-    print(f"\n{title}")
-    for gpu, errs in sorted(by_gpu.items()):
-        med = statistics.median(errs)
-        mark = "ok" if med <= 0.10 else "MISS"
-        print(f"  {gpu:6s} {len(errs):4d} runs: median |error| {med:6.1%}  p90 "
-              f"{np.percentile(errs, 90):6.1%}  (target <= 10%: {mark})")  # fmt: skip
-    if ttft:
-        med = statistics.median(abs(e) for *_, e in ttft)
-        mark = "ok" if med <= 0.15 else "MISS"
-        print(f"  TTFT rows ({len(ttft)}): median |error| {med:.1%} (target <= 15%: {mark})")
-        for key, p, m, e in ttft:
-            print(f"    {key:45s} predicted {p:6.3f} s measured {m:6.3f} s ({e:+.1%})")
-    print("  per GPU x TP x model (median |error|, runs):")
-    for key, errs in sorted(by_key.items()):
-        print(f"    {key:45s} {statistics.median(errs):6.1%}  {len(errs):3d}")
+# ----------------------------------------------------------------------------- online
+
+
+def online_section(url: str) -> None:
+    from api.services.tuning import stored_latency
+    from optimizer.config import InstanceConfig, ServingConfig
+    from optimizer.validation.observations import load_vllm_result
+    from optimizer.workload import Workload
+
+    print("\n== online runs: vLLM 0.8.3 (V1, synchronous), Llama-3.3-70B TP8, 8 x A100 40 GB ==")
+    files = sorted(ONLINE.glob("*_qps_*.json"))
+    runs = [load_vllm_result(f) for f in files]
+    arrival, inp, out, hashes, run_of = [], [], [], [], []
+    start = 0.0
+    for k, obs in enumerate(runs):  # back to back on one engine: each finds the earlier's
+        w = obs.workload  # prompts in its prefix cache (the same 200 prompts, seed 0)
+        for i, n in enumerate(w.input_tokens.tolist()):
+            hashes.append(np.arange(n // 16, dtype=np.int64) + i * 1_000_000)
+        arrival.append(w.arrival_s + start)
+        inp.append(w.input_tokens)
+        out.append(w.output_tokens)
+        run_of.append(np.full(len(w.input_tokens), k))
+        start += float(w.arrival_s.max()) + 60.0
+    workload = Workload(
+        np.concatenate(arrival), np.concatenate(inp), np.concatenate(out),
+        prefix_hashes=tuple(hashes), prefix_block_tokens=16, name="4 runs back to back",
+    )  # fmt: skip
+    owner = np.concatenate(run_of)
+    model = "meta-llama/Llama-3.3-70B-Instruct"
+    inst = InstanceConfig(accelerator="a100-40gb", tp=8, max_num_batched_tokens=8192,
+                          max_num_seqs=256)  # fmt: skip
+    config = ServingConfig.colocated(model, inst, enable_prefix_caching=True,
+                                     engine_version="0.8.3")  # fmt: skip
+    res = simulate(workload, config, stored_latency(url, model).source, seed=0)
+    ttft_errs, tpot_errs = [], []
+    for k, (f, obs) in enumerate(zip(files, runs, strict=True)):
+        mine = owner == k
+        m_ttft, m_tpot = float(np.mean(obs.outcomes.ttft_s)), float(np.nanmean(obs.outcomes.tpot_s))
+        ttft, tpot = float(np.nanmean(res.ttft_s[mine])), float(np.nanmean(res.tpot_s[mine]))
+        ttft_errs.append(ttft / m_ttft - 1.0)
+        tpot_errs.append(tpot / m_tpot - 1.0)
+        print(f"   {f.stem.rsplit('_', 1)[-1]:>4s}: TTFT {ttft * 1e3:6.0f} ms (measured "
+              f"{m_ttft * 1e3:4.0f}, {ttft_errs[-1]:+.0%}), TPOT {tpot * 1e3:5.1f} ms "
+              f"(measured {m_tpot * 1e3:4.1f}, {tpot_errs[-1]:+.0%})")  # fmt: skip
+    print(f"  priced as {config.engine_release.label}: median |error| TTFT "
+          f"{_median_abs(ttft_errs):.1%}, TPOT {_median_abs(tpot_errs):.1%}")  # fmt: skip
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--database", default=None, help="a database with fitted A100/H100")
+    parser.add_argument("--database", default=None, help="a database with fitted models")
+    parser.add_argument("--only", choices=("steps", "closed-loop", "offline", "online"))
+    parser.add_argument("--fit", action="store_true", help="also print the fitted constants")
     args = parser.parse_args()
-    if not DEVSET.exists():
-        print(f"development set not found: {DEVSET}", file=sys.stderr)
+    if not OBS.is_dir():
+        print(f"measured data not found: {OBS}", file=sys.stderr)
         return 1
-    from api.services.tuning import stored_latency
-
-    runs = runs_of(DEVSET)
     with tempfile.TemporaryDirectory() as tmp:
-        url, _ = prepare_database(args.database, Path(tmp), gpus=("h100", "a100"))
-        rows: list[Row] = []
-        skipped: dict[str, int] = defaultdict(int)
-        for run in runs:
-            dep = deployment(run)
-            if isinstance(dep, str):
-                skipped[dep.split(":")[0]] += 1
-                continue
-            assert isinstance(dep, Deployment)
-            latency = stored_latency(url, run.model, overhead=NO_OVERHEAD).source
-            try:
-                ops = _makespan(dep.workload, dep.config, latency)
-                counts = _counts(dep.workload, dep.config)
-                t_ops = t_counts = None
-                if run.ttft_s is not None:
-                    t_ops = _makespan(dep.ttft_workload, dep.config, latency)
-                    t_counts = _counts(dep.ttft_workload, dep.config)
-            except ValueError as exc:
-                skipped[f"{run.key}: {exc}"] += 1
-                continue
-            rows.append(Row(run, ops, counts, t_ops, t_counts))
-    print(f"{len(rows)} of {len(runs)} runs replayed; left out: {dict(skipped)}")
-    train = [r for r in rows if _in_train(r.run)]
-    test = [r for r in rows if not _in_train(r.run)]
-    zero = np.zeros(3)
-    _report(test, zero, f"held-out half ({len(test)} runs), no engine overhead")
-    for name, terms in (("base + per sequence", (True, True, False)),
-                        ("base + per sequence + per token", (True, True, True))):  # fmt: skip
-        coef = _fit(train, terms)
-        print(f"\n{name}, fitted on {len(train)} runs: base {coef[0] * 1e3:.3f} ms/step, "
-              f"{coef[1] * 1e6:.2f} us per sequence, {coef[2] * 1e9:.2f} ns per token")  # fmt: skip
-        _report(test, coef, f"held-out half ({len(test)} runs), {name}")
-    _report([r for r in train if r.ttft_counts is not None], coef,
-            "the training half's TTFT rows (fitted on; for the 9-row total)")  # fmt: skip
+        url, env = prepare_database(args.database, Path(tmp), gpus=("h100", "a100", "b300"))
+        env = {**env, **{k: v for k, v in os.environ.items() if k.startswith("SERVETUNE_")}}
+        env["SERVETUNE_DATABASE_URL"] = url
+        if args.only in (None, "steps"):
+            steps_section(url, args.fit)
+        if args.only in (None, "closed-loop"):
+            closed_loop_section(url, env, args.fit)
+        if args.only in (None, "offline"):
+            offline_section(url, args.fit)
+        if args.only in (None, "online"):
+            online_section(url)
     return 0
 
 

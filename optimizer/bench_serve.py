@@ -13,6 +13,9 @@ its random dataset, under the client's own names:
     request_rate: inf           # requests/s; inf: all released at once
     burstiness: 1.0             # gamma shape of the gaps (1: Poisson)
     seed: 0
+    num_warmups: 0              # warm-up requests first, left out of the results
+    chat_template_tokens: 0     # tokens a chat endpoint's template adds to each prompt
+    client: vllm                # vllm (vllm bench serve) | aiperf: how a slot turns around
 
 `BenchServeSpec.build()` turns it into the `ClosedLoopWorkload` the client
 really is (docs/closed-loop.md): requests in order; each sent when a slot of
@@ -23,6 +26,14 @@ the last is num_prompts/rate; `arrival_style: cumulative` for clients before
 vLLM ~0.9, which sent the first at 0 and summed fresh gaps); input and output
 lengths from `numpy.random.default_rng(seed)` as the random dataset draws
 them, outputs exact (the client sets `ignore_eos` for the random dataset).
+`num_warmups` warm-up requests (copies of the first prompt, as vllm bench serve sends
+them) run first at the same concurrency; the client waits until they have all ended and
+then sends the measured requests as a fresh burst (aiperf's `--warmup-request-count`
+does the same), and only those are measured. `chat_template_tokens` is what a chat
+endpoint's template adds to each prompt before the engine sees it (Qwen3's template
+adds 8 for one user message; the completions endpoint adds none). `client: aiperf`
+adds aiperf's turnaround: it parses every streamed chunk of a finished request before
+its slot sends the next (~3.8 us per chunk, docs/closed-loop.md).
 `workload()` is what `simulate` replays: at a finite rate with no binding
 `max_concurrency` the same open-loop trace (`open_loop()`) that `tune` stores
 and sizes fleets for, so the two price the same requests the same way.
@@ -41,6 +52,10 @@ import numpy as np
 from optimizer.workload import ClosedLoopWorkload, FrontendDelay, Workload, WorkloadError
 
 ARRIVAL_STYLES = ("rescaled", "cumulative")
+# A benchmark client's work per output token of a finished request before its slot sends
+# the next one (docs/closed-loop.md): vllm bench serve releases its semaphore at once;
+# aiperf's worker parses every streamed chunk first (~3.8 us each, measured on its parser).
+CLIENT_TURNAROUND_PER_TOKEN_S = {"vllm": 0.0, "aiperf": 3.8e-6}
 _MAX_PROMPTS = 10_000_000
 
 
@@ -80,6 +95,9 @@ class BenchServeSpec:
     burstiness: float = 1.0
     seed: int = 0
     arrival_style: str = "rescaled"  # servetune's: how the client spaced its sends
+    num_warmups: int = 0
+    chat_template_tokens: int = 0
+    client: str = "vllm"
     frontend: FrontendDelay = field(default_factory=FrontendDelay)
 
     def __post_init__(self) -> None:
@@ -106,6 +124,19 @@ class BenchServeSpec:
         if not b > 0:
             raise BenchServeError(f"burstiness: expected > 0, got {b!r}")
         object.__setattr__(self, "burstiness", b)
+        _integer("num_warmups", self.num_warmups, 0, _MAX_PROMPTS)
+        _integer("chat_template_tokens", self.chat_template_tokens, 0, 100_000)
+        if self.client not in CLIENT_TURNAROUND_PER_TOKEN_S:
+            raise BenchServeError(
+                f"client: expected one of {sorted(CLIENT_TURNAROUND_PER_TOKEN_S)}, got "
+                f"{self.client!r}"
+            )
+        if self.num_warmups and not math.isinf(rate):
+            raise BenchServeError(
+                "num_warmups: warm-up requests are modelled for request_rate inf (the "
+                "closed loop AIConfigurator and most benchmarks run); give num_warmups 0 "
+                "with a finite request_rate"
+            )
         if self.arrival_style not in ARRIVAL_STYLES:
             raise BenchServeError(
                 f"arrival_style: expected one of {list(ARRIVAL_STYLES)}, got {self.arrival_style!r}"
@@ -155,7 +186,7 @@ class BenchServeSpec:
             high = max(math.ceil(length * (1 + r)), 1)
             return rng.integers(low, high + 1, size=n)
 
-        inp = draw(self.random_input_len) + self.random_prefix_len
+        inp = draw(self.random_input_len) + self.random_prefix_len + self.chat_template_tokens
         out = draw(self.random_output_len)
         return inp.astype(np.int64), out.astype(np.int64)
 
@@ -182,6 +213,13 @@ class BenchServeSpec:
     def build(self) -> ClosedLoopWorkload:
         inp, out = self.lengths()
         slots = self.max_concurrency or self.num_prompts
+        w = self.num_warmups
+        hashes = self.prefix_hashes()
+        if w:  # copies of the first prompt, first
+            inp = np.concatenate([np.full(w, inp[0]), inp])
+            out = np.concatenate([np.full(w, out[0]), out])
+            if hashes is not None:
+                hashes = (hashes[0],) * w + hashes
         try:
             return ClosedLoopWorkload(
                 num_clients=min(slots, self.num_prompts),
@@ -190,7 +228,9 @@ class BenchServeSpec:
                 name=self.describe(),
                 release_s=self.release_times(),
                 frontend=self.frontend,
-                prefix_hashes=self.prefix_hashes(),
+                prefix_hashes=hashes,
+                num_warmups=w,
+                turnaround_per_output_token_s=CLIENT_TURNAROUND_PER_TOKEN_S[self.client],
             )
         except WorkloadError as exc:
             raise BenchServeError(str(exc)) from exc

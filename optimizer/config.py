@@ -46,6 +46,7 @@ __all__ = [
     "SpecMethod",
     "SpeculationConfig",
 ]
+from optimizer.engines import CURRENT_VLLM, ENGINES, EngineError, EngineRelease
 from optimizer.memory import (
     DraftFootprint,
     activation_reserve_bytes,
@@ -100,7 +101,11 @@ class ServingConfig:
     # Weights: "none" | "fp8"; None: as the checkpoint is (an FP8 checkpoint is "fp8").
     # "fp8" on a 16-bit checkpoint is vLLM's on-the-fly --quantization fp8.
     quantization: str | None = None
-    kv_cache_dtype: str = "auto"  # "auto": the activation dtype; "fp8"
+    kv_cache_dtype: str = "auto"  # "auto": as the checkpoint (its KV quantisation, else 16-bit)
+    # The engine that runs it and its version (`optimizer.engines`): the generation whose
+    # step rules and overhead price it. None: the current release line (CURRENT_VLLM).
+    engine: str = "vllm"
+    engine_version: str | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -145,6 +150,13 @@ class ServingConfig:
         return base.with_precision(
             Precision(self.quantization or base.quantization, self.kv_cache_dtype)
         )
+
+    @property
+    def engine_release(self) -> EngineRelease:
+        """The engine release that runs this config; vLLM runs speculation with a separate
+        draft model or n-gram lookup without async scheduling (`optimizer.engines`)."""
+        synchronous = self.speculation.method in (SpecMethod.DRAFT, SpecMethod.NGRAM)
+        return EngineRelease(self.engine, self.engine_version or CURRENT_VLLM, synchronous)
 
     @property
     def checkpoint_quantization(self) -> str:
@@ -271,6 +283,19 @@ def _validate(cfg: ServingConfig) -> None:
         )
     if cfg.max_model_len is not None:
         _positive_int("config.max_model_len", cfg.max_model_len)
+    deployed = cfg.shape  # in the deployment's formats: what the GPUs hold
+    if not isinstance(cfg.engine, str):
+        raise ConfigError(f"config.engine: expected a name, got {cfg.engine!r}")
+    if cfg.engine_version is not None and not isinstance(cfg.engine_version, str):
+        raise ConfigError(
+            f"config.engine_version: expected a version string such as '0.12.0', got "
+            f"{cfg.engine_version!r}"
+        )
+    try:
+        cfg.engine_release  # noqa: B018 (validates the name and the version)
+    except EngineError as exc:
+        field_name = "engine" if cfg.engine not in ENGINES else "engine_version"
+        raise ConfigError(f"config.{field_name}: {exc}") from exc
     for where, inst in roles:
         if not isinstance(inst, InstanceConfig):
             raise ConfigError(f"{where}: expected an InstanceConfig")
@@ -284,13 +309,14 @@ def _validate(cfg: ServingConfig) -> None:
                 f"attention heads / {shape.num_kv_heads} KV heads"
             )
         role = Role.PREFILL if where == "config.prefill" else Role.DECODE
-        blocks = kv_capacity_blocks(shape, inst, cfg.drafter(role, inst))
+        blocks = kv_capacity_blocks(deployed, inst, cfg.drafter(role, inst))
         if blocks <= 0:
             acc = inst.resolve_accelerator()
             raise ConfigError(
-                f"{where}: {shape.name} does not fit on {acc.name} at tp={inst.tp}: "
-                f"{shape.weight_bytes(inst.tp) / 1e9:.1f} GB of weights per GPU + "
-                f"{activation_reserve_bytes(shape, inst) / 1e9:.1f} GB reserve > "
+                f"{where}: {shape.name} ({deployed.precision.label}) does not fit on "
+                f"{acc.name} at tp={inst.tp}: "
+                f"{deployed.weight_bytes(inst.tp) / 1e9:.1f} GB of weights per GPU + "
+                f"{activation_reserve_bytes(deployed, inst) / 1e9:.1f} GB reserve > "
                 f"{acc.memory_gib:g} GiB x gpu_memory_utilization {inst.gpu_memory_utilization} "
                 "leaves no room for the KV cache"
             )

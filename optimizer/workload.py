@@ -370,6 +370,13 @@ class ClosedLoopWorkload:
     frontend: FrontendDelay = field(default_factory=FrontendDelay)
     prefix_hashes: tuple[np.ndarray, ...] | None = None
     prefix_block_tokens: int = 16
+    # The first `num_warmups` requests warm the server up: the client sends them, waits
+    # for all of them to end and then sends the rest as a fresh burst; they are left out
+    # of the results (aiperf's --warmup-request-count, vllm bench serve's --num-warmups).
+    num_warmups: int = 0
+    # The client's own work after a stream ends, before the slot's next send (aiperf
+    # parses every streamed chunk first): seconds per output token of the ended request.
+    turnaround_per_output_token_s: float = 0.0
 
     def __post_init__(self) -> None:
         inp = _as_array("input_tokens", self.input_tokens, np.int64)
@@ -399,6 +406,15 @@ class ClosedLoopWorkload:
             raise WorkloadError(
                 f"prefix_hashes: {len(self.prefix_hashes)} rows for {inp.size} requests"
             )
+        w = self.num_warmups
+        if not isinstance(w, int) or isinstance(w, bool) or not 0 <= w < inp.size:
+            raise WorkloadError(
+                f"num_warmups must be an integer from 0 to {inp.size - 1} (fewer than the "
+                f"requests), got {w!r}"
+            )
+        t = self.turnaround_per_output_token_s
+        if not (isinstance(t, (int, float)) and math.isfinite(t) and t >= 0):
+            raise WorkloadError(f"turnaround_per_output_token_s must be >= 0, got {t!r}")
 
     def head(self, num_requests: int) -> ClosedLoopWorkload:
         """The first `num_requests` requests, with as many clients at most."""
@@ -409,6 +425,7 @@ class ClosedLoopWorkload:
         hashes, release = self.prefix_hashes, self.release_s
         return replace(
             self,
+            num_warmups=min(self.num_warmups, num_requests - 1),
             num_clients=min(self.num_clients, num_requests),
             input_tokens=self.input_tokens[:num_requests],
             output_tokens=self.output_tokens[:num_requests],

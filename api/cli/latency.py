@@ -119,7 +119,7 @@ def list_() -> None:
 @app.command("show")
 def show(model_id: Annotated[int, typer.Argument(help="latency model id")]) -> None:
     """Show a stored model's provenance, overhead and hold-out metrics."""
-    from optimizer.latency.overhead import DEFAULT_ENGINE_OVERHEAD
+    from optimizer.engines import DEFAULT_RELEASE
     from optimizer.latency.persist import PayloadError, load_model
     from storage.latency_models import (
         LatencyModelNotFound,
@@ -137,9 +137,12 @@ def show(model_id: Annotated[int, typer.Argument(help="latency model id")]) -> N
         fitted = load_model(payload, version)
     except PayloadError as exc:
         fail(f"latency model {model_id}: {exc}")
+    current = DEFAULT_RELEASE.generation
     overhead = (
-        f"not fitted (no whole-step measurements): vLLM default "
-        f"{DEFAULT_ENGINE_OVERHEAD.describe()}"
+        "not fitted (no whole-step measurements): the deployed engine's, e.g. "
+        f"{DEFAULT_RELEASE.label}: kernels x {current.kernel_scale:g}, "
+        f"{current.overhead.describe()} + CPU {current.cpu.describe()}"
+        + (" (overlapped by async scheduling)" if current.async_scheduling else "")
         if fitted.overhead_s is None
         else f"{fitted.overhead_s * 1e3:.3f} ms (fitted on {fitted.num_mixed} mixed iterations)"
     )

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from optimizer.engines import EngineOverhead
 from optimizer.latency.base import LatencySource
 from optimizer.latency.catalog import LatencyCatalog
 from optimizer.latency.evaluate import evaluate_holdout
 from optimizer.latency.fit import fit_latency_model
 from optimizer.latency.model import FitOptions, LatencyModel, LatencyModelError
-from optimizer.latency.overhead import EngineOverhead
 from optimizer.latency.persist import PAYLOAD_SCHEMA_VERSION, dump_model, feature_names, load_model
 from optimizer.latency.table import CompiledStepLatency, table_from_bytes, table_to_bytes
 from optimizer.records import OpKind

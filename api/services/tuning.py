@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from api.services.latency import ResolvedLatency, resolve_latency
+from optimizer.engines import EngineOverhead
 from optimizer.latency.base import LatencySource
-from optimizer.latency.overhead import EngineOverhead
 from optimizer.search.closed_loop import ClosedLoopEvaluator
 from optimizer.search.objective import Evaluator, TraceEvaluator, TrialError
 from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome

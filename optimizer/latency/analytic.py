@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from optimizer.engines import DEFAULT_RELEASE, EngineRelease
 from optimizer.latency.base import StepLatency, StepLoad, TableReach
 from optimizer.shapes import DEFAULT_PRECISION, Precision
 
@@ -71,6 +72,7 @@ class SingleLatencySource:
         tp: int,
         reach: TableReach | None = None,
         precision: Precision = DEFAULT_PRECISION,
+        engine: EngineRelease = DEFAULT_RELEASE,
     ) -> StepLatency:
         return self.latency
 
@@ -87,6 +89,7 @@ class MappingLatencySource:
         tp: int,
         reach: TableReach | None = None,
         precision: Precision = DEFAULT_PRECISION,
+        engine: EngineRelease = DEFAULT_RELEASE,
     ) -> StepLatency:
         for acc, t, latency in self.latencies:
             if acc == accelerator.lower() and t == tp:

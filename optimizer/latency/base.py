@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Protocol
 
+from optimizer.engines import DEFAULT_RELEASE, EngineRelease
 from optimizer.shapes import DEFAULT_PRECISION, Precision
 
 
@@ -78,9 +79,12 @@ class LatencySource(Protocol):
         tp: int,
         reach: TableReach | None = None,
         precision: Precision = DEFAULT_PRECISION,
+        engine: EngineRelease = DEFAULT_RELEASE,
     ) -> StepLatency:
         """Raise `LookupError` with a clear message when none is available. `reach`
         bounds the loads the caller will price (a compiled source may tabulate only
         that much; loads beyond it are still priced, by extrapolation). `precision`:
-        the deployment's weight and KV-cache formats (FP8 GEMMs, FP8 KV attention)."""
+        the deployment's weight and KV-cache formats (FP8 GEMMs, FP8 KV attention).
+        `engine`: the release that runs the steps (`optimizer.engines`), whose rules and
+        overhead a source prices them with (a measured source may ignore it)."""
         ...

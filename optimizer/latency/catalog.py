@@ -9,8 +9,18 @@ only the part of the grid its loads can reach (`TableReach`; a later, larger
 reach compiles the next tier). A fitted model is loaded only when one of its
 tables must be compiled (`ModelRef.load`: unpickling a model imports
 scikit-learn), and a `TableStore` (the database, see `api.services.latency`)
-keeps compiled tables across processes and machines, keyed by the fitted
-model, the shape, the accelerator, the TP degree and the grid tier.
+keeps compiled tables across processes and machines, keyed by everything a
+table's numbers depend on: the fitted model, the shape, the accelerator, the TP
+degree, the grid tier, the engine release's generation with its step rules and
+overheads, and the version of the pricing code itself (`pricing_version`: a hash
+of the modules that turn a model into a table), so a table compiled by another
+build of servetune, or for another engine, is never used.
+
+Each table is priced as the engine release asked for (`optimizer.engines`): its
+step rules (which operators fuse, vLLM's all-reduce, CUDA-graph padding) and its
+overhead. A model fitted on its own whole-step measurements (the CPU profiler's
+mixed iterations, on servetune's reference engine) keeps its own constant and the
+reference engine's (legacy) rules instead.
 Compilation runs scikit-learn's predictions under `num_threads` native threads
 (OpenMP): more oversubscribes a shared 2-core machine badly, and the results are
 identical. A catalog can be pickled into simulator worker processes (its store
@@ -19,16 +29,26 @@ reconnects there).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 from collections.abc import Iterable, Sequence
-from dataclasses import astuple, dataclass, field
+from dataclasses import astuple, dataclass, field, replace
+from pathlib import Path
 from typing import Protocol
 
+from optimizer.engines import (
+    DEFAULT_RELEASE,
+    LEGACY_RULES,
+    NO_OVERHEAD,
+    EngineOverhead,
+    EngineRelease,
+    StepRules,
+)
 from optimizer.hardware import Accelerator, HardwareError, get_accelerator
 from optimizer.latency.base import StepLatency, TableReach
 from optimizer.latency.compose import Pricing
 from optimizer.latency.model import LatencyModel
-from optimizer.latency.overhead import DEFAULT_ENGINE_OVERHEAD, EngineOverhead
 from optimizer.latency.roofline import ROOFLINE_LABEL, RooflineOptions, RooflinePricer
 from optimizer.latency.table import (
     TABLE_FORMAT,
@@ -38,15 +58,66 @@ from optimizer.latency.table import (
 )
 from optimizer.shapes import DEFAULT_PRECISION, ModelShape, Precision
 
+# The modules whose code turns a fitted model (or an accelerator's spec) into a table.
+PRICING_MODULES = (
+    "optimizer.dims",
+    "optimizer.engines",
+    "optimizer.latency.compose",
+    "optimizer.latency.features",
+    "optimizer.latency.model",
+    "optimizer.latency.roofline",
+    "optimizer.latency.table",
+)
 
-def model_overhead(model: LatencyModel, overhead: EngineOverhead | None = None) -> EngineOverhead:
-    """`overhead` when given, else the model's own fitted constant (whole-step
-    measurements), else `DEFAULT_ENGINE_OVERHEAD` (calibrated on measured vLLM runs)."""
+
+@functools.cache
+def pricing_version() -> str:
+    """A hash of the pricing code (`PRICING_MODULES`' source): part of every stored table's
+    key, so a table compiled by another build of servetune is never read back."""
+    digest = hashlib.sha256()
+    for name in PRICING_MODULES:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None, name
+        digest.update(Path(spec.origin).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class StepPricing:
+    """How one table prices steps beyond its operators' isolated timings: the step rules,
+    the kernels' scale in a sustained forward, the overhead the GPU waits for, the CPU
+    work hidden behind the GPU (async scheduling), and the engine's name."""
+
+    rules: StepRules
+    kernel_scale: float
+    overhead: EngineOverhead
+    hidden: EngineOverhead
+    engine: str
+
+
+def step_pricing(
+    model: LatencyModel | None,
+    engine: EngineRelease = DEFAULT_RELEASE,
+    overhead: EngineOverhead | None = None,
+    accelerator: Accelerator | None = None,
+) -> StepPricing:
+    """How a table of `model` prices steps. A model with its own whole-step measurements
+    (servetune's reference engine) keeps the legacy rules and its fitted constant and
+    scale; any other is priced as the engine release runs a step (`optimizer.engines`):
+    a synchronous engine's CPU work adds to each step, an asynchronous one's bounds it
+    below. `overhead`, when given, replaces both (nothing hidden)."""
+    if model is not None and model.overhead_s is not None:
+        own = EngineOverhead.constant(model.overhead_s) if overhead is None else overhead
+        return StepPricing(LEGACY_RULES, 1.0, own, NO_OVERHEAD, "servetune reference engine")
+    g = engine.generation
+    scale = g.kernel_scale(accelerator.family) if accelerator is not None else 1.0
     if overhead is not None:
-        return overhead
-    if model.overhead_s is None:
-        return DEFAULT_ENGINE_OVERHEAD
-    return EngineOverhead.constant(model.overhead_s)
+        return StepPricing(engine.rules, scale, overhead, NO_OVERHEAD, engine.label)
+    if g.async_scheduling:
+        return StepPricing(engine.rules, scale, g.overhead, g.cpu, engine.label)
+    exposed = EngineOverhead(*(a + b for a, b in zip(astuple(g.overhead), astuple(g.cpu),
+                                                     strict=True)))  # fmt: skip
+    return StepPricing(engine.rules, scale, exposed, NO_OVERHEAD, engine.label)
 
 
 def compile_learned(
@@ -54,18 +125,21 @@ def compile_learned(
     model: LatencyModel,
     tp: int,
     *,
+    engine: EngineRelease = DEFAULT_RELEASE,
     overhead: EngineOverhead | None = None,
     accelerator: Accelerator | None = None,
     grid: TableGrid | None = None,
 ) -> CompiledStepLatency:
     """Compile a fitted model for one shape and TP degree (roofline for uncovered ops),
-    with the engine overhead of `model_overhead`."""
+    priced as `engine` runs a step (`step_pricing`)."""
     acc = accelerator or get_accelerator(model.accelerator)
-    pricing = Pricing(shape, tp, RooflinePricer(acc), model)
+    how = step_pricing(model, engine, overhead, acc)
+    pricing = Pricing(shape, tp, RooflinePricer(acc), model, how.rules, how.kernel_scale)
     label = f"learned ({model.source})" if model.source else "learned"
     return compile_step_latency(
-        pricing, model_overhead(model, overhead), label=label, is_estimate=False, grid=grid
-    )
+        pricing, how.overhead, label=label, is_estimate=False, grid=grid, hidden=how.hidden,
+        engine=how.engine,
+    )  # fmt: skip
 
 
 def compile_roofline(
@@ -75,13 +149,20 @@ def compile_roofline(
     *,
     options: RooflineOptions | None = None,
     grid: TableGrid | None = None,
+    engine: EngineRelease = DEFAULT_RELEASE,
 ) -> CompiledStepLatency:
-    """The roofline estimate for one shape, accelerator and TP degree."""
+    """The roofline estimate for one shape, accelerator and TP degree, priced as `engine`
+    runs a step (its overheads unless `options.overhead` names one)."""
     options = options or RooflineOptions()
-    pricing = Pricing(shape, tp, RooflinePricer(accelerator, options))
+    how = step_pricing(None, engine, options.overhead, accelerator)
+    pricing = Pricing(
+        shape, tp, RooflinePricer(accelerator, options), rules=how.rules,
+        kernel_scale=how.kernel_scale,
+    )  # fmt: skip
     return compile_step_latency(
-        pricing, options.overhead, label=ROOFLINE_LABEL, is_estimate=True, grid=grid
-    )
+        pricing, how.overhead, label=ROOFLINE_LABEL, is_estimate=True, grid=grid,
+        hidden=how.hidden, engine=how.engine,
+    )  # fmt: skip
 
 
 class ModelRef(Protocol):
@@ -141,7 +222,9 @@ class LatencyCatalog:
     num_threads: int = 1  # native (OpenMP) threads while compiling
     overhead: EngineOverhead | None = None  # for every learned table, instead of each model's
     default_grid: TableGrid = field(default_factory=TableGrid)  # when a run names no reach
-    _compiled: dict[tuple[str, int, Precision], CompiledStepLatency] = field(default_factory=dict)
+    _compiled: dict[tuple[str, int, Precision, str], CompiledStepLatency] = field(
+        default_factory=dict
+    )
     _loaded: dict[str, LatencyModel] = field(default_factory=dict)
 
     def available(self) -> list[str]:
@@ -158,10 +241,11 @@ class LatencyCatalog:
         tp: int,
         reach: TableReach | None = None,
         precision: Precision = DEFAULT_PRECISION,
+        engine: EngineRelease = DEFAULT_RELEASE,
     ) -> StepLatency:
         """The compiled table of `accelerator` at `tp` for the catalog's shape in
-        `precision`, covering `reach` (None: the catalog's default grid, the full one
-        unless set); LookupError when none can be made."""
+        `precision`, priced as `engine` runs it, covering `reach` (None: the catalog's
+        default grid, the full one unless set); LookupError when none can be made."""
         try:
             acc = get_accelerator(accelerator)
         except HardwareError as exc:
@@ -177,7 +261,7 @@ class LatencyCatalog:
                 f"({self.shape.num_heads})"
             )
         grid = self.default_grid if reach is None else TableGrid.covering(reach)
-        return self.table(acc, tp, grid, precision)
+        return self.table(acc, tp, grid, precision, engine)
 
     def table(
         self,
@@ -185,43 +269,60 @@ class LatencyCatalog:
         tp: int,
         grid: TableGrid,
         precision: Precision = DEFAULT_PRECISION,
+        engine: EngineRelease = DEFAULT_RELEASE,
     ) -> CompiledStepLatency:
-        """The table of (`acc`, `tp`, `precision`) on at least `grid` (compiled, stored or
-        kept)."""
-        key = (acc.name, tp, precision)
+        """The table of (`acc`, `tp`, `precision`, `engine`) on at least `grid` (compiled,
+        stored or kept)."""
+        key = (acc.name, tp, precision, engine.key)
         have = self._compiled.get(key)
         if have is not None:
             if have.grid.union(grid) == have.grid:
                 return have
             grid = grid.union(have.grid)  # grow: the tables only get larger
-        table = self._make(acc, tp, grid, self.shape.with_precision(precision))
+        table = self._make(acc, tp, grid, self.shape.with_precision(precision), engine)
         self._compiled[key] = table
         return table
 
-    def _store_key(
-        self, ref: ModelRef | None, acc: Accelerator, tp: int, grid: TableGrid, shape: ModelShape
+    def store_key(
+        self,
+        ref: ModelRef | None,
+        acc: Accelerator,
+        tp: int,
+        grid: TableGrid,
+        shape: ModelShape,
+        engine: EngineRelease = DEFAULT_RELEASE,
     ) -> str:
-        """The table's key in the store ("" = not stored: an in-memory model)."""
+        """The table's key in the store ("" = not stored: an in-memory model): everything
+        its numbers depend on (module docstring)."""
         if ref is None:
             source = (
                 f"roofline-{hashlib.sha256(repr(self.roofline_options).encode()).hexdigest()[:12]}"
             )
         elif ref.cache_key:
-            overhead = "model" if self.overhead is None else repr(astuple(self.overhead))
-            source = f"{ref.cache_key}-overhead-{overhead}"
+            source = ref.cache_key
         else:
             return ""
+        override = "engine" if self.overhead is None else repr(astuple(self.overhead))
+        pricing = hashlib.sha256(f"{engine.key}|{override}".encode()).hexdigest()[:12]
         spec = hashlib.sha256(repr(astuple(acc)).encode()).hexdigest()[:12]  # a spec file's
         return "|".join((
-            f"table-v{TABLE_FORMAT}", source, shape.name, shape_fingerprint(shape),
+            f"table-v{TABLE_FORMAT}-{pricing_version()}", source,
+            f"{engine.generation.key}-{pricing}", shape.name, shape_fingerprint(shape),
             f"{acc.name}-{spec}", f"tp{tp}", grid.tier,
         ))  # fmt: skip
 
     def _make(
-        self, acc: Accelerator, tp: int, grid: TableGrid, shape: ModelShape
+        self,
+        acc: Accelerator,
+        tp: int,
+        grid: TableGrid,
+        shape: ModelShape,
+        engine: EngineRelease = DEFAULT_RELEASE,
     ) -> CompiledStepLatency:
         ref = self._ref(acc)
-        store_key = self._store_key(ref, acc, tp, grid, shape) if self.store is not None else ""
+        store_key = ""
+        if self.store is not None:
+            store_key = self.store_key(ref, acc, tp, grid, shape, engine)
         if store_key and self.store is not None:
             cached = self.store.get(store_key)
             if cached is not None:
@@ -230,15 +331,19 @@ class LatencyCatalog:
 
         with threadpool_limits(limits=self.num_threads):
             if ref is None:
-                table = compile_roofline(shape, acc, tp, options=self.roofline_options, grid=grid)
+                options = self.roofline_options
+                if self.overhead is not None:
+                    options = replace(options, overhead=self.overhead)
+                table = compile_roofline(shape, acc, tp, options=options, grid=grid, engine=engine)
             else:
                 owner = acc.name if acc.name in self.models else acc.family
                 model = self._loaded.get(owner)
                 if model is None:
                     model = self._loaded[owner] = ref.load()
                 table = compile_learned(
-                    shape, model, tp, overhead=self.overhead, accelerator=acc, grid=grid
-                )
+                    shape, model, tp, engine=engine, overhead=self.overhead, accelerator=acc,
+                    grid=grid,
+                )  # fmt: skip
         if store_key and self.store is not None:
             self.store.put(store_key, table, ref.cache_key if ref is not None else "")
         return table
@@ -257,7 +362,7 @@ def build_catalog(
 ) -> LatencyCatalog:
     """A catalog of fitted `models` (one per accelerator) for `shape`. Tables compile on
     first use; `tps` compiles those TP degrees now, on `grid` (default: the full grid).
-    Overhead: `overhead` for all when given, else each model's (see `model_overhead`)."""
+    Overhead: `overhead` for all when given, else each release's (see `step_pricing`)."""
     refs: dict[str, ModelRef] = {}
     for m in models:
         ref = LoadedModel(m) if isinstance(m, LatencyModel) else m

@@ -8,7 +8,16 @@ One step of a dense transformer on one GPU of a TP group costs
 
 times the model's `op_scale`, plus a per-iteration engine overhead; both are
 fitted on measured mixed iterations when there are some (`fit_composition`),
-else the scale is 1 and the overhead an assumed constant.
+else the scale is 1 and the overhead is the engine generation's.
+
+How the engine runs those operators is its `StepRules` (`optimizer.engines`):
+legacy pricing (the servetune reference engine, vLLM V0) has six separate
+elementwise kernels per layer and NCCL all-reduces; vLLM V1 fuses them into
+four (residual add + RMSNorm twice, SiLU-and-mul, RoPE), all-reduces through its
+own communicator (`vllm_all_reduce`: in a CUDA graph up to the graph size, eagerly
+beyond), pads steps of up to `cuda_graph_tokens` tokens to the next CUDA-graph
+capture size, and from 0.17 runs an all-reduce and the add + RMSNorm after it as
+one FlashInfer kernel for small messages.
 
 `Pricing` decides which source prices each operator: a learned model when
 one covers it, else the roofline (those operators are listed by
@@ -32,9 +41,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from optimizer.dims import GEMM_OPS, RankDims, sample_nk
+from optimizer.engines import LEGACY_RULES, StepRules
 from optimizer.hardware import HardwareError, get_accelerator
 from optimizer.latency.base import StepLoad
-from optimizer.latency.features import ATTENTION_OPS, OpBatch
+from optimizer.latency.features import ALL_REDUCE_OPS, ATTENTION_OPS, OpBatch
 from optimizer.latency.model import LatencyModel, LatencyModelError, OpModel, op_name
 from optimizer.latency.roofline import RooflinePricer
 from optimizer.records import KernelSample, OpKind
@@ -49,6 +59,8 @@ class Pricing:
     tp: int
     roofline: RooflinePricer
     learned: LatencyModel | None = None
+    rules: StepRules = LEGACY_RULES  # how the engine runs the operators
+    kernel_scale: float = 1.0  # the engine's kernels in a sustained forward against the tables'
     # One rank's share of the shape, in the profiler's per-op conventions (derived).
     dims: RankDims = field(init=False, repr=False, compare=False)
 
@@ -90,9 +102,20 @@ class Pricing:
             if generic is not None:
                 return OpKind.GEMM, generic
             return op, own  # another shape's per-model GEMM: n/k features still apply
-        if op is OpKind.ALL_REDUCE and own is not None and self.tp not in own.num_gpus:
+        if op in ALL_REDUCE_OPS and own is not None and self.tp not in own.num_gpus:
             return op, None
         return op, own
+
+    def all_reduce_kinds(self) -> tuple[OpKind, OpKind]:
+        """(in a CUDA graph, eager): vLLM's own all-reduce when the rules say so and the
+        model measured it at this TP degree, else NCCL's for both."""
+        if self.rules.vllm_all_reduce and self.learned is not None:
+            graph = self.learned.op_model(OpKind.VLLM_ALL_REDUCE)
+            eager = self.learned.op_model(OpKind.VLLM_ALL_REDUCE_EAGER)
+            measured = graph is not None and eager is not None
+            if measured and self.tp in graph.num_gpus and self.tp in eager.num_gpus:
+                return OpKind.VLLM_ALL_REDUCE, OpKind.VLLM_ALL_REDUCE_EAGER
+        return OpKind.ALL_REDUCE, OpKind.ALL_REDUCE
 
     def estimated_ops(self) -> tuple[str, ...]:
         """Operators priced by the roofline for this shape and TP degree (FP8 ones as
@@ -100,13 +123,15 @@ class Pricing:
         ops = [*GEMM_OPS, OpKind.LM_HEAD, OpKind.NORM, OpKind.ADD, OpKind.ACTIVATION]
         ops += [OpKind.ROPE, OpKind.EMBEDDING, OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN]
         if self.tp > 1:
-            ops.append(OpKind.ALL_REDUCE)
+            ops += sorted(set(self.all_reduce_kinds()))
         return tuple(op_name(op, self.is_fp8(op)) for op in ops if self._source(op)[1] is None)
 
     @property
     def scale(self) -> float:
-        """How much slower operators run in a whole forward than alone (fitted)."""
-        return 1.0 if self.learned is None else self.learned.op_scale
+        """How much slower operators run in a whole forward than alone: the model's own
+        fitted scale (whole-step measurements), times the engine's (`kernel_scale`)."""
+        own = 1.0 if self.learned is None else self.learned.op_scale
+        return own * self.kernel_scale
 
     def price_ms(self, op: OpKind, **params: object) -> np.ndarray:
         """One operator as it runs inside a step (its isolated time x `scale`)."""
@@ -127,20 +152,56 @@ class Pricing:
     def dense_ms(self, num_tokens: np.ndarray) -> np.ndarray:
         """Token-parallel work of one step (all layers, embedding, final norm), ms."""
         m = np.asarray(num_tokens, dtype=np.float64)
-        layer = sum(
-            self.price_ms(op, num_tokens=m, **self._nk(op))
-            for op in (*GEMM_OPS, OpKind.ACTIVATION, OpKind.ROPE)
-        )
-        layer = layer + 2 * self.price_ms(OpKind.NORM, num_tokens=m, **self._nk(OpKind.NORM))
-        layer = layer + 2 * self.price_ms(OpKind.ADD, num_tokens=m, **self._nk(OpKind.ADD))
+        rules = self.rules
+        if rules.cuda_graph_tokens:
+            m = cuda_graph_padded(m, rules.cuda_graph_tokens)
+        nk = self._nk
+        layer = sum(self.price_ms(op, num_tokens=m, **nk(op)) for op in (*GEMM_OPS, OpKind.ROPE))
+        norm_n = nk(OpKind.NORM)["n"]
+        act_n = nk(OpKind.ACTIVATION)["n"]
+        if rules.fused_elementwise:
+            # add + RMSNorm (reads x and the residual, writes both) twice; SiLU-and-mul
+            # (reads the gate and up halves, writes one)
+            add_norm = self.price_ms(OpKind.NORM, num_tokens=m, n=2 * norm_n, k=0)
+            layer = layer + self.price_ms(OpKind.ACTIVATION, num_tokens=m, n=1.5 * act_n, k=0)
+        else:
+            add_norm = self.price_ms(OpKind.NORM, num_tokens=m, n=norm_n, k=0)
+            add_norm = add_norm + self.price_ms(OpKind.ADD, num_tokens=m, **nk(OpKind.ADD))
+            layer = layer + self.price_ms(OpKind.ACTIVATION, num_tokens=m, **nk(OpKind.ACTIVATION))
         if self.tp > 1:
             msg = m * self.shape.hidden_size * self.shape.dtype_bytes
-            layer = layer + 2 * self.price_ms(
-                OpKind.ALL_REDUCE, num_gpus=self.tp, message_bytes=msg, num_tokens=m
-            )
-        once = self.price_ms(OpKind.EMBEDDING, num_tokens=m, **self._nk(OpKind.EMBEDDING))
-        once = once + self.price_ms(OpKind.NORM, num_tokens=m, **self._nk(OpKind.NORM))
+            graph, eager = self.all_reduce_kinds()
+            common = {"num_gpus": self.tp, "message_bytes": msg, "num_tokens": m}
+            reduce = self.price_ms(graph, **common)
+            if eager is not graph:
+                in_graph = m <= max(rules.cuda_graph_tokens, 0)
+                reduce = np.where(in_graph, reduce, self.price_ms(eager, **common))
+            limit = rules.fused_norm_limit_bytes(self.roofline.accelerator.family, self.tp)
+            if limit:
+                # One FlashInfer kernel does the all-reduce, the residual add and the
+                # RMSNorm, with its own algorithm: priced by the measured all-reduce's
+                # latency and bandwidth (`one_shot_all_reduce_ms`).
+                fused = self.one_shot_all_reduce_ms(msg, graph)
+                reduce = np.where(msg <= limit, fused, reduce)
+                add_norm = np.where(msg <= limit, 0.0, add_norm)
+            layer = layer + 2 * reduce
+        layer = layer + 2 * add_norm
+        once = self.price_ms(OpKind.EMBEDDING, num_tokens=m, **nk(OpKind.EMBEDDING))
+        once = once + self.price_ms(OpKind.NORM, num_tokens=m, **nk(OpKind.NORM))
         return self.shape.num_layers * layer + once
+
+    def one_shot_all_reduce_ms(self, message_bytes: np.ndarray, kind: OpKind) -> np.ndarray:
+        """An all-reduce priced by `kind`'s measured latency and bandwidth alone: its time
+        for one token's message plus the bytes at the rate it reaches on large messages
+        (a straight line between the two ends of the measured curve, without the steps
+        where vLLM's custom all-reduce switches algorithm)."""
+        one = float(self.shape.hidden_size * self.shape.dtype_bytes)
+        big = float(ONE_SHOT_SPAN_BYTES)
+        ends = self.price_ms(
+            kind, num_gpus=self.tp, message_bytes=np.array([one, big]), num_tokens=1.0
+        )
+        per_byte = max(float(ends[1] - ends[0]), 0.0) / (big - one)
+        return ends[0] + per_byte * (np.asarray(message_bytes, dtype=np.float64) - one)
 
     def lm_head_ms(self, num_logits: np.ndarray) -> np.ndarray:
         m = np.asarray(num_logits, dtype=np.float64)
@@ -190,6 +251,18 @@ class Pricing:
         one = OpBatch.make(OpKind.DECODE_ATTN, 2.0, kv_dtype_bytes=kv, q_len=1, **common)
         many = OpBatch.make(OpKind.VERIFY_ATTN, 2.0, kv_dtype_bytes=kv, q_len=decode_q, **common)
         return self.roofline.predict_ms(many) / self.roofline.predict_ms(one)
+
+
+ONE_SHOT_SPAN_BYTES = 1 << 28  # where the bandwidth of a measured all-reduce is read
+
+
+def cuda_graph_padded(num_tokens: np.ndarray, limit: int) -> np.ndarray:
+    """Token counts padded as vLLM pads a step to its CUDA-graph capture sizes (1, 2, 4,
+    then every 8 up to 256, every 16 up to 512); beyond `limit` a step runs eagerly."""
+    m = np.asarray(num_tokens, dtype=np.float64)
+    small = np.where(m <= 2, np.maximum(m, 1.0), np.where(m <= 4, 4.0, np.ceil(m / 8) * 8))
+    padded = np.where(m <= 256, small, np.ceil(m / 16) * 16)
+    return np.where(m <= limit, np.minimum(padded, max(limit, 1)), m)
 
 
 def iteration_ms(pricing: Pricing, load: StepLoad, overhead_s: float) -> float:

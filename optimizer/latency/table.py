@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
+from optimizer.engines import NO_OVERHEAD, EngineOverhead
 from optimizer.latency.base import StepLoad, TableReach
 from optimizer.latency.compose import Pricing
-from optimizer.latency.overhead import EngineOverhead
 from optimizer.shapes import DEFAULT_PRECISION
 
 TOKEN_STEP = 8
@@ -101,7 +101,7 @@ class CompiledStepLatency:
     is_estimate: bool
     label: str  # e.g. "learned (aiconfigurator)" or "roofline estimate"
     estimated_ops: tuple[str, ...]  # operators priced by the roofline inside a learned model
-    overhead: EngineOverhead  # the engine's own time per step
+    overhead: EngineOverhead  # the engine's own time per step that the GPU waits for
     ppo: int
     dense_ms: list[float]  # index (T + 7) // 8
     lm_head_ms: list[float]
@@ -112,6 +112,10 @@ class CompiledStepLatency:
     n_b: int
     grid: TableGrid = TableGrid()
     precision: str = DEFAULT_PRECISION.label  # the shape's weight and KV formats (Precision)
+    # Async scheduling: the engine's CPU work per step, overlapped with the GPU's; a step
+    # lasts at least this long (zero: a synchronous engine, all of it in `overhead`).
+    hidden: EngineOverhead = NO_OVERHEAD
+    engine: str = ""  # how it was priced, e.g. "vLLM 0.20, V1 with async scheduling"
 
     # -- scalar path ---------------------------------------------------------------
     def _tokens(self, table: list[float], n: int) -> float:
@@ -126,9 +130,10 @@ class CompiledStepLatency:
     def _bilinear(self, table: list[float], x: float, n_x: int, y: float) -> float:
         return _interpolate(table, x, n_x, y, self.ppo, self.n_kv)
 
-    def step_time_s(self, load: StepLoad) -> float:
-        # The simulator's hottest call: tables and sizes are read into locals once, the
-        # common in-range token lookups are inlined (`_tokens` handles the tail).
+    def kernel_time_s(self, load: StepLoad) -> float:
+        """The step's kernels alone (no engine overhead), seconds."""
+        # Part of the simulator's hottest call: tables and sizes are read into locals
+        # once, the common in-range token lookups are inlined (`_tokens`: the tail).
         dense = self.dense_ms
         n = load.num_tokens
         j = (n + TOKEN_STEP - 1) // TOKEN_STEP
@@ -152,8 +157,28 @@ class CompiledStepLatency:
             ms += extra * _interpolate(
                 decode[qd - 1], b, self.n_b, load.decode_kv_tokens / b, self.ppo, self.n_kv
             )
+        return ms * 1e-3
+
+    def step_time_s(self, load: StepLoad) -> float:
+        """The step's wall time: its kernels plus the engine's exposed overhead, and at
+        least the engine's hidden CPU work (async scheduling)."""
+        t = self.kernel_time_s(load)
         o = self.overhead
-        return o.base_s + o.per_seq_s * (b + len(prefill_q)) + o.per_token_s * n + ms * 1e-3
+        seqs = load.num_decode_seqs + len(load.prefill_q)
+        n = load.num_tokens
+        t += o.base_s + o.per_seq_s * seqs + o.per_token_s * n
+        h = self.hidden
+        if h.base_s or h.per_seq_s or h.per_token_s:
+            cpu = h.base_s + h.per_seq_s * seqs + h.per_token_s * n
+            return cpu if cpu > t else t
+        return t
+
+    def with_engine_s(self, gpu_s: float, load: StepLoad) -> float:
+        """A step of `load` whose kernels take `gpu_s`, with the engine's time: the exposed
+        overhead adds to the GPU's, the hidden CPU work (async scheduling) bounds it below
+        (what `step_time_s` inlines)."""
+        seqs, n = load.num_decode_seqs + len(load.prefill_q), load.num_tokens
+        return max(gpu_s + self.overhead.step_s(seqs, n), self.hidden.step_s(seqs, n))
 
     # -- batch path ------------------------------------------------------------------
     def _tokens_np(self, table: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -205,7 +230,8 @@ class CompiledStepLatency:
         dec = self._bilinear_np(np.asarray(self.decode_ms[qd - 1]), b, self.n_b, kv_mean)
         ms += np.where(b > 0, dec * (decode_q / qd), 0.0)
         seqs = b + (q > 0)
-        return self.overhead.step_s(seqs, tok.astype(np.float64)) + ms * 1e-3
+        t = self.overhead.step_s(seqs, tok.astype(np.float64)) + ms * 1e-3
+        return np.maximum(t, self.hidden.step_s(seqs, tok.astype(np.float64)))
 
 
 _log2 = math.log2
@@ -248,13 +274,19 @@ def compile_step_latency(
     label: str,
     is_estimate: bool,
     grid: TableGrid | None = None,
+    hidden: EngineOverhead | None = None,
+    engine: str = "",
 ) -> CompiledStepLatency:
-    """Tabulate `pricing` for one shape, accelerator and TP degree (calls the models once)."""
+    """Tabulate `pricing` for one shape, accelerator and TP degree (calls the models once).
+    `overhead` adds to every step; `hidden` (async scheduling) is the CPU work a step lasts
+    at least; `engine` names the release it was priced as."""
     grid = grid or TableGrid()
     if grid.max_tokens % TOKEN_STEP or grid.max_tokens < 2 * TOKEN_STEP:
         raise ValueError(f"TableGrid.max_tokens must be a multiple of {TOKEN_STEP}, >= 16")
-    if not isinstance(overhead, EngineOverhead):
-        raise ValueError(f"overhead must be an EngineOverhead, got {overhead!r}")
+    hidden = EngineOverhead() if hidden is None else hidden
+    for name, value in (("overhead", overhead), ("hidden", hidden)):
+        if not isinstance(value, EngineOverhead):
+            raise ValueError(f"{name} must be an EngineOverhead, got {value!r}")
     ppo = grid.points_per_octave
     tokens = np.maximum(np.arange(0, grid.max_tokens + 1, TOKEN_STEP), 1)
     q_axis = _log_grid(grid.max_log2_q, ppo)
@@ -289,13 +321,17 @@ def compile_step_latency(
         n_b=n_b,
         grid=grid,
         precision=shape.precision.label,
+        hidden=hidden,
+        engine=engine,
     )
 
 
 _TABLES = ("dense_ms", "lm_head_ms", "prefill_ms")
-# Of table_to_bytes; also part of cache keys (bump when compilation changes). 2: tables
-# honour the shape's precision (FP8 GEMMs, FP8 KV cache) and record it.
-TABLE_FORMAT = 3
+# Of table_to_bytes (bump when the document's layout changes; what a table's numbers
+# depend on is in its store key, `catalog.LatencyCatalog`). 2: tables honour the shape's
+# precision (FP8 GEMMs, FP8 KV cache) and record it. 4: the hidden (async) CPU work and
+# the engine release.
+TABLE_FORMAT = 4
 
 
 def table_to_bytes(table: CompiledStepLatency) -> bytes:
@@ -315,6 +351,8 @@ def table_to_bytes(table: CompiledStepLatency) -> bytes:
         "n_b": table.n_b,
         "grid": asdict(table.grid),
         "precision": table.precision,
+        "hidden": asdict(table.hidden),
+        "engine": table.engine,
     }
     arrays = {name: np.asarray(getattr(table, name), dtype=np.float64) for name in _TABLES}
     arrays["decode_ms"] = np.asarray(table.decode_ms, dtype=np.float64)
@@ -347,5 +385,7 @@ def table_from_bytes(data: bytes) -> CompiledStepLatency:
         n_b=meta["n_b"],
         grid=TableGrid(**meta["grid"]),
         precision=meta["precision"],
+        hidden=EngineOverhead(**meta["hidden"]),
+        engine=meta["engine"],
         **arrays,
     )

@@ -59,6 +59,7 @@ class _EventLoop:
     __slots__ = (
         "arrival_s",
         "back_router",
+        "burst",
         "check",
         "closed",
         "disagg",
@@ -78,6 +79,7 @@ class _EventLoop:
         "next_rid",
         "num_rejected",
         "num_transfers",
+        "num_warmups",
         "on_arrival",
         "on_enter",
         "on_kv",
@@ -89,6 +91,8 @@ class _EventLoop:
         "think_s",
         "to_wake",
         "transfer_s",
+        "turnaround_per_token_s",
+        "warmups_left",
     )  # fmt: skip
 
     def __init__(
@@ -131,15 +135,21 @@ class _EventLoop:
         self.fe_cost: list[float] | None = None
         self.fe_free = 0.0
         self.release: list[float] | None = None
+        self.num_warmups = self.warmups_left = self.burst = 0
+        self.turnaround_per_token_s = 0.0
         if self.closed:
             assert isinstance(workload, ClosedLoopWorkload)
             self.arrival_s = None
             self.think_s = workload.think_time_s
+            self.turnaround_per_token_s = workload.turnaround_per_output_token_s
             if workload.release_s is not None:
                 self.release = workload.release_s.tolist()
             if not workload.frontend.is_zero:
                 self.fe_cost = workload.frontend.costs_s(workload.input_tokens)
-            self.next_rid = min(workload.num_clients, self.n)
+            self.num_warmups = self.warmups_left = workload.num_warmups
+            self.burst = min(workload.num_clients, self.n - self.num_warmups)
+            first = self.num_warmups or self.n
+            self.next_rid = min(workload.num_clients, first)
             for rid in range(self.next_rid):
                 start = self.release[rid] if self.release is not None else 0.0
                 heappush(self.heap, (start, next(self.seq), self.on_arrival, rid))
@@ -180,7 +190,7 @@ class _EventLoop:
         fleet = self.fleet
         if p + o > fleet.back_limit or (self.disagg and p + 1 > fleet.front_limit):
             self.num_rejected += 1
-            self._next_client(now)
+            self._next_client(now, rid)
         else:
             r = SimRequest(rid, now, p, o, 1 if self.disagg and o > 1 else o)
             if self.log_alpha is not None:
@@ -212,7 +222,7 @@ class _EventLoop:
                 if r.stop_at < r.num_output:  # prefill done: on to a decode instance
                     self._hand_off(inst, r, now)
                 elif self.closed:
-                    self._next_client(now)
+                    self._next_client(now, r.rid)
             done.clear()
         self._start(inst, now)
 
@@ -231,6 +241,8 @@ class _EventLoop:
 
     def _start(self, inst: BaseScheduler, now: float) -> None:
         """Plan and price `inst`'s next step (or mark it idle)."""
+        if inst.async_admission:  # planned while the step that just ended ran
+            inst.admit_cutoff = inst.step_start if inst.busy else now
         load = inst.schedule(now)
         if inst.pulls:
             self._pull(inst, now)
@@ -268,14 +280,28 @@ class _EventLoop:
             heappush(self.heap, (begin + cost, next(self.seq), self.on_kv, r))
         decode.pulls.clear()
 
-    def _next_client(self, now: float) -> None:
-        """Closed loop: a client whose request ended (or was rejected) sends its next."""
-        if self.closed and self.next_rid < self.n:
-            t = now + self.think_s
-            if self.release is not None and self.release[self.next_rid] > t:
-                t = self.release[self.next_rid]
-            heappush(self.heap, (t, next(self.seq), self.on_arrival, self.next_rid))
-            self.next_rid += 1
+    def _next_client(self, now: float, rid: int) -> None:
+        """Closed loop: a client whose request `rid` ended (or was rejected) sends its next.
+        The warm-up requests go first; the client waits for all of them to end and then
+        sends its measured requests as a fresh burst (as aiperf and vllm bench serve do)."""
+        if not self.closed:
+            return
+        t = now + self.think_s + self.turnaround_per_token_s * self.outputs[rid]
+        if rid < self.num_warmups:
+            self.warmups_left -= 1
+            if self.next_rid == self.num_warmups:
+                if self.warmups_left == 0:  # the last warm-up: the measured burst
+                    for _ in range(self.burst):
+                        self._send(t)
+                return
+        if self.next_rid < self.n:
+            self._send(t)
+
+    def _send(self, t: float) -> None:
+        if self.release is not None and self.release[self.next_rid] > t:
+            t = self.release[self.next_rid]
+        heappush(self.heap, (t, next(self.seq), self.on_arrival, self.next_rid))
+        self.next_rid += 1
 
 
 def simulate(
@@ -332,6 +358,7 @@ def simulate(
     return build_result(
         log,
         records,
+        first_measured=workload.num_warmups if isinstance(workload, ClosedLoopWorkload) else 0,
         input_tokens=workload.input_tokens,
         output_tokens=workload.output_tokens,
         num_gpus=config.num_gpus,

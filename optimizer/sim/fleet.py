@@ -169,6 +169,7 @@ def build_fleet(
 ) -> Fleet:
     shape = config.shape
     spec = config.speculation
+    release = config.engine_release
     front: list[BaseScheduler] = []
     back: list[BaseScheduler] = []
     targets: list[StepLatency] = []
@@ -179,10 +180,12 @@ def build_fleet(
         speculate = spec.enabled and plan.role is not Role.PREFILL
         reach = role_reach(config, plan, longest_request)
         try:
-            target = latency.for_instance(icfg.accelerator, icfg.tp, reach, shape.precision)
+            target = latency.for_instance(
+                icfg.accelerator, icfg.tp, reach, shape.precision, engine=release
+            )
             draft = None
             if speculate and draft_latency is not None:
-                draft = draft_latency.for_instance(icfg.accelerator, icfg.tp, reach)
+                draft = draft_latency.for_instance(icfg.accelerator, icfg.tp, reach, engine=release)
         except LookupError as exc:
             raise SimulationError(f"{plan.role} instances: {exc}") from exc
         floor_s = check_decode_floor(target, shape, acc, icfg.tp)
@@ -215,6 +218,7 @@ def build_fleet(
                 tp=icfg.tp,
                 floor_s=floor_s,
                 price=price,
+                async_admission=release.generation.async_scheduling,
             )
             (back if plan.role is Role.DECODE else front).append(inst)
             targets.append(target)

@@ -245,6 +245,7 @@ def build_result(
     log: RunLog,
     records: list[InstanceRecord],
     *,
+    first_measured: int = 0,
     input_tokens: np.ndarray,
     output_tokens: np.ndarray,
     num_gpus: int,
@@ -255,15 +256,20 @@ def build_result(
     kv_transfer_s: float = 0.0,
     latency_is_estimate: bool = False,
 ) -> SimulationResult:
-    arrival = np.asarray(log.arrival_s)
-    first = np.asarray(log.first_token_s)
-    finish = np.asarray(log.finish_s)
+    # A benchmark's warm-up requests (the first `first_measured`) are left out, and so are
+    # the steps that ended before the first measured request was sent.
+    w = first_measured
+    arrival = np.asarray(log.arrival_s)[w:]
+    first = np.asarray(log.first_token_s)[w:]
+    finish = np.asarray(log.finish_s)[w:]
     ttft = first - arrival
     e2e = finish - arrival
-    out = np.asarray(output_tokens, dtype=np.int64)
+    out = np.asarray(output_tokens, dtype=np.int64)[w:]
+    input_tokens = np.asarray(input_tokens)[w:]
+    window_start = float(np.nanmin(arrival)) if w and np.any(arrival == arrival) else -math.inf
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
-    queueing = np.asarray(log.first_sched_s) - arrival
+    queueing = np.asarray(log.first_sched_s)[w:] - arrival
     makespan = float(np.nanmax(finish) - np.nanmin(arrival)) if np.any(finish == finish) else 0.0
     total_out = int(out.sum())
 
@@ -275,11 +281,12 @@ def build_result(
     summaries = []
     for rec in records:
         s = rec.steps
-        dur = np.frombuffer(s.dur, dtype=np.float64)
-        n_dec = np.frombuffer(s.n_dec, dtype=np.int64)
-        n_seqs = np.frombuffer(s.n_seqs, dtype=np.int64)
+        measured = np.frombuffer(s.end, dtype=np.float64) > window_start
+        dur = np.frombuffer(s.dur, dtype=np.float64)[measured]
+        n_dec = np.frombuffer(s.n_dec, dtype=np.int64)[measured]
+        n_seqs = np.frombuffer(s.n_seqs, dtype=np.int64)[measured]
         itl_vals.append(dur)
-        itl_w.append(np.frombuffer(s.n_itl, dtype=np.int64).astype(np.float64))
+        itl_w.append(np.frombuffer(s.n_itl, dtype=np.int64)[measured].astype(np.float64))
         pre, dec = n_dec == 0, n_seqs == n_dec
         mix = ~pre & ~dec
         ph["pre"] += float(dur[pre].sum()) * rec.tp
@@ -288,7 +295,7 @@ def build_result(
         counts["pre"] += int(pre.sum())
         counts["dec"] += int(dec.sum())
         counts["mix"] += int(mix.sum())
-        kv_q1 = np.frombuffer(s.kv_q1, dtype=np.int64)
+        kv_q1 = np.frombuffer(s.kv_q1, dtype=np.int64)[measured]
         for i in np.flatnonzero(mix):
             base = rec.decode_only_time(int(n_dec[i]), int(kv_q1[i]))
             stall += max(float(dur[i]) - base, 0.0) * int(n_dec[i])
@@ -336,7 +343,7 @@ def build_result(
         tpot_s=tpot,
         e2e_s=e2e,
         queueing_s=queueing,
-        num_preemptions=np.asarray(log.num_preemptions, dtype=np.int64),
+        num_preemptions=np.asarray(log.num_preemptions, dtype=np.int64)[w:],
         ttft=Percentiles.of(ttft),
         tpot=Percentiles.of(tpot),
         itl=Percentiles.of(np.concatenate(itl_vals), np.concatenate(itl_w)),

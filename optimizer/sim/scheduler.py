@@ -28,6 +28,7 @@ verifies the block accounting and the limits of each planned step.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
@@ -48,7 +49,9 @@ class BaseScheduler(ABC):
     """Scheduler state of one instance. `schedule` plans a step; `complete` applies it."""
 
     __slots__ = (
+        "admit_cutoff",
         "admit_reserve",
+        "async_admission",
         "budget",
         "busy",
         "chunked",
@@ -102,6 +105,7 @@ class BaseScheduler(ABC):
         floor_s: float = 0.0,
         price: Callable[[StepLoad], float] | None = None,
         prefill_first: bool = False,
+        async_admission: bool = False,
     ) -> None:
         self.role = role
         self.index = index
@@ -138,6 +142,11 @@ class BaseScheduler(ABC):
         # admitted only while 1% of the blocks stay free (its block manager's watermark).
         self.prefill_first = prefill_first
         self.admit_reserve = -(-num_blocks // 100) if prefill_first else 0
+        # Async scheduling (vLLM >= 0.14): step n+1 is planned while step n runs, so a
+        # request that reaches the engine during step n waits for step n+2: a step admits
+        # only the requests that entered before `admit_cutoff` (set before each `schedule`).
+        self.async_admission = async_admission
+        self.admit_cutoff = math.inf
 
     # ------------------------------------------------------------------ queries
 
@@ -209,6 +218,8 @@ class BaseScheduler(ABC):
             if not queue:
                 break
             r = queue[0]
+            if r.arrival_s > self.admit_cutoff and r.num_computed == 0 and queue is waiting:
+                break  # entered after this step was planned (async scheduling)
             if r.remote:  # PD: hold blocks for its prompt and pull the KV; compute later
                 need = pool.extra_blocks(r, r.num_prompt)
                 if need > pool.num_free:

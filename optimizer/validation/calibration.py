@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from optimizer.config import ServingConfig
+from optimizer.engines import DEFAULT_RELEASE, EngineRelease
 from optimizer.latency.base import LatencySource, StepLatency, StepLoad, TableReach
 from optimizer.shapes import DEFAULT_PRECISION, Precision
 from optimizer.sim import SLO, DecodeFloorError, simulate
@@ -120,8 +121,9 @@ class CalibratedSource:
         tp: int,
         reach: TableReach | None = None,
         precision: Precision = DEFAULT_PRECISION,
+        engine: EngineRelease = DEFAULT_RELEASE,
     ) -> StepLatency:
-        step = self.base.for_instance(accelerator, tp, reach, precision)
+        step = self.base.for_instance(accelerator, tp, reach, precision, engine)
         cal = self.calibrations.get((accelerator.lower(), tp), self.default)
         if cal is None or cal.is_identity:
             return step

@@ -93,7 +93,9 @@ class _Linear:
     def step_time_s(self, load: StepLoad) -> float:
         return 2e-3 + 5e-5 * load.num_tokens
 
-    def for_instance(self, accelerator: str, tp: int, reach=None, precision=None) -> _Linear:
+    def for_instance(
+        self, accelerator: str, tp: int, reach=None, precision=None, engine=None
+    ) -> _Linear:
         return self
 
 

@@ -80,7 +80,9 @@ def test_slots_refill_in_order_and_wait_for_their_release():
 
 
 def test_the_api_server_serialises_requests_and_ttft_counts_from_the_send():
-    cfg = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_seqs=8))
+    cfg = ServingConfig.colocated(
+        "llama-3.1-8b", InstanceConfig(max_num_seqs=8), engine_version="0.12.0"
+    )  # synchronous scheduling: a request joins the step after it reaches the engine
     fe = FrontendDelay(per_request_s=0.004, per_prompt_token_s=0.0, jitter_s=0.0)
     res = simulate(_closed(2, 2, fe), cfg, CONST)
     # Both sent at 0; they reach the engine at 4 and 8 ms: the first prefills alone

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from optimizer.engines import NO_OVERHEAD, V0_OVERHEAD, EngineRelease
 from optimizer.hardware import get_accelerator
 from optimizer.latency import StepLoad, build_catalog, compile_learned
 from optimizer.latency.compose import (
@@ -26,7 +27,6 @@ from optimizer.latency.evaluate import (
 from optimizer.latency.features import FEATURE_VERSION, OpBatch
 from optimizer.latency.fit import fit_latency_model
 from optimizer.latency.model import FitOptions, LatencyModelError
-from optimizer.latency.overhead import DEFAULT_ENGINE_OVERHEAD, NO_OVERHEAD
 from optimizer.latency.persist import (
     _MAGIC,
     PAYLOAD_SCHEMA_VERSION,
@@ -161,8 +161,14 @@ def test_overhead_fitted_on_mixed_iterations_and_used_by_catalogs() -> None:
 
     load = StepLoad(40, 9, (32,), (32,), 8, 8 * 256)
     own = compile_learned(TINY, model, 1, grid=SMALL).step_time_s(load)
-    default = compile_learned(TINY, plain, 1, grid=SMALL).step_time_s(load)
-    assert own - default == pytest.approx(0.002 - DEFAULT_ENGINE_OVERHEAD.load_s(load), rel=1e-9)
+    # A model with its own whole-step measurements is priced with its constant and the
+    # reference engine's rules, whatever the release; one without, with the release's:
+    # here vLLM V0, whose rules are those same legacy ones, so only the overhead differs.
+    v0 = EngineRelease(version="0.5.3")
+    assert compile_learned(TINY, model, 1, grid=SMALL, engine=v0).step_time_s(load) == own
+    default = compile_learned(TINY, plain, 1, grid=SMALL, engine=v0).step_time_s(load)
+    v0_s = V0_OVERHEAD.step_s(load.num_decode_seqs + len(load.prefill_q), load.num_tokens)
+    assert own - default == pytest.approx(0.002 - v0_s, rel=1e-9)
     forced = build_catalog(TINY, [model], (1,), overhead=NO_OVERHEAD, grid=SMALL).for_instance(
         "cpu", 1
     )

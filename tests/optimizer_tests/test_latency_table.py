@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from sklearn.ensemble import HistGradientBoostingRegressor
 
+from optimizer.engines import DEFAULT_RELEASE
 from optimizer.hardware import get_accelerator
 from optimizer.latency import StepLoad, build_catalog, compile_roofline
 from optimizer.latency.compose import Pricing, fit_composition, iteration_ms
@@ -66,18 +67,18 @@ def _random_loads(rng: np.random.Generator, num: int) -> list[StepLoad]:
 @pytest.mark.parametrize("tp", [1, 2])
 def test_compiled_matches_exact_composition(learned, tp: int) -> None:
     loads = _random_loads(np.random.default_rng(tp), 60)
-    roof = Pricing(SHAPE, tp, RooflinePricer(get_accelerator("h200")))
+    rules = DEFAULT_RELEASE.rules
+    roof = Pricing(SHAPE, tp, RooflinePricer(get_accelerator("h200")), rules=rules)
     table = compile_roofline(SHAPE, get_accelerator("h200"), tp)
-    exact = np.array(
-        [iteration_ms(roof, ld, 0.0) / 1e3 + table.overhead.load_s(ld) for ld in loads]
-    )
+    exact = np.array([table.with_engine_s(iteration_ms(roof, ld, 0.0) / 1e3, ld) for ld in loads])
     err = np.abs(np.array([table.step_time_s(ld) for ld in loads]) / exact - 1.0)
     assert np.median(err) < 0.01 and err.max() < 0.08  # quantisation: tokens rounded up to 8
     # A learned model's tables are also made monotone, which lifts its local dips.
     table = learned.for_instance("h100", tp)
-    pricing = Pricing(SHAPE, tp, RooflinePricer(get_accelerator("h100")), _gemm_model())
+    h100 = RooflinePricer(get_accelerator("h100"))
+    pricing = Pricing(SHAPE, tp, h100, _gemm_model(), rules=rules)
     exact = np.array(
-        [iteration_ms(pricing, ld, 0.0) / 1e3 + table.overhead.load_s(ld) for ld in loads]
+        [table.with_engine_s(iteration_ms(pricing, ld, 0.0) / 1e3, ld) for ld in loads]
     )
     ratio = np.array([table.step_time_s(ld) for ld in loads]) / exact
     assert np.median(np.abs(ratio - 1.0)) < 0.02 and ratio.min() > 0.95
@@ -280,7 +281,7 @@ def test_native_thread_count_changes_no_table(learned) -> None:
 def test_engine_overhead_grows_with_sequences_and_tokens() -> None:
     """By hand: 1 ms + 20 us x 4 sequences + 0.1 us x 103 tokens = 1.0903 ms on top of
     the same table without overhead, in the scalar and batch paths and after storage."""
-    from optimizer.latency.overhead import NO_OVERHEAD, EngineOverhead
+    from optimizer.engines import NO_OVERHEAD, EngineOverhead
     from optimizer.latency.roofline import RooflineOptions
     from optimizer.latency.table import TableGrid, table_from_bytes, table_to_bytes
 

@@ -34,7 +34,8 @@ def make_workload(arrivals, prompts, outputs, **kw) -> Workload:
 
 
 def colocated(**kw) -> ServingConfig:
-    extra = {k: kw.pop(k) for k in ("speculation", "enable_prefix_caching") if k in kw}
+    keys = ("speculation", "enable_prefix_caching", "engine_version")
+    extra = {k: kw.pop(k) for k in keys if k in kw}
     return ServingConfig.colocated(MODEL, InstanceConfig(**kw), **extra)
 
 
@@ -157,7 +158,9 @@ def test_blocks_are_cached_as_they_are_computed_not_at_admission():
     hashes = (np.arange(64), np.arange(64))
     wl = make_workload([0.0, 0.005], [1024, 1024], [2, 2], prefix_hashes=hashes,
                        prefix_block_tokens=16)  # fmt: skip
-    cfg = colocated(max_num_batched_tokens=768, max_num_seqs=8, enable_prefix_caching=True)
+    # Synchronous scheduling (vLLM 0.12): a request is admitted at the next step boundary.
+    cfg = colocated(max_num_batched_tokens=768, max_num_seqs=8, enable_prefix_caching=True,
+                    engine_version="0.12.0")  # fmt: skip
     res = simulate(wl, cfg, const(), check_invariants=True)
     assert res.instances[0].prefix_hit_ratio == pytest.approx(768 / 2048)
     # The twin computes its other 256 tokens in step 2 (10-20 ms), which samples its first
@@ -220,7 +223,7 @@ class _CheapPrefill:
     def step_time_s(self, load) -> float:
         return C if load.num_decode_seqs else 0.001
 
-    def for_instance(self, accelerator: str, tp: int, reach=None, precision=None):
+    def for_instance(self, accelerator: str, tp: int, reach=None, precision=None, engine=None):
         return self
 
 

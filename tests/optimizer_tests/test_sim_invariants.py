@@ -29,7 +29,9 @@ class CheckingSource:
     spec_k: int = 0
     loads: list[StepLoad] = field(default_factory=list)
 
-    def for_instance(self, accelerator: str, tp: int, reach=None, precision=None) -> CheckingSource:
+    def for_instance(
+        self, accelerator: str, tp: int, reach=None, precision=None, engine=None
+    ) -> CheckingSource:
         return self
 
     @property

@@ -51,11 +51,15 @@ def test_closed_loop_think_time_delays_the_next_request():
 def test_least_outstanding_tokens_routes_away_from_a_loaded_replica():
     # r0 is huge; round robin would put r2 on replica 0 behind it, least-outstanding does not.
     w = Workload(np.array([0.0, 0.0, 0.001]), np.array([50, 10, 10]), np.array([400, 2, 2]))
-    rr = simulate(w, ServingConfig.colocated(MODEL, num_replicas=2), CONST)
+    sync = "0.12.0"  # synchronous scheduling: r2 is admitted at the next step boundary
+    rr = simulate(w, ServingConfig.colocated(MODEL, num_replicas=2, engine_version=sync), CONST)
     lot = simulate(
         w,
         ServingConfig.colocated(
-            MODEL, num_replicas=2, routing=RoutingPolicy.LEAST_OUTSTANDING_TOKENS
+            MODEL,
+            num_replicas=2,
+            routing=RoutingPolicy.LEAST_OUTSTANDING_TOKENS,
+            engine_version=sync,
         ),
         CONST,
     )

@@ -39,7 +39,9 @@ class LinearStep:
 
 @dataclass(frozen=True, slots=True)
 class LinearSource:
-    def for_instance(self, accelerator: str, tp: int, reach=None, precision=None) -> LinearStep:
+    def for_instance(
+        self, accelerator: str, tp: int, reach=None, precision=None, engine=None
+    ) -> LinearStep:
         return LinearStep()
 
 

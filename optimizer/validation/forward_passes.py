@@ -1,0 +1,224 @@
+"""Measured engine steps ("forward pass metrics") and how well a latency model prices them.
+
+NVIDIA Dynamo's vLLM worker publishes one record per engine step with the step's batch
+makeup and its wall time; AIConfigurator's collector writes them as
+`fpm_metrics_detail.csv` (`observations/aic-fpm-b300` in the shared data). Columns read:
+`phase` (context / decode / mixed), `workload_segment`, `counter_id` (step number; a gap
+is an idle heartbeat), `sum_prefill_tokens`, `num_prefill_requests`,
+`sum_prefill_kv_tokens` (KV already present for those chunks), `num_decode_requests`,
+`sum_decode_kv_tokens` and `latency_ms`.
+
+What `latency_ms` is (the collector's vLLM patch): in steady state the time between two
+consecutive `update_from_output()` calls, i.e. the step *period*, which with async
+scheduling is max(GPU, CPU) plus what the overlap does not hide; for the first step
+after an idle gap, `schedule()` to `update_from_output()`, the whole step with its CPU
+work in line. So a step after idle is priced as a synchronous one
+(`MeasuredStep.after_idle`).
+
+The records hold sums per step, not each prefill chunk: a step with n chunks is priced
+as n equal chunks of the mean length over the mean cached prefix (a step of one chunk,
+every context step and most mixed ones, is exact). A decode step's attention is priced
+at its mean KV length, as the simulator prices it.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+import numpy as np
+
+from optimizer.engines import EngineOverhead
+from optimizer.latency.base import StepLoad
+from optimizer.latency.table import CompiledStepLatency
+from optimizer.validation.compare import ValidationError
+
+
+class StepPhase(StrEnum):
+    PREFILL = "prefill"  # prefill chunks only ("context")
+    DECODE = "decode"
+    MIXED = "mixed"
+
+
+_PHASES = {"context": StepPhase.PREFILL, "decode": StepPhase.DECODE, "mixed": StepPhase.MIXED}
+_COLUMNS = (
+    "phase",
+    "workload_segment",
+    "counter_id",
+    "sum_prefill_tokens",
+    "num_prefill_requests",
+    "sum_prefill_kv_tokens",
+    "num_decode_requests",
+    "sum_decode_kv_tokens",
+    "latency_ms",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredStep:
+    """One engine step as measured: what it computed and how long it took."""
+
+    phase: StepPhase
+    segment: str
+    load: StepLoad
+    latency_s: float
+    after_idle: bool  # the first step after an idle gap (its CPU work was not overlapped)
+
+
+def _load(prefill: int, chunks: int, prefix: int, decodes: int, decode_kv: int) -> StepLoad:
+    q, kv = (), ()
+    if chunks:
+        base, extra = divmod(prefill, chunks)
+        q = tuple(base + (1 if i < extra else 0) for i in range(chunks))
+        cached = prefix // chunks
+        kv = tuple(c + cached for c in q)
+    return StepLoad(
+        num_tokens=prefill + decodes,
+        num_logits=decodes + chunks,
+        prefill_q=q,
+        prefill_kv=kv,
+        num_decode_seqs=decodes,
+        decode_kv_tokens=decode_kv,
+    )
+
+
+def read_forward_pass_metrics(path: str | Path) -> list[MeasuredStep]:
+    """The steps of one `fpm_metrics_detail.csv` (ValidationError naming the row and the
+    column when it is not one)."""
+    path = Path(path)
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = sorted(set(_COLUMNS) - set(reader.fieldnames or ()))
+            if missing:
+                raise ValidationError(f"{path}: missing columns {missing}")
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise ValidationError(f"{path}: cannot read forward-pass metrics: {exc}") from exc
+    steps: list[MeasuredStep] = []
+    previous: int | None = None
+    for line, row in enumerate(rows, start=2):
+        try:
+            phase = _PHASES[row["phase"]]
+            counter = int(row["counter_id"])
+            ints = [int(row[c]) for c in _COLUMNS[3:8]]
+            latency_ms = float(row["latency_ms"])
+        except (KeyError, ValueError) as exc:
+            raise ValidationError(
+                f"{path}:{line}: expected a phase in {sorted(_PHASES)} and numeric columns "
+                f"{list(_COLUMNS[2:])}: {exc}"
+            ) from None
+        if not (math.isfinite(latency_ms) and latency_ms > 0) or min(ints) < 0:
+            raise ValidationError(f"{path}:{line}: latencies must be > 0 and counts >= 0")
+        after_idle = previous is None or counter != previous + 1
+        previous = counter
+        load = _load(*ints)
+        if load.num_tokens == 0:
+            continue
+        steps.append(MeasuredStep(phase, row["workload_segment"], load, latency_ms / 1e3,
+                                  after_idle))  # fmt: skip
+    if not steps:
+        raise ValidationError(f"{path}: no engine steps")
+    return steps
+
+
+def synchronous(step: MeasuredStep) -> bool:
+    """Whether the engine ran `step` with nothing to overlap its CPU work with: the first
+    step after an idle gap, or a step of prefill chunks only (no request was running)."""
+    return step.after_idle or step.phase is StepPhase.PREFILL
+
+
+def price_step_s(table: CompiledStepLatency, step: MeasuredStep) -> float:
+    """What `table` predicts `step` took: a steady step as the simulator prices it, a
+    synchronous one with the engine's CPU work in line (kernels + both overheads)."""
+    if not synchronous(step):
+        return table.step_time_s(step.load)
+    load = step.load
+    seqs, n = load.num_decode_seqs + len(load.prefill_q), load.num_tokens
+    return table.kernel_time_s(load) + table.overhead.step_s(seqs, n) + table.hidden.step_s(seqs, n)
+
+
+@dataclass(frozen=True, slots=True)
+class StepPricingFit:
+    """An async-scheduling engine's step constants fitted on measured steps (see
+    `fit_async_step_pricing`) and how many steps it used."""
+
+    kernel_scale: float
+    exposed: EngineOverhead
+    cpu: EngineOverhead
+    num_steps: int
+    num_dropped: int
+
+
+def fit_async_step_pricing(
+    groups: dict[str, Sequence[tuple[MeasuredStep, float]]],
+) -> StepPricingFit:
+    """Fit `step = scale x kernels + per_seq x sequences` on steady steps and `+ cpu` on
+    synchronous ones (`synchronous`), by non-negative least squares on relative error,
+    each group (e.g. a step type at one TP degree) weighed alike. `groups` maps a name to
+    (step, its kernels' seconds as tabulated). Steps the kernels miss by more than 2x are
+    dropped: with async scheduling a step's record can take in its neighbour's time."""
+    from scipy.optimize import nnls
+
+    rows, rhs = [], []
+    kept = dropped = 0
+    for members in groups.values():
+        usable = [(s, k) for s, k in members if 0.5 < k / s.latency_s < 2.0]
+        dropped += len(members) - len(usable)
+        if not usable:
+            continue
+        weight = 1.0 / math.sqrt(len(usable))
+        for step, kernels in usable:
+            load = step.load
+            seqs = load.num_decode_seqs + len(load.prefill_q)
+            rows.append(np.array([kernels, seqs, float(synchronous(step))]) * weight
+                        / step.latency_s)  # fmt: skip
+            rhs.append(weight)
+            kept += 1
+    if kept < 3:
+        raise ValidationError(f"fitting step pricing needs >= 3 usable steps, got {kept}")
+    (scale, per_seq, cpu), _ = nnls(np.array(rows), np.array(rhs))
+    return StepPricingFit(float(scale), EngineOverhead(per_seq_s=float(per_seq)),
+                          EngineOverhead(base_s=float(cpu)), kept, dropped)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseError:
+    """How one latency model prices the measured steps of one phase."""
+
+    phase: StepPhase
+    num_steps: int
+    median_abs_error: float  # median |predicted / measured - 1|
+    median_error: float  # signed: > 0 predicts slower than measured
+    p90_abs_error: float
+
+
+def phase_errors(
+    steps: Iterable[MeasuredStep], price_s: Callable[[MeasuredStep], float]
+) -> list[PhaseError]:
+    """Per phase, the errors of `price_s` (a step's predicted seconds) on `steps`."""
+    errors: dict[StepPhase, list[float]] = {}
+    for step in steps:
+        errors.setdefault(step.phase, []).append(price_s(step) / step.latency_s - 1.0)
+    out = []
+    for phase in StepPhase:
+        errs = errors.get(phase)
+        if not errs:
+            continue
+        absolute = sorted(abs(e) for e in errs)
+        p90 = absolute[min(len(absolute) - 1, math.ceil(0.9 * len(absolute)) - 1)]
+        out.append(PhaseError(phase, len(errs), statistics.median(absolute),
+                              statistics.median(errs), p90))  # fmt: skip
+    return out
+
+
+def summarize_phases(results: Sequence[PhaseError]) -> str:
+    return ", ".join(
+        f"{r.phase.value} {r.median_abs_error:.1%} ({r.median_error:+.1%}, n={r.num_steps})"
+        for r in results
+    )
