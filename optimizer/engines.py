@@ -53,6 +53,13 @@ ALLREDUCE_NORM_FUSION_MB: dict[str, dict[int, float]] = {
     "10.0": {2: 64.0, 4: 32.0, 8: 1.0},
     "10.3": {2: 64.0, 4: 64.0, 8: 2.0},
 }
+# ... of which FlashInfer runs messages up to these sizes one-shot (each GPU pushes its
+# message to the others), larger ones two-shot (`_FI_ALLREDUCE_ONE_SHOT_MAX_SIZES_MB`).
+ALLREDUCE_ONE_SHOT_MB: dict[str, dict[int, float]] = {
+    "9.0": {2: 32.0, 4: 2.0, 8: 0.5},
+    "10.0": {2: 32.0, 4: 4.0, 8: 1.0},
+    "10.3": {2: 32.0, 4: 4.0, 8: 2.0},
+}
 # Compute capability of the accelerator presets whose chips vLLM fuses for.
 COMPUTE_CAPABILITY = {"h100": "9.0", "h200": "9.0", "gh200": "9.0", "b200": "10.0", "b300": "10.3"}
 
@@ -120,13 +127,17 @@ class StepRules:
     cuda_graph_tokens: int = 0  # steps up to this many tokens run in padded CUDA graphs
     fused_allreduce_norm: bool = False
 
-    def fused_norm_limit_bytes(self, accelerator_family: str, tp: int) -> float:
-        """The largest all-reduce message fused with its add + RMSNorm (0: none)."""
+    def fused_norm_limit_bytes(
+        self, accelerator_family: str, tp: int, *, one_shot: bool = False
+    ) -> float:
+        """The largest all-reduce message fused with its add + RMSNorm (0: none), or with
+        `one_shot` the largest of those FlashInfer reduces one-shot."""
         if not self.fused_allreduce_norm:
             return 0.0
-        cc = COMPUTE_CAPABILITY.get(accelerator_family)
-        mb = ALLREDUCE_NORM_FUSION_MB.get(cc or "", {}).get(tp, 0.0)
-        return mb * 1024 * 1024
+        cc = COMPUTE_CAPABILITY.get(accelerator_family, "")
+        limits = ALLREDUCE_ONE_SHOT_MB if one_shot else ALLREDUCE_NORM_FUSION_MB
+        fused = ALLREDUCE_NORM_FUSION_MB.get(cc, {}).get(tp, 0.0)
+        return min(limits.get(cc, {}).get(tp, 0.0), fused) * 1024 * 1024
 
     def describe(self) -> str:
         if not (self.fused_elementwise or self.vllm_all_reduce or self.cuda_graph_tokens):
@@ -175,14 +186,14 @@ class EngineGeneration:
 # median error is 6.5% (A100), 9.4% (GH200), 5.7% (H100).
 V0_OVERHEAD = EngineOverhead(base_s=1.32e-3, per_seq_s=76e-6, per_token_s=2.93e-6)
 # V1 with async scheduling: fitted on the per-step timings of vLLM 0.20.1 (Qwen3-32B on
-# B300, TP 1/2/4/8), each (step type, TP degree) weighed alike: the kernels run 9.2%
-# slower in the engine than the B300 tables measured them alone, 33.7 us per sequence is
-# not hidden, and the CPU work, 2.03 ms a step, shows on the first step after an idle
+# B300, TP 1/2/4/8), each (step type, TP degree) weighed alike: the kernels run 7.9%
+# slower in the engine than the B300 tables measured them alone, 36.7 us per sequence is
+# not hidden, and the CPU work, 1.96 ms a step, shows on the first step after an idle
 # gap (nothing to overlap it with). The kernel scale is the B300's; other chips have no
 # per-step measurements and keep their tables' timings.
-V1_EXPOSED = EngineOverhead(per_seq_s=33.7e-6)
-V1_CPU = EngineOverhead(base_s=2.03e-3)
-V1_KERNEL_SCALES = (("b300", 1.092),)
+V1_EXPOSED = EngineOverhead(per_seq_s=36.7e-6)
+V1_CPU = EngineOverhead(base_s=1.96e-3)
+V1_KERNEL_SCALES = (("b300", 1.079),)
 V1_ASYNC_CALIBRATION = (
     "per-step timings of vLLM 0.20.1 serving Qwen3-32B on B300 at TP 1/2/4/8 "
     "(AIConfigurator's forward-pass metrics)"
@@ -190,7 +201,7 @@ V1_ASYNC_CALIBRATION = (
 # V1 with synchronous scheduling (vLLM 0.8-0.13): its CPU work adds to every step; fitted
 # on the training half of the closed-loop runs of vLLM 0.12 (Qwen3-32B on H100, the
 # development set) as TPOT's overhead beyond the kernels (benchmarks/bench_devset.py).
-V1_SYNC_OVERHEAD = EngineOverhead(base_s=1.3e-3, per_seq_s=33.7e-6)
+V1_SYNC_OVERHEAD = EngineOverhead(base_s=1.31e-3, per_seq_s=6.3e-6)
 V1_SYNC_CALIBRATION = (
     "closed-loop runs of vLLM 0.12 serving Qwen3-32B on H100 (AIConfigurator's sample, the "
     "development set's training half)"

@@ -176,13 +176,16 @@ class Pricing:
             if eager is not graph:
                 in_graph = m <= max(rules.cuda_graph_tokens, 0)
                 reduce = np.where(in_graph, reduce, self.price_ms(eager, **common))
-            limit = rules.fused_norm_limit_bytes(self.roofline.accelerator.family, self.tp)
+            family = self.roofline.accelerator.family
+            limit = rules.fused_norm_limit_bytes(family, self.tp)
             if limit:
                 # One FlashInfer kernel does the all-reduce, the residual add and the
-                # RMSNorm, with its own algorithm: priced by the measured all-reduce's
-                # latency and bandwidth (`one_shot_all_reduce_ms`).
+                # RMSNorm. Up to its one-shot size it is priced by the measured
+                # all-reduce's latency and bandwidth (`one_shot_all_reduce_ms`), beyond
+                # (two-shot) as the measured all-reduce itself.
+                one_shot = rules.fused_norm_limit_bytes(family, self.tp, one_shot=True)
                 fused = self.one_shot_all_reduce_ms(msg, graph)
-                reduce = np.where(msg <= limit, fused, reduce)
+                reduce = np.where(msg <= one_shot, fused, reduce)
                 add_norm = np.where(msg <= limit, 0.0, add_norm)
             layer = layer + 2 * reduce
         layer = layer + 2 * add_norm
