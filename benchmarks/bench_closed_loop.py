@@ -1,14 +1,16 @@
-"""How sensitive closed-loop TTFT is to what de-synchronises equal clients
-(docs/closed-loop.md). Usage:
+"""How sensitive closed-loop TTFT is to each modelled mechanism of the benchmark client,
+the API server and the engine (docs/closed-loop.md). Usage:
 
     .venv/bin/python benchmarks/bench_closed_loop.py [--database URL]
 
-`vllm bench serve` workloads (random dataset, fixed lengths, request_rate inf,
-max_concurrency N) on Qwen3-32B TP2 and Llama-3.1-8B TP1, H100, vLLM v1 defaults
-(8,192 batched tokens, 1,024 sequences, chunked prefill), priced by the fitted
-AIConfigurator H100 model. For each, mean/median TTFT and mean TPOT with the API
-server's path (`FrontendDelay`) off (clients in lock-step), at its default, at half
-and at twice the default, and with the jitter alone.
+Cases from the development set (aiperf closed loops of vLLM 0.12.0 serving Qwen3-32B on
+H100, observations/aic-silicon-dev), each replayed as shipped (AIConfigurator's
+protocol: 2C warm-ups and the client's barrier, Qwen3's 8 chat-template tokens, aiperf's
+turnaround, the API server's path, V1 synchronous scheduling) and with one mechanism
+changed at a time; mean and median TTFT, mean TPOT, against the measured means. Two
+more rows start the measured clients spread over a quarter and a half of a request's
+cycle instead of as the client's burst: how far the answer moves when the clients are
+out of step (what measured runs look like at 1,024-token prompts).
 """
 
 from __future__ import annotations
@@ -19,36 +21,34 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from bench_common import prepare_database
+from bench_common import SHARED, prepare_database
 
-from optimizer.bench_serve import BenchServeSpec
-from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.sim import simulate
+from optimizer.validation.devset import closed_loop_deployment, closed_loop_runs_of
 from optimizer.workload import NO_FRONTEND, FrontendDelay
 
-CASES = (
-    ("Qwen/Qwen3-32B", 2, 8, 1024, 1024),
-    ("Qwen/Qwen3-32B", 2, 64, 1024, 1024),
-    ("meta-llama/Llama-3.1-8B-Instruct", 1, 8, 1024, 128),
-    ("meta-llama/Llama-3.1-8B-Instruct", 1, 64, 4096, 512),
-)
+CASES = (  # (tp, isl, osl, concurrency)
+    (2, 1024, 128, 8), (8, 1024, 128, 8), (2, 1024, 1024, 32), (8, 1024, 1024, 64),
+    (2, 4096, 1024, 8), (4, 4096, 512, 32),
+)  # fmt: skip
 
 
-def _frontends() -> list[tuple[str, FrontendDelay]]:
-    d = FrontendDelay()
-    return [
-        ("lock-step (none)", NO_FRONTEND),
-        ("jitter only", replace(d, per_request_s=0.0, per_prompt_token_s=0.0)),
-        (
-            "default / 2",
-            FrontendDelay(d.per_request_s / 2, d.per_prompt_token_s / 2, d.jitter_s / 2),
-        ),
-        ("default", d),
-        (
-            "default x 2",
-            FrontendDelay(2 * d.per_request_s, 2 * d.per_prompt_token_s, 2 * d.jitter_s),
-        ),
-    ]
+def _variants(spec, config):
+    fe = spec.frontend
+    yield "as shipped", spec, config
+    yield "no API-server path", replace(spec, frontend=NO_FRONTEND), config
+    yield "API server x 3", replace(spec, frontend=FrontendDelay(
+        3 * fe.per_request_s, 3 * fe.per_prompt_token_s, 3 * fe.jitter_s)), config  # fmt: skip
+    yield "no chat-template tokens", replace(spec, chat_template_tokens=0), config
+    yield "no warm-ups (cold burst)", replace(spec, num_warmups=0), config
+    yield "vllm bench serve client", replace(spec, client="vllm"), config
+    yield "async scheduling (0.20)", spec, replace(config, engine_version="0.20.1")
+
+
+def _row(label: str, res) -> str:
+    ttft, tpot = res.ttft_s * 1e3, res.tpot_s * 1e3
+    return (f"  {label:28s} {np.nanmean(ttft):8.0f} ms {np.nanmedian(ttft):5.0f} ms "
+            f"{np.nanmean(tpot):8.1f} ms")  # fmt: skip
 
 
 def main() -> int:
@@ -57,23 +57,34 @@ def main() -> int:
     args = parser.parse_args()
     from api.services.tuning import stored_latency
 
+    path = SHARED / "observations" / "aic-silicon-dev" / "qwen3_32b_h100_vllm.csv"
+    runs = {(r.tp, r.isl, r.osl, r.concurrency): r for r in closed_loop_runs_of(path)
+            if not r.precision}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         url, _ = prepare_database(args.database, Path(tmp))
-        for model, tp, conc, isl, osl in CASES:
-            inst = InstanceConfig(tp=tp, max_num_batched_tokens=8192, max_num_seqs=1024)
-            config = ServingConfig.colocated(model, inst)
-            latency = stored_latency(url, model).source
-            spec = BenchServeSpec(random_input_len=isl, random_output_len=osl,
-                                  num_prompts=conc * 10, max_concurrency=conc)  # fmt: skip
-            print(f"\n{model} TP{tp} on H100, {conc} clients, {isl}/{osl} tokens, "
-                  f"{spec.num_prompts} prompts")  # fmt: skip
-            print(f"  {'frontend':18s} {'TTFT mean':>10s} {'median':>8s} {'TPOT mean':>10s}")
-            for label, frontend in _frontends():
-                wl = replace(spec, frontend=frontend).build()
-                res = simulate(wl, config, latency, seed=0)
-                print(f"  {label:18s} {np.nanmean(res.ttft_s) * 1e3:8.0f} ms "
-                      f"{np.nanmedian(res.ttft_s) * 1e3:6.0f} ms "
-                      f"{np.nanmean(res.tpot_s) * 1e3:8.1f} ms")  # fmt: skip
+        latency = stored_latency(url, "Qwen/Qwen3-32B").source
+        for case in CASES:
+            run = runs[case]
+            config, spec = closed_loop_deployment(run)
+            print(f"\nQwen3-32B TP{run.tp} on H100, {run.concurrency} clients, "
+                  f"{run.isl}/{run.osl}: measured mean TTFT {run.ttft_s * 1e3:.0f} ms, "
+                  f"TPOT {run.tpot_s * 1e3:.1f} ms")  # fmt: skip
+            print(f"  {'variant':28s} {'TTFT mean':>10s} {'p50':>7s} {'TPOT mean':>10s}")
+            cycle = None
+            for label, s, c in _variants(spec, config):
+                res = simulate(s.workload(), c, latency, seed=0)
+                if label == "as shipped":
+                    cycle = float(np.nanmean(res.e2e_s))
+                print(_row(label, res))
+            assert cycle is not None
+            for share in (0.25, 0.5):  # the measured clients out of step from the start
+                wl = replace(spec, num_warmups=0).workload()
+                rel = np.zeros(len(wl))
+                c = run.concurrency
+                rel[:c] = np.linspace(0.0, share * cycle, c, endpoint=False)
+                res = simulate(replace(wl, release_s=np.maximum.accumulate(rel)), config,
+                               latency, seed=0)  # fmt: skip
+                print(_row(f"clients spread over {share:g} cycle", res))
     return 0
 
 

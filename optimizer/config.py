@@ -145,11 +145,12 @@ class ServingConfig:
 
     @property
     def shape(self) -> ModelShape:
-        """The model in this deployment's number formats."""
+        """The model in this deployment's number formats: the checkpoint's, or those the
+        config sets (`quantization`, and `kv_cache_dtype` other than "auto", which is the
+        checkpoint's KV format, as vLLM's --kv-cache-dtype auto is)."""
         base = get_shape(self.model)
-        return base.with_precision(
-            Precision(self.quantization or base.quantization, self.kv_cache_dtype)
-        )
+        kv = base.kv_cache_dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+        return base.with_precision(Precision(self.quantization or base.quantization, kv))
 
     @property
     def engine_release(self) -> EngineRelease:

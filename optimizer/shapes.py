@@ -277,17 +277,23 @@ def known_checkpoints() -> list[str]:
     return sorted(_CHECKPOINTS)
 
 
+# NVIDIA's ModelOpt FP8 checkpoints also quantise the KV cache ("kv_cache_quant_algo":
+# "FP8" in their hf_quant_config.json): vLLM's --kv-cache-dtype auto then runs it in FP8.
+_FP8_KV_CHECKPOINTS = frozenset(k for k in _CHECKPOINTS if k.startswith("nvidia/"))
+
+
 def get_shape(name: str) -> ModelShape:
     """A preset by short name, a known Hugging Face id (FP8 checkpoints carry their
-    quantisation), or a local HF `config.json` path (its `quantization_config` read);
-    case-insensitive."""
+    quantisation, of the weights and, where they declare one, of the KV cache), or a
+    local HF `config.json` path (its `quantization_config` read); case-insensitive."""
     key = name.lower()
     if key in PRESETS:
         return PRESETS[key]
     checkpoint = _CHECKPOINTS.get(key)
     if checkpoint is not None:
         preset, quantization = checkpoint
-        return replace(PRESETS[preset], quantization=quantization)
+        kv = "fp8" if key in _FP8_KV_CHECKPOINTS else "auto"
+        return replace(PRESETS[preset], quantization=quantization, kv_cache_dtype=kv)
     path = Path(name)
     if path.exists():
         return load_hf_config(path)
@@ -317,7 +323,17 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
     hidden = int(cfg["hidden_size"])
     dtype = str(cfg.get("torch_dtype") or "bfloat16")
     act = str(cfg.get("hidden_act", "silu"))
-    quantization = _quantization(cfg.get("quantization_config"), path)
+    qc = cfg.get("quantization_config")
+    sidecar = path.with_name("hf_quant_config.json")  # ModelOpt's export beside config.json
+    if qc is None and sidecar.is_file():
+        try:
+            qc = json.loads(sidecar.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ShapeError(f"{sidecar}: cannot read a JSON quantization config: {exc}") from exc
+        if isinstance(qc, dict) and isinstance(qc.get("quantization"), dict):
+            qc = {"quant_method": "modelopt", **qc["quantization"]}
+    quantization = _quantization(qc, path)
+    kv_cache = _kv_cache_quantization(qc, path)
     return ModelShape(
         name=name or str(cfg.get("_name_or_path") or path.parent.name or "custom"),
         num_layers=int(cfg["num_hidden_layers"]),
@@ -331,7 +347,31 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         dtype=dtype if dtype in DTYPE_BYTES else "bfloat16",
         quantization=quantization,
+        kv_cache_dtype=kv_cache,
     )
+
+
+def _kv_cache_quantization(qc: object, path: Path) -> str:
+    """The KV-cache format a `quantization_config` declares ("auto" without one): ModelOpt's
+    `kv_cache_quant_algo: FP8`, or compressed-tensors' `kv_cache_scheme` of 8-bit floats
+    (vLLM's --kv-cache-dtype auto then runs the KV cache in FP8)."""
+    if not isinstance(qc, dict):
+        return "auto"
+    algo = qc.get("kv_cache_quant_algo")
+    if algo is not None:
+        if str(algo).upper() != "FP8":
+            raise ShapeError(
+                f"{path}: kv_cache_quant_algo {algo!r} is not supported (FP8 KV caches are)"
+            )
+        return "fp8"
+    scheme = qc.get("kv_cache_scheme")
+    if isinstance(scheme, dict):
+        if scheme.get("type") == "float" and scheme.get("num_bits") == 8:
+            return "fp8"
+        raise ShapeError(
+            f"{path}: kv_cache_scheme {scheme!r} is not supported (8-bit float KV caches are)"
+        )
+    return "auto"
 
 
 def _quantization(qc: object, path: Path) -> str:

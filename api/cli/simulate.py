@@ -215,10 +215,14 @@ def simulate(
     except (SimulationError, LookupError, ValueError) as exc:
         fail(str(exc))
     if as_json:
-        typer.echo(json.dumps(result_json(result, cfg), indent=2))
+        out = result_json(result, cfg)
+        out["latency"] = label
+        out["priced_as"] = cfg.engine_release.label
+        typer.echo(json.dumps(out, indent=2))
         return
     table = Table("figure", "value", title=f"{replay.name} on {cfg.mode.value} "
-                  f"({result.num_gpus} GPUs), latency: {label}")  # fmt: skip
+                  f"({result.num_gpus} GPUs), latency: {label}; priced as "
+                  f"{cfg.engine_release.label}")  # fmt: skip
     for name, value in summary_rows(result):
         table.add_row(name, value)
     console.print(table)

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from api.services.latency import ResolvedLatency, resolve_latency
-from optimizer.engines import EngineOverhead
+from optimizer.engines import CURRENT_VLLM, EngineOverhead, EngineRelease
 from optimizer.latency.base import LatencySource
 from optimizer.search.closed_loop import ClosedLoopEvaluator
 from optimizer.search.objective import Evaluator, TraceEvaluator, TrialError
@@ -243,6 +243,8 @@ def run_tuning_job(
     upgrade_database(database_url)  # ours first: Optuna then leaves alembic_version alone
     trace = _trace_of(database_url, request)
     setup = prepare(request, trace, _resolved(database_url, request.model, latency, num_threads))
+    release = EngineRelease("vllm", setup.space.engine_version or CURRENT_VLLM)
+    label = f"{setup.latency.label}; priced as {release.label}"
     engine = make_engine(database_url)
     try:
         with session_scope(engine) as s:
@@ -253,11 +255,11 @@ def run_tuning_job(
                 model=request.model,
                 request=request.to_dict(),
                 search_space=setup.space.to_dict(),
-                latency_label=setup.latency.label,
+                latency_label=label,
             )
         study = open_study(study_name, make_storage(database_url), seed=request.seed)
         study.set_user_attr("request", json.dumps(request.to_dict(), sort_keys=True))
-        study.set_user_attr("latency", setup.latency.label)
+        study.set_user_attr("latency", label)
         warm_cache(study, setup.evaluator)
         start, first = time.monotonic(), count_finished(study)
         progress = _progress(study, request.num_trials, start, first)
@@ -283,7 +285,7 @@ def run_tuning_job(
             setup.evaluator,
             study_name=study_name,
             num_trials=done,
-            latency=LatencyInfo(setup.latency.label, setup.latency.is_estimate),
+            latency=LatencyInfo(label, setup.latency.is_estimate),
             on_step=on_step,
         )
         status = TuningStatus.DONE if done >= request.num_trials else TuningStatus.STOPPED

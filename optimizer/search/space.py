@@ -30,6 +30,7 @@ from optimizer.config import (
     SpecMethod,
     SpeculationConfig,
 )
+from optimizer.engines import EngineError, EngineRelease
 from optimizer.shapes import KV_CACHE_DTYPES
 
 SPACE_SCHEMA_VERSION = 1
@@ -70,6 +71,8 @@ class SearchSpace:
     # (off by default: FP8 KV changes the model's numerics, the user's call)
     kv_cache_dtype: tuple[str, ...] = ("auto",)
     quantization: str | None = None  # weights: None as the checkpoint; "fp8" on the fly
+    # the vLLM release the fleet will run (None: the current line); fixed, not searched
+    engine_version: str | None = None
     kv_link: KVLinkConfig = field(default_factory=KVLinkConfig)
     prices: tuple[tuple[str, float], ...] = ()  # (accelerator, USD per GPU-hour)
 
@@ -134,6 +137,16 @@ class SearchSpace:
                 f"kv_cache_dtype: expected distinct values of {list(KV_CACHE_DTYPES)}, got "
                 f"{list(kv)}"
             )
+        if self.engine_version is not None:
+            if not isinstance(self.engine_version, str):
+                raise SearchSpaceError(
+                    f"engine_version: expected a release string such as '0.12.0', got "
+                    f"{self.engine_version!r}"
+                )
+            try:
+                EngineRelease("vllm", self.engine_version)
+            except EngineError as exc:
+                raise SearchSpaceError(str(exc)) from None
         if ServingMode.DISAGGREGATED in self.modes and self.gpu_budget < 2:
             raise SearchSpaceError("modes: disaggregated serving needs a gpu_budget of at least 2")
         if min(self.tp) > self.gpu_budget:
@@ -307,6 +320,7 @@ def build_config(space: SearchSpace, chooser: Chooser) -> ServingConfig:
         "enable_prefix_caching": caching,
         "kv_cache_dtype": kv_dtype,
         "quantization": space.quantization,
+        "engine_version": space.engine_version,
         "kv_link": space.kv_link,
         "max_model_len": space.max_model_len,
     }

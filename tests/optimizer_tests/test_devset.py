@@ -9,7 +9,15 @@ import pytest
 
 from optimizer.latency.analytic import LinearLatency, SingleLatencySource
 from optimizer.sim import simulate
-from optimizer.validation.devset import BatchRun, Deployment, DevSetError, deployment, runs_of
+from optimizer.validation.devset import (
+    BatchRun,
+    Deployment,
+    DevSetError,
+    closed_loop_deployment,
+    closed_loop_runs_of,
+    deployment,
+    runs_of,
+)
 
 HEADER = "gpu,num_gpus,model,input_tokens,output_tokens,batch_size,latency_s,ttft_s\n"
 
@@ -63,3 +71,48 @@ def test_the_shared_file(shared_data: Path) -> None:
     assert sum(r.ttft_s is not None for r in runs) == 9
     replayed = [r for r in runs if isinstance(deployment(r), Deployment)]
     assert len(replayed) >= 590  # every dense Llama-style model on A100, H100 and GH200
+
+
+def test_offline_batches_are_priced_as_the_v0_engine() -> None:
+    dep = deployment(_run())
+    assert isinstance(dep, Deployment)
+    assert dep.config.engine_release.generation.key == "vllm-v0"
+
+
+CLOSED_HEADER = (
+    "backend,backend_version,model_path,system,precision,mode,isl,osl,batch_size,tp_size,"
+    "pp_size,silicon_ttft_ms,silicon_tpot_ms\n"
+)
+
+
+def test_closed_loop_runs_replay_aiconfigurators_protocol(tmp_path: Path) -> None:
+    path = tmp_path / "runs.csv"
+    path.write_text(CLOSED_HEADER + "vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,,agg,1024,128,8,2,1,"
+                    "154.2,18.0\nvllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,fp8,agg,4000,1000,24,1,1,"
+                    "294.8,16.9\n", encoding="utf-8")  # fmt: skip
+    bf16, fp8 = closed_loop_runs_of(path)
+    assert bf16.ttft_s == pytest.approx(0.1542) and bf16.key == "bf16 tp2 1024/128 c8"
+    config, spec = closed_loop_deployment(bf16)
+    assert config.engine_release.label == "vLLM 0.12.0, V1 with synchronous scheduling"
+    assert (config.replica.tp, config.replica.max_num_batched_tokens) == (2, 8192)
+    assert config.replica.max_num_seqs == 1024 and config.enable_prefix_caching
+    wl = spec.workload()
+    assert (len(wl), wl.num_warmups, wl.num_clients) == (176, 16, 8)
+    assert set(wl.input_tokens.tolist()) == {1032}  # Qwen3's chat template adds 8
+    config, _ = closed_loop_deployment(fp8)
+    assert config.shape.precision.label == "w-fp8.kv-fp8"
+    path.write_text(CLOSED_HEADER + "sglang,0.5,Qwen/Qwen3-32B,h100_sxm,,agg,1,1,1,1,1,1,1\n",
+                    encoding="utf-8")  # fmt: skip
+    with pytest.raises(DevSetError, match=r"line 2: .*not vLLM"):
+        closed_loop_runs_of(path)
+
+
+@pytest.mark.shared_data
+def test_the_closed_loop_development_set_reads_and_every_run_is_accepted(shared_data) -> None:
+    runs = closed_loop_runs_of(
+        shared_data / "observations" / "aic-silicon-dev" / "qwen3_32b_h100_vllm.csv"
+    )
+    assert len(runs) == 93 and {r.version for r in runs} == {"0.12.0"}
+    for run in runs:  # none refused: each config validates (FP8 at TP1 included)
+        config, spec = closed_loop_deployment(run)
+        assert config.roles()[0].kv_blocks > 0 and spec.num_warmups == 2 * run.concurrency

@@ -266,6 +266,69 @@ def test_the_catalog_grows_a_table_for_a_larger_reach_and_stores_tables() -> Non
 _MODEL = _gemm_model()
 
 
+def test_a_stored_table_is_never_read_back_by_another_pricing(monkeypatch) -> None:
+    """A table's store key holds what its numbers depend on beyond the fitted model: the
+    engine generation with its rules and overheads, and the pricing code's version. A
+    changed overhead (a recalibration), another generation, or another build of servetune
+    compiles the next run's table again instead of reading the old one."""
+    import dataclasses
+
+    import optimizer.engines as engines
+    from optimizer.engines import EngineRelease
+    from optimizer.latency import TableReach
+    from optimizer.latency import catalog as catalog_module
+    from optimizer.latency.catalog import LatencyCatalog
+    from optimizer.latency.table import table_from_bytes, table_to_bytes
+
+    class Store:
+        def __init__(self) -> None:
+            self.tables: dict[str, bytes] = {}
+            self.misses = 0
+
+        def get(self, key):
+            data = self.tables.get(key)
+            self.misses += data is None
+            return None if data is None else table_from_bytes(data)
+
+        def put(self, key, table, model_key):
+            self.tables[key] = table_to_bytes(table)
+
+    class Ref:
+        accelerator = "h100"
+        cache_key = "latency-model-7"
+
+        def load(self):
+            return _MODEL
+
+    store, reach = Store(), TableReach(512, 16, 512, 4000)
+    load = StepLoad(8, 8, (), (), 8, 8 * 1000)
+
+    def run(engine: EngineRelease = engines.DEFAULT_RELEASE) -> float:
+        cat = LatencyCatalog(SHAPE, {"h100": Ref()}, store=store)
+        return cat.for_instance("h100", 1, reach, engine=engine).step_time_s(load)
+
+    first = run()
+    assert (store.misses, len(store.tables)) == (1, 1)
+    assert run() == first and store.misses == 1  # read back: same pricing
+    # A recalibrated overhead: the same model and release, a new table and new prices.
+    gens = tuple(
+        dataclasses.replace(g, overhead=engines.EngineOverhead(base_s=0.05))
+        if g.key == "vllm-v1-async" else g
+        for g in engines.GENERATIONS
+    )  # fmt: skip
+    monkeypatch.setattr(engines, "GENERATIONS", gens)
+    assert run() == pytest.approx(first + 0.05, abs=1e-3)
+    assert (store.misses, len(store.tables)) == (2, 2)
+    monkeypatch.undo()
+    # Another engine generation.
+    run(EngineRelease("vllm", "0.12.0"))
+    assert (store.misses, len(store.tables)) == (3, 3)
+    # Another build of the pricing code.
+    monkeypatch.setattr(catalog_module, "pricing_version", lambda: "another-build")
+    assert run() == first
+    assert (store.misses, len(store.tables)) == (4, 4)
+
+
 def test_native_thread_count_changes_no_table(learned) -> None:
     """Compilation runs scikit-learn under a thread limit (SERVETUNE_NATIVE_THREADS);
     the tables are the same for any limit."""

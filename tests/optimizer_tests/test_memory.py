@@ -79,6 +79,9 @@ def test_fp8_weights_and_kv_are_one_byte():
     assert fp8.weight_bytes() == bf16.num_linear_params + 2 * (
         bf16.num_params - bf16.num_linear_params
     )
-    assert fp8.with_precision(fp8.precision).kv_bytes_per_token() == bf16.kv_bytes_per_token()
+    # NVIDIA's ModelOpt checkpoint declares an FP8 KV cache too; RedHat's FP8-dynamic does not.
+    assert fp8.kv_bytes_per_token() * 2 == bf16.kv_bytes_per_token()
+    weights_only = get_shape("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8")
+    assert weights_only.kv_bytes_per_token() == bf16.kv_bytes_per_token()
     kv8 = bf16.with_precision(type(bf16.precision)("none", "fp8"))
     assert kv8.kv_bytes_per_token() * 2 == bf16.kv_bytes_per_token()

@@ -1,0 +1,169 @@
+"""Engine generations: which release prices how, and the step rules each applies."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from optimizer.config import ConfigError, InstanceConfig, ServingConfig
+from optimizer.config_parts import SpecMethod, SpeculationConfig
+from optimizer.engines import (
+    CURRENT_VLLM,
+    DEFAULT_RELEASE,
+    LEGACY_RULES,
+    NO_OVERHEAD,
+    EngineError,
+    EngineOverhead,
+    EngineRelease,
+    StepRules,
+    parse_version,
+)
+from optimizer.hardware import get_accelerator
+from optimizer.latency import StepLoad
+from optimizer.latency.catalog import compile_roofline, step_pricing
+from optimizer.latency.compose import Pricing, cuda_graph_padded
+from optimizer.latency.roofline import RooflinePricer
+from optimizer.records import OpKind
+from optimizer.shapes import get_shape
+
+SHAPE = get_shape("qwen3-32b")
+
+
+@pytest.mark.parametrize(
+    ("version", "key", "async_"),
+    [
+        ("0.5.3.post1", "vllm-v0", False),
+        ("0.7.3", "vllm-v0", False),
+        ("0.8.0", "vllm-v1", False),
+        ("v0.12.0", "vllm-v1", False),
+        ("0.13", "vllm-v1", False),
+        ("0.14.0", "vllm-v1-async", True),
+        ("0.20.1", "vllm-v1-async", True),
+        ("1.0.0rc1", "vllm-v1-async", True),
+    ],
+)
+def test_each_release_maps_to_its_generation(version: str, key: str, async_: bool) -> None:
+    g = EngineRelease("vllm", version).generation
+    assert g.key == key and g.async_scheduling is async_
+
+
+def test_versions_parse_and_bad_ones_are_refused_with_the_field() -> None:
+    assert parse_version("0.5.3.post1") == (0, 5, 3)
+    assert parse_version("v0.20") == (0, 20)
+    with pytest.raises(EngineError, match="expected a release number"):
+        parse_version("latest")
+    inst = InstanceConfig(accelerator="h100", tp=2)
+    with pytest.raises(ConfigError, match=r"config\.engine_version: .*'0\.x'"):
+        ServingConfig.colocated("qwen3-32b", inst, engine_version="0.x")
+    with pytest.raises(ConfigError, match=r"config\.engine: .*'sglang'"):
+        ServingConfig.colocated("qwen3-32b", inst, engine="sglang")
+
+
+def test_the_default_is_the_current_release_line_and_says_so() -> None:
+    config = ServingConfig.colocated("qwen3-32b", InstanceConfig(accelerator="h100", tp=2))
+    assert config.engine_version is None
+    assert config.engine_release == DEFAULT_RELEASE
+    assert DEFAULT_RELEASE.label == f"vLLM {CURRENT_VLLM}, V1 with async scheduling"
+    old = ServingConfig.from_dict({**config.to_dict(), "engine_version": "0.12.0"})
+    assert old.engine_release.label == "vLLM 0.12.0, V1 with synchronous scheduling"
+
+
+@pytest.mark.parametrize(("method", "sync"), [(SpecMethod.DRAFT, True), (SpecMethod.NGRAM, True),
+                                              (SpecMethod.EAGLE, False)])  # fmt: skip
+def test_vllm_turns_async_scheduling_off_for_draft_models_and_ngram(method, sync) -> None:
+    draft = "llama-3.2-1b" if method is SpecMethod.DRAFT else None
+    spec = SpeculationConfig(method=method, num_speculative_tokens=3, draft_model=draft)
+    config = ServingConfig.colocated("llama-3.1-8b", speculation=spec)
+    release = config.engine_release
+    assert (release.generation.key == "vllm-v1") is sync
+    assert ("turns async scheduling off" in release.label) is sync
+
+
+def test_the_fused_norm_fusion_starts_at_0_17() -> None:
+    assert not EngineRelease("vllm", "0.16.0").rules.fused_allreduce_norm
+    assert EngineRelease("vllm", "0.17.0").rules.fused_allreduce_norm
+
+
+def test_synchronous_cpu_adds_and_async_cpu_bounds_a_step_below() -> None:
+    """A V1 synchronous step is kernels + its overhead; an async one lasts max(kernels +
+    exposed, CPU): a tiny step is CPU-bound, a large one is not."""
+    h100 = get_accelerator("h100")
+    sync = compile_roofline(SHAPE, h100, 2, engine=EngineRelease("vllm", "0.12.0"))
+    asy = compile_roofline(SHAPE, h100, 2, engine=EngineRelease("vllm", "0.20.1"))
+    sync_g = EngineRelease("vllm", "0.12.0").generation
+    async_g = EngineRelease("vllm", "0.20.1").generation
+    assert sync.hidden == NO_OVERHEAD and sync.overhead == sync_g.overhead
+    assert asy.hidden == async_g.cpu and asy.overhead == async_g.overhead
+    big = StepLoad(8192, 1, (8192,), (8192,))
+    kernels = asy.kernel_time_s(big)
+    assert asy.step_time_s(big) == pytest.approx(kernels + async_g.overhead.step_s(1, 8192))
+    assert sync.step_time_s(big) == pytest.approx(kernels + sync_g.overhead.step_s(1, 8192))
+    # a table whose kernels take almost nothing: the async step lasts its CPU work
+    small = StepLoad(1, 1, (), (), 1, 1)
+    assert asy.with_engine_s(1e-6, small) == pytest.approx(async_g.cpu.step_s(1, 1))
+
+
+def test_a_model_with_its_own_whole_step_measurements_keeps_its_rules_and_constant() -> None:
+    from dataclasses import replace
+
+    from optimizer.latency.model import LatencyModel
+
+    own = replace(LatencyModel("cpu", "profiler"), overhead_s=0.002)
+    how = step_pricing(own, EngineRelease("vllm", "0.20.1"))
+    assert how.rules == LEGACY_RULES and how.overhead == EngineOverhead.constant(0.002)
+    assert how.hidden == NO_OVERHEAD and how.kernel_scale == 1.0
+
+
+def test_v1_fuses_elementwise_kernels_and_the_flashinfer_pass_drops_the_norms() -> None:
+    """Per layer, V0 prices 6 elementwise kernels (2 norms, 2 adds, SiLU, RoPE); V1 prices 4
+    (2 add+norm, SiLU-and-mul, RoPE), and where FlashInfer fuses the all-reduce with the
+    add + RMSNorm (B300 TP8: messages up to 2 MB), only SiLU and RoPE stay apart."""
+    roof = RooflinePricer(get_accelerator("b300"))
+    legacy = Pricing(SHAPE, 8, roof)
+    v1 = Pricing(SHAPE, 8, roof, rules=StepRules(True, False, 0, False))
+    fused = Pricing(SHAPE, 8, roof, rules=StepRules(True, False, 0, True))
+    m = np.array([16.0])
+    launch = roof.options.launch_ms
+    layers = SHAPE.num_layers
+    # at 16 tokens every elementwise kernel is launch-bound: count the launches
+    assert legacy.dense_ms(m)[0] - v1.dense_ms(m)[0] == pytest.approx(2 * layers * launch, rel=0.05)
+    assert v1.dense_ms(m)[0] - fused.dense_ms(m)[0] > 1.5 * layers * launch
+    big = np.array([8192.0])  # 80 MB messages: beyond the fusion, the norms are back
+    assert fused.dense_ms(big)[0] == pytest.approx(v1.dense_ms(big)[0], rel=1e-9)
+
+
+def test_cuda_graph_padding_follows_vllms_capture_sizes() -> None:
+    m = np.array([1, 2, 3, 5, 9, 255, 257, 270, 511, 512, 513, 4000], dtype=float)
+    padded = cuda_graph_padded(m, 512)
+    np.testing.assert_array_equal(padded, [1, 2, 4, 8, 16, 256, 272, 272, 512, 512, 513, 4000])
+
+
+def test_v1_prices_all_reduces_with_vllms_own_table_when_measured(monkeypatch) -> None:
+    """With vLLM's all-reduce measured at this TP degree, V1 uses it (graph up to the graph
+    size, eager beyond); V0, or a model without it, uses NCCL's."""
+    from optimizer.latency.fit import fit_latency_model
+    from optimizer.latency.model import FitOptions
+    from optimizer.records import KernelSample
+
+    samples = []
+    for kind, lat in ((OpKind.ALL_REDUCE, 0.050), (OpKind.VLLM_ALL_REDUCE, 0.005),
+                      (OpKind.VLLM_ALL_REDUCE_EAGER, 0.020)):  # fmt: skip
+        for size in (2**k for k in range(8, 24)):
+            t = lat + size / 4e8
+            samples.append(KernelSample(kind, t, t, t, dtype="float16" if kind is
+                                        OpKind.ALL_REDUCE else "bfloat16", tp=2,
+                                        num_gpus=2, message_bytes=size))  # fmt: skip
+    model = fit_latency_model(samples, accelerator="h100", options=FitOptions(max_iter=20))
+    roof = RooflinePricer(get_accelerator("h100"))
+    v1 = Pricing(SHAPE, 2, roof, model, rules=EngineRelease("vllm", "0.12.0").rules)
+    v0 = Pricing(SHAPE, 2, roof, model)
+    assert v1.all_reduce_kinds() == (OpKind.VLLM_ALL_REDUCE, OpKind.VLLM_ALL_REDUCE_EAGER)
+    assert v0.all_reduce_kinds() == (OpKind.ALL_REDUCE, OpKind.ALL_REDUCE)
+    assert Pricing(SHAPE, 4, roof, model, rules=v1.rules).all_reduce_kinds()[0] is (
+        OpKind.ALL_REDUCE
+    )  # not measured at TP4
+    small, large = np.array([64.0]), np.array([4096.0])
+    assert v1.dense_ms(small)[0] < v0.dense_ms(small)[0]  # 5 us graph vs 50 us NCCL
+    in_graph = v0.dense_ms(small)[0] - v1.dense_ms(small)[0]
+    eager = v0.dense_ms(large)[0] - v1.dense_ms(large)[0]
+    assert 0 < eager < in_graph  # beyond 512 tokens: the eager all-reduce (20 us)
