@@ -174,7 +174,7 @@ def resolve_latency(
     When `calibrated`, the stored calibrations that belong to those sources apply.
     Tables compile later, when a run asks, with `num_threads` native threads.
     `overhead` replaces every fitted model's engine overhead (None: each model's own,
-    else `DEFAULT_ENGINE_OVERHEAD`).
+    else the engine release's, `optimizer.engines`).
     """
     shape = get_shape(model)
     if latency_model_ids:
