@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 DRAFT_SHAPE = "tiny-draft"
 # The reference CPU engine's per-step overhead before `calibrate_on_engine` fits it on
-# the steps it really runs (its own engine, not vLLM: the generations of optimizer.engines are vLLM's).
+# the steps it really runs (its own engine, not vLLM: optimizer.engines prices vLLM's).
 REFERENCE_ENGINE_OVERHEAD_S = 0.0005
 
 
