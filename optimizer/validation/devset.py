@@ -82,16 +82,19 @@ class BatchRun:
         return f"{self.gpu} tp{self.tp} {self.model}"
 
 
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            return list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DevSetError(f"{path}: cannot read: {exc}") from exc
+
+
 def runs_of(path: str | Path) -> list[BatchRun]:
     """Rows of `vllm_nvidia.csv`."""
     path = Path(path)
-    try:
-        with path.open(encoding="utf-8", newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as exc:
-        raise DevSetError(f"{path}: cannot read: {exc}") from exc
     out = []
-    for i, row in enumerate(rows, start=2):
+    for i, row in enumerate(_csv_rows(path), start=2):
         try:
             ttft = row.get("ttft_s") or ""
             out.append(BatchRun(
@@ -183,13 +186,8 @@ class ClosedLoopRun:
 def closed_loop_runs_of(path: str | Path) -> list[ClosedLoopRun]:
     """Rows of AIConfigurator's validation sample (`qwen3_32b_h100_vllm.csv`)."""
     path = Path(path)
-    try:
-        with path.open(encoding="utf-8", newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as exc:
-        raise DevSetError(f"{path}: cannot read: {exc}") from exc
     out = []
-    for i, row in enumerate(rows, start=2):
+    for i, row in enumerate(_csv_rows(path), start=2):
         try:
             if row["backend"] != "vllm" or int(row["pp_size"]) != 1:
                 raise ValueError(f"backend {row['backend']!r}, pp {row['pp_size']}: not vLLM, PP 1")
