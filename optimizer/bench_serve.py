@@ -290,10 +290,11 @@ class BenchServeSpec:
     def describe(self) -> str:
         conc = self.max_concurrency or "unlimited"
         rate = "inf" if math.isinf(self.request_rate) else f"{self.request_rate:g}"
+        warm = f" after {self.num_warmups} warm-ups" if self.num_warmups else ""
         return (
             f"bench-serve random {self.random_input_len}/{self.random_output_len} "
-            f"(range {self.random_range_ratio:g}), {self.num_prompts} prompts, concurrency "
-            f"{conc}, rate {rate}"
+            f"(range {self.random_range_ratio:g}), {self.num_prompts} prompts{warm}, "
+            f"concurrency {conc}, rate {rate}"
         )
 
 

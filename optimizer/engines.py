@@ -139,16 +139,6 @@ class StepRules:
         fused = ALLREDUCE_NORM_FUSION_MB.get(cc, {}).get(tp, 0.0)
         return min(limits.get(cc, {}).get(tp, 0.0), fused) * 1024 * 1024
 
-    def describe(self) -> str:
-        if not (self.fused_elementwise or self.vllm_all_reduce or self.cuda_graph_tokens):
-            return "separate elementwise kernels, NCCL all-reduce"
-        parts = ["torch.compile fusion", "vLLM's all-reduce"]
-        if self.cuda_graph_tokens:
-            parts.append(f"CUDA graphs up to {self.cuda_graph_tokens} tokens")
-        if self.fused_allreduce_norm:
-            parts.append("FlashInfer all-reduce+RMSNorm")
-        return ", ".join(parts)
-
 
 LEGACY_RULES = StepRules()  # how the servetune reference engine and vLLM V0 are priced
 
