@@ -244,6 +244,11 @@ class _EventLoop:
         if inst.async_admission:  # planned while the step that just ended ran
             inst.admit_cutoff = inst.step_start if inst.busy else now
         load = inst.schedule(now)
+        if load is None and inst.async_admission and inst.waiting:
+            # Nothing was planned for the next step: the engine plans one as soon as the
+            # step ends, with what has arrived meanwhile.
+            inst.admit_cutoff = now
+            load = inst.schedule(now)
         if inst.pulls:
             self._pull(inst, now)
         if load is None:

@@ -36,6 +36,16 @@ def test_async_scheduling_admits_an_arrival_two_steps_later() -> None:
     assert simulate(alone, _config("0.20.1"), CONST).ttft_s[1] == pytest.approx(C)
 
 
+def test_async_scheduling_plans_a_step_at_once_when_none_was_planned() -> None:
+    """r0 (one output token) ends with its prefill step, 0-10 ms; r1 arrived at 5 ms. No
+    step was planned after r0's, so the engine plans r1's at 10 ms: it is not left waiting
+    on an idle engine."""
+    w = Workload(np.array([0.0, 0.005]), np.array([100, 100]), np.array([1, 3]))
+    res = simulate(w, _config("0.20.1"), CONST, check_invariants=True)
+    assert res.num_completed == 2
+    assert res.ttft_s[1] == pytest.approx(0.020 - 0.005)
+
+
 def _closed(n: int, clients: int, warmups: int, outputs=3, turnaround=0.0):
     return ClosedLoopWorkload(
         num_clients=clients, input_tokens=np.full(n, 50), output_tokens=np.full(n, outputs),
