@@ -190,8 +190,8 @@ V1_ASYNC_CALIBRATION = (
 )
 # V1 with synchronous scheduling (vLLM 0.8-0.13): its CPU work adds to every step; fitted
 # on the training half of the closed-loop runs of vLLM 0.12 (Qwen3-32B on H100, the
-# development set) as TPOT's overhead beyond the kernels (benchmarks/bench_devset.py).
-V1_SYNC_OVERHEAD = EngineOverhead(base_s=1.31e-3, per_seq_s=6.3e-6)
+# development set): the grid point of least median |TPOT error| (benchmarks/bench_devset.py).
+V1_SYNC_OVERHEAD = EngineOverhead(base_s=1.0e-3, per_seq_s=40e-6)
 V1_SYNC_CALIBRATION = (
     "closed-loop runs of vLLM 0.12 serving Qwen3-32B on H100 (AIConfigurator's sample, the "
     "development set's training half)"
