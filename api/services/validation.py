@@ -38,6 +38,8 @@ DRAFT_SHAPE = "tiny-draft"
 # The reference CPU engine's per-step overhead before `calibrate_on_engine` fits it on
 # the steps it really runs (its own engine, not vLLM: optimizer.engines prices vLLM's).
 REFERENCE_ENGINE_OVERHEAD_S = 0.0005
+# The vLLM release whose scheduling the reference engine's matches (synchronous V1).
+REFERENCE_SCHEDULING = "0.13"
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +221,10 @@ def run_validation(
         clock = Clock.CPU
 
     draft = latency.draft if config.speculation.draft_model else None
-    sim = simulate(workload, config, latency.target, seed=seed, draft_latency=draft)
+    # The reference engine schedules synchronously (a request is admitted at the next step
+    # boundary), as vLLM V1 did before async scheduling: simulate it so.
+    sim_config = replace(config, engine_version=REFERENCE_SCHEDULING)
+    sim = simulate(workload, sim_config, latency.target, seed=seed, draft_latency=draft)
     requests = ReplayRequests(workload.arrival_s, workload.input_tokens, workload.output_tokens)
     real = replay(requests, config, ReplayOptions(seed=seed, clock=Clock(clock)))
     measured = RequestOutcomes(

@@ -45,8 +45,11 @@ class LinearSource:
         return LinearStep()
 
 
+# Observations of a synchronous engine (as the reference engine is): vLLM V1 before 0.14.
 CONFIG = ServingConfig.colocated(
-    "tiny", InstanceConfig(accelerator="cpu", max_num_batched_tokens=512, max_num_seqs=32)
+    "tiny",
+    InstanceConfig(accelerator="cpu", max_num_batched_tokens=512, max_num_seqs=32),
+    engine_version="0.13",
 )
 TRUE = Calibration(overhead_s=3e-3, prefill_scale=1.4, decode_scale=0.8)
 
