@@ -143,6 +143,7 @@ def show(model_id: Annotated[int, typer.Argument(help="latency model id")]) -> N
         f"{DEFAULT_RELEASE.label}: kernels x {current.kernel_scale:g}, "
         f"{current.overhead.describe()} + CPU {current.cpu.describe()}"
         + (" (overlapped by async scheduling)" if current.async_scheduling else "")
+        + f"; calibrated on {current.calibrated_on}"
         if fitted.overhead_s is None
         else f"{fitted.overhead_s * 1e3:.3f} ms (fitted on {fitted.num_mixed} mixed iterations)"
     )
