@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 from bench_common import SHARED, prepare_database
 
+from optimizer.closed_loop_workload import NO_FRONTEND, FrontendDelay
 from optimizer.sim import simulate
 from optimizer.validation.devset import closed_loop_deployment, closed_loop_runs_of
-from optimizer.workload import NO_FRONTEND, FrontendDelay
 
 CASES = (  # (tp, isl, osl, concurrency)
     (2, 1024, 128, 8), (8, 1024, 128, 8), (2, 1024, 1024, 32), (8, 1024, 1024, 64),

@@ -31,7 +31,7 @@ from bench_common import SERVETUNE, TRACES, prepare_database, run
 
 from optimizer.config import ServingConfig
 from optimizer.latency.catalog import LatencyCatalog
-from optimizer.search.objective import EvalSettings, TraceEvaluator, fleet_of, unit_of
+from optimizer.search.evaluation import EvalSettings
 from optimizer.search.recommend import (
     TrialOutcome,
     baseline_config,
@@ -39,8 +39,10 @@ from optimizer.search.recommend import (
     hypervolume_2d,
     recommend,
 )
+from optimizer.search.sizing import fleet_of, unit_of
 from optimizer.search.space import SearchSpace, config_key, enumerate_grid
 from optimizer.search.study import Objective, open_study, run_trials, trial_outcomes
+from optimizer.search.trace_evaluator import TraceEvaluator
 from optimizer.shapes import get_shape
 from optimizer.sim import SLO, max_sustainable_rate
 from optimizer.traces import parse_trace

@@ -49,7 +49,8 @@ from typing import Any
 
 import numpy as np
 
-from optimizer.workload import ClosedLoopWorkload, FrontendDelay, Workload, WorkloadError
+from optimizer.closed_loop_workload import ClosedLoopWorkload, FrontendDelay
+from optimizer.workload import Workload, WorkloadError
 
 ARRIVAL_STYLES = ("rescaled", "cumulative")
 # A benchmark client's work per output token of a finished request before its slot sends

@@ -28,7 +28,7 @@ prefill and decode outputs, the gather of sampled rows), under the same thread
 count as the per-op cases, so how the measured times relate to the composed
 ones is what a latency model has to learn on top of its operators: a
 per-iteration overhead plus a scale, as operators in a forward run slower than
-alone (`optimizer.latency.compose.fit_composition`; for the tiny shape on this
+alone (`optimizer.latency.mixed_fit.fit_composition`; for the tiny shape on this
 project's CPU about 0.1-0.3 ms and 1.15x).
 
 Two biases once made composed sums miss measured iterations by ~40% on CPU:

@@ -24,7 +24,7 @@ from api.services.latency import ResolvedLatency, resolve_latency
 from optimizer.engines import CURRENT_VLLM, EngineOverhead, EngineRelease
 from optimizer.latency.base import LatencySource
 from optimizer.search.closed_loop import ClosedLoopEvaluator
-from optimizer.search.objective import Evaluator, TraceEvaluator, TrialError
+from optimizer.search.evaluation import Evaluator, TrialError
 from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome
 from optimizer.search.request import TuneProgress, TuneRequest, TuneRequestError
 from optimizer.search.space import SearchSpace
@@ -37,6 +37,7 @@ from optimizer.search.study import (
     trial_outcomes,
     warm_cache,
 )
+from optimizer.search.trace_evaluator import TraceEvaluator
 from optimizer.workload import Workload
 
 __all__ = [

@@ -108,7 +108,7 @@ def fit_engine_latency(
     scale 1: the engine's own step calibration (`calibrate_on_engine`) then
     fits both on steps the engine really runs, not on the profiler's forwards."""
     from optimizer.latency import build_catalog, fit_latency_model
-    from optimizer.latency.compose import fit_composition, mixed_load, mixed_pricing
+    from optimizer.latency.mixed_fit import fit_composition, mixed_load, mixed_pricing
     from optimizer.records import OpKind
     from optimizer.shapes import get_shape
 

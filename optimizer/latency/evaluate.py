@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.latency.compose import fit_composition, iterations_ms, mixed_load, mixed_pricing
+from optimizer.latency.compose import iterations_ms
 from optimizer.latency.features import OpBatch, token_count
+from optimizer.latency.mixed_fit import fit_composition, mixed_load, mixed_pricing
 from optimizer.latency.model import (
     MIN_SAMPLES,
     FitOptions,
@@ -155,7 +156,7 @@ def evaluate_mixed(
     seed: int = 0,
 ) -> MixedAccuracy:
     """Fit the overhead and operator scale on a seeded `fit_fraction` of the
-    iterations (`compose.fit_composition`), test on the rest."""
+    iterations (`mixed_fit.fit_composition`), test on the rest."""
     mixed = [s for s in mixed if s.op is OpKind.MIXED_ITERATION]
     if len(mixed) < 2:
         raise ValueError(f"need at least 2 mixed iterations, got {len(mixed)}")

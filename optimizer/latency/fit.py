@@ -1,14 +1,14 @@
 """Fitting a latency model: one regressor per operator and format (`optimizer.latency.model`:
 the profile's own dtype, and FP8 where it measured FP8 GEMMs or FP8-KV attention), then,
 when the profile measured whole forwards, how they compose into a step
-(`optimizer.latency.compose.fit_mixed_overhead`: per-iteration overhead and operator
+(`optimizer.latency.mixed_fit.fit_mixed_overhead`: per-iteration overhead and operator
 scale)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from optimizer.latency.compose import fit_mixed_overhead
+from optimizer.latency.mixed_fit import fit_mixed_overhead
 from optimizer.latency.model import (
     MIN_SAMPLES,
     FitOptions,

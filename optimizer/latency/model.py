@@ -112,7 +112,7 @@ class LatencyModel:
     """Fitted operator models of one accelerator (one profile run).
 
     A step costs `overhead_s + op_scale x (sum of its operators)`, both fitted
-    on the profile's measured mixed iterations (`compose.fit_composition`).
+    on the profile's measured mixed iterations (`mixed_fit.fit_composition`).
     `overhead_s` is the per-iteration cost the operators do not explain; None
     when the profile has none (compiled tables then assume a default).
     `op_scale` is how much slower operators run inside a whole forward than

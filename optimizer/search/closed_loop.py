@@ -24,11 +24,14 @@ fleet that meets the SLOs and, among those, the fastest.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 from optimizer.bench_serve import BenchServeSpec
+from optimizer.closed_loop_workload import ClosedLoopWorkload
 from optimizer.config import ConfigError, ServingConfig
 from optimizer.latency.base import LatencySource
-from optimizer.search.objective import (
+from optimizer.search.evaluation import (
+    BaseEvaluator,
     EvalSettings,
     EvalStage,
     EvalStatus,
@@ -36,21 +39,20 @@ from optimizer.search.objective import (
     EvaluationCache,
     Verified,
     figures_of,
-    fleet_of,
-    size_fleet,
 )
+from optimizer.search.sizing import fleet_of, size_fleet
 from optimizer.search.windows import EvaluatedTrace, TraceWindow
-from optimizer.sim import SimulationResult, max_request_tokens, simulate
-from optimizer.workload import ClosedLoopWorkload
+from optimizer.sim import SimulationResult
 
 MIN_SCREEN_PROMPTS_PER_CLIENT = 4
 
 
 @dataclass(frozen=True, slots=True)
-class ClosedLoopEvaluator:
+class ClosedLoopEvaluator(BaseEvaluator):
     """Scores units and fleets on one closed-loop benchmark with one latency source (pure
     apart from its cache); the interface of `TraceEvaluator`."""
 
+    _workload_name: ClassVar[str] = "benchmark"
     spec: BenchServeSpec  # the benchmark as the user runs it (num_prompts cut by max_requests)
     workload: ClosedLoopWorkload  # verified on: every prompt
     screen: ClosedLoopWorkload  # the screening run: its first prompts
@@ -108,14 +110,6 @@ class ClosedLoopEvaluator:
         prompts = max(clients, round(self.spec.num_prompts * factor))
         return replace(self.spec, max_concurrency=clients, num_prompts=prompts).build()
 
-    def _check_fits(self, unit: ServingConfig) -> None:
-        limit = max_request_tokens(unit)
-        if limit < self.longest_request_tokens:
-            raise ConfigError(
-                f"rejects the benchmark's longest requests ({self.longest_request_tokens} "
-                f"prompt + output tokens; this config holds at most {limit})"
-            )
-
     def _size(
         self, unit: ServingConfig, workload: ClosedLoopWorkload, start: int, most: int
     ) -> tuple[int, bool, dict[int, SimulationResult]]:
@@ -123,7 +117,7 @@ class ClosedLoopEvaluator:
         s = self.settings
 
         def run(n: int) -> SimulationResult:
-            return simulate(workload, fleet_of(unit, n), self.latency, seed=s.seed, slo=s.slo)
+            return self._run(workload, fleet_of(unit, n))
 
         return size_fleet(run, s, start, max(1, min(most, workload.num_clients)))
 
@@ -137,12 +131,8 @@ class ClosedLoopEvaluator:
         return figures_of(status, stage, unit, n, res, unit_rate, sims, True)
 
     # -- screening ---------------------------------------------------------------------
-    def evaluate(self, unit: ServingConfig) -> Evaluation:
-        """The unit's fleet sized on the screening run, cached (see the module docstring)."""
-        return self.cache.screened(unit, self._screen)
-
     def _screen(self, unit: ServingConfig) -> Evaluation:
-        self._check_fits(unit)
+        """The unit's fleet sized on the screening run (see the module docstring)."""
         most = self.settings.gpu_budget // unit.num_gpus
         if most < 1:
             raise ConfigError(
@@ -152,24 +142,14 @@ class ClosedLoopEvaluator:
         return self._figures(ok, EvalStage.SCREENED, unit, n, runs[n], len(runs))
 
     # -- verification ------------------------------------------------------------------
-    def verify(
-        self,
-        unit: ServingConfig,
-        num_units: int = 1,
-        *,
-        rate_factor: float = 1.0,
-        max_gpus: int | None = None,
-        screened: Evaluation | None = None,
-    ) -> Verified:
-        """Size and verify a fleet of `unit` on every prompt (`rate_factor` x the clients and
-        prompts); INFEASIBLE with the largest fleet's figures when `max_gpus` (default: the
-        budget) does not reach. `screened` is accepted for the interface of
-        `TraceEvaluator.verify`; the verified figures are the fleet's own."""
+    def _verify(
+        self, unit: ServingConfig, start: int, rate_factor: float, most: int,
+        screened: Evaluation | None,
+    ) -> Verified:  # fmt: skip
+        """The fleet sized on every prompt (`rate_factor` x the clients and prompts); the
+        verified figures are the fleet's own, whatever `screened` says."""
         del screened
-        self._check_fits(unit)
-        cap = self.settings.gpu_budget if max_gpus is None else max_gpus
-        most = max(1, cap // unit.num_gpus)
-        n, ok, runs = self._size(unit, self.scaled(rate_factor), num_units, most)
+        n, ok, runs = self._size(unit, self.scaled(rate_factor), start, most)
         res = runs[n]
         ev = self._figures(ok, EvalStage.VERIFIED, unit, n, res, len(runs))
         return Verified(fleet_of(unit, n), replace(ev, sizing_attainment=ev.attainment), res)

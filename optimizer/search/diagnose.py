@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.config import ServingConfig, ServingMode
-from optimizer.search.objective import Evaluation
+from optimizer.search.evaluation import Evaluation
 from optimizer.search.recommend import TrialOutcome
 from optimizer.sim import SimulationResult
 

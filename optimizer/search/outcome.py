@@ -19,8 +19,8 @@ import yaml
 from optimizer.config import ServingConfig
 from optimizer.plain import PlainDataError, from_plain, to_plain
 from optimizer.search.diagnose import Diagnosis, breakdown, explain
+from optimizer.search.evaluation import EvalStatus, Evaluation, Evaluator
 from optimizer.search.flags import LaunchCommand, launch_commands
-from optimizer.search.objective import EvalStatus, Evaluation, Evaluator
 from optimizer.search.recommend import (
     BaselineComparison,
     ParetoRow,

@@ -1,7 +1,7 @@
 """From trials to answers: candidates to verify, the recommendation, the Pareto front,
 the baseline.
 
-Trials screen one unit each (`optimizer.search.objective`); the most promising
+Trials screen one unit each (`optimizer.search.evaluation`); the most promising
 distinct units (fewest GPUs, or lowest price, for the sizing rate, then per-GPU
 goodput) are verified as whole fleets on the whole trace. The recommendation is
 the verified fleet with the fewest GPUs (the lowest price per hour when prices
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from optimizer.config import ConfigError, InstanceConfig, ServingConfig
-from optimizer.search.objective import EvalStatus, Evaluation
+from optimizer.search.evaluation import EvalStatus, Evaluation
 from optimizer.search.space import SearchSpace, config_key
 
 _BIG_GPUS = ("h100", "h200")

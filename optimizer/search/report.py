@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer.search.objective import EvalStatus, Evaluation
+from optimizer.search.evaluation import EvalStatus, Evaluation
 from optimizer.search.outcome import TuneOutcome
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from optimizer.bench_serve import BenchServeError, BenchServeSpec
 from optimizer.plain import PlainDataError, from_plain, to_plain
-from optimizer.search.objective import EvalSettings
+from optimizer.search.evaluation import EvalSettings
 from optimizer.search.space import SearchSpace, SearchSpaceError
 from optimizer.sim import SLO
 
@@ -287,3 +287,4 @@ class TuneProgress:
     eta_s: float | None = None  # of the trials
     fewest_gpus: int | None = None  # the smallest fleet a feasible screen estimates
     stage: str = "searching"  # then what the verification is doing
+

@@ -3,7 +3,7 @@
 One builder, `build_config(space, chooser)`, turns a sequence of choices into a
 `ServingConfig` *unit*: one replica, or one group of prefill and decode instances in
 one of `pd_ratios`. The search never picks how many units run: the evaluator sizes the
-fleet to the traffic (`optimizer.search.objective`). An Optuna trial drives it through
+fleet to the traffic (`optimizer.search.sizing`). An Optuna trial drives it through
 `TrialChooser` (define-by-run, so conditional knobs such as the P:D ratio only exist
 in disaggregated mode); `enumerate_grid` replays it over every path, so the grid the
 benchmark evaluates and the space the sampler explores are the same by construction.

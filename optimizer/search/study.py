@@ -1,7 +1,7 @@
 """The Optuna study: seeded multi-objective TPE with constraints, resumable and distributed.
 
 Objectives (both maximised), from each trial's screen of one unit
-(`optimizer.search.objective`): per-GPU goodput (per-dollar when GPU prices are
+(`optimizer.search.evaluation`): per-GPU goodput (per-dollar when GPU prices are
 given) and interactivity (median output tokens/s per user). The constraint is
 positive for an invalid config (1) and for one whose sized fleet exceeds the GPU
 budget (the excess share of the budget, at least 0.1), so the sampler steers
@@ -37,7 +37,7 @@ from optuna.trial import TrialState
 
 from optimizer.config import ConfigError, ServingConfig
 from optimizer.plain import PlainDataError, from_plain, to_plain
-from optimizer.search.objective import EvalStatus, Evaluation, Evaluator, TrialError
+from optimizer.search.evaluation import EvalStatus, Evaluation, Evaluator, TrialError
 from optimizer.search.recommend import TrialOutcome
 from optimizer.search.space import SearchSpace, TrialChooser, build_config
 

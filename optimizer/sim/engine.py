@@ -33,6 +33,7 @@ from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import Any
 
+from optimizer.closed_loop_workload import ClosedLoopWorkload
 from optimizer.config import ServingConfig, ServingMode
 from optimizer.latency.base import LatencySource
 from optimizer.sim.fleet import (
@@ -48,7 +49,7 @@ from optimizer.sim.kv_cache import hashes_as_lists
 from optimizer.sim.metrics import SLO, InstanceRecord, RunLog, SimulationResult, build_result
 from optimizer.sim.request import SimRequest
 from optimizer.sim.scheduler import BaseScheduler
-from optimizer.workload import ClosedLoopWorkload, Workload
+from optimizer.workload import Workload
 
 __all__ = ["SimulationError", "max_request_tokens", "simulate"]
 

@@ -17,6 +17,7 @@ from random import Random
 
 import numpy as np
 
+from optimizer.closed_loop_workload import ClosedLoopWorkload
 from optimizer.config import Role, RolePlan, RoutingPolicy, ServingConfig
 from optimizer.latency.base import LatencySource, StepLatency, StepLoad, TableReach
 from optimizer.sim.floor import PROBE_KV_LENGTHS, check_decode_floor
@@ -25,7 +26,7 @@ from optimizer.sim.metrics import RunLog
 from optimizer.sim.schedule_fast import AggregateDecodeScheduler
 from optimizer.sim.schedule_general import PerRequestScheduler
 from optimizer.sim.scheduler import BaseScheduler
-from optimizer.workload import ClosedLoopWorkload, Workload
+from optimizer.workload import Workload
 
 
 class SimulationError(ValueError):

@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from optimizer.bench_serve import BenchServeSpec
+from optimizer.closed_loop_workload import NO_FRONTEND, ClosedLoopWorkload
 from optimizer.config import ConfigError, InstanceConfig, ServingConfig
 from optimizer.shapes import ShapeError, get_shape
-from optimizer.workload import NO_FRONTEND, ClosedLoopWorkload
 
 GPUS = {"a100": "a100-40gb", "h100": "h100", "gh200": "gh200"}
 # max_position_embeddings of each checkpoint: vLLM's max_model_len, and with chunked

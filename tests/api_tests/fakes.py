@@ -11,8 +11,8 @@ from api.worker import JobContext
 from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.search import EvalStatus, Evaluation, TuneOutcome, TuneProgress, TuneRequest
 from optimizer.search.diagnose import Diagnosis, PhaseDiagnosis
+from optimizer.search.evaluation import EvalStage
 from optimizer.search.flags import launch_commands
-from optimizer.search.objective import EvalStage
 from optimizer.search.outcome import CapacityRow, LatencyInfo, Recommendation, SLOCheck
 from optimizer.search.recommend import BaselineComparison, ParetoRow
 from optimizer.search.windows import EvaluatedTrace, TraceWindow

@@ -17,9 +17,10 @@ from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.latency.analytic import LinearLatency, MappingLatencySource
 from optimizer.records import TraceFormat, TraceInfo
 from optimizer.search import TuneProgress, TuneRequest
-from optimizer.search.objective import EvalStage, EvalStatus, Evaluation, TraceEvaluator
+from optimizer.search.evaluation import EvalStage, EvalStatus, Evaluation
 from optimizer.search.outcome import LatencyInfo, build_outcome
 from optimizer.search.recommend import TrialOutcome, baseline_config, pareto_front
+from optimizer.search.trace_evaluator import TraceEvaluator
 from optimizer.workload import FixedLength, LognormalLength, synthetic_workload
 from tests.api_tests.conftest import Service
 from tests.factories import make_stats

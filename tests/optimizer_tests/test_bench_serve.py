@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from optimizer.bench_serve import BenchServeError, BenchServeSpec, client_send_times
+from optimizer.closed_loop_workload import NO_FRONTEND, ClosedLoopWorkload, FrontendDelay
 from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.latency.analytic import LinearLatency, SingleLatencySource
 from optimizer.sim import simulate
-from optimizer.workload import NO_FRONTEND, ClosedLoopWorkload, FrontendDelay
 
 C = 0.010
 CONST = SingleLatencySource(LinearLatency(base_s=C))

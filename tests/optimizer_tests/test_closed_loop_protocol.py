@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from optimizer.bench_serve import BenchServeError, BenchServeSpec
+from optimizer.closed_loop_workload import NO_FRONTEND, ClosedLoopWorkload
 from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.latency.analytic import LinearLatency, SingleLatencySource
 from optimizer.sim import simulate
-from optimizer.workload import NO_FRONTEND, ClosedLoopWorkload, Workload, WorkloadError
+from optimizer.workload import Workload, WorkloadError
 
 C = 0.010
 CONST = SingleLatencySource(LinearLatency(base_s=C))

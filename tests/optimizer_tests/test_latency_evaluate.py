@@ -11,12 +11,7 @@ import pytest
 from optimizer.engines import NO_OVERHEAD, V0_OVERHEAD, EngineRelease
 from optimizer.hardware import get_accelerator
 from optimizer.latency import StepLoad, build_catalog, compile_learned
-from optimizer.latency.compose import (
-    iteration_ms,
-    iterations_ms,
-    mixed_load,
-    mixed_pricing,
-)
+from optimizer.latency.compose import iteration_ms, iterations_ms
 from optimizer.latency.evaluate import (
     AccuracyTargets,
     HoldoutOptions,
@@ -26,6 +21,7 @@ from optimizer.latency.evaluate import (
 )
 from optimizer.latency.features import FEATURE_VERSION, OpBatch
 from optimizer.latency.fit import fit_latency_model
+from optimizer.latency.mixed_fit import mixed_load, mixed_pricing
 from optimizer.latency.model import FitOptions, LatencyModelError
 from optimizer.latency.persist import (
     _MAGIC,

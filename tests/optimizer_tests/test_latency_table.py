@@ -12,8 +12,9 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 from optimizer.engines import DEFAULT_RELEASE
 from optimizer.hardware import get_accelerator
 from optimizer.latency import StepLoad, build_catalog, compile_roofline
-from optimizer.latency.compose import Pricing, fit_composition, iteration_ms
+from optimizer.latency.compose import Pricing, iteration_ms
 from optimizer.latency.fit import fit_latency_model
+from optimizer.latency.mixed_fit import fit_composition
 from optimizer.latency.model import FitOptions
 from optimizer.latency.roofline import ROOFLINE_LABEL, RooflinePricer
 from optimizer.latency.table import compile_step_latency

@@ -1,13 +1,11 @@
-"""Search: space/grid, seeded study, constraints, sizing and verification, the
-recommendation, flags, baseline."""
+"""Search: space/grid, seeded study, constraints, the recommendation, flags, baseline
+(the trace evaluator's sizing and verification: test_search_evaluator.py)."""
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from optimizer.config import (
@@ -18,16 +16,8 @@ from optimizer.config import (
     SpeculationConfig,
 )
 from optimizer.latency.analytic import LinearLatency, MappingLatencySource, SingleLatencySource
+from optimizer.search.evaluation import EvalSettings, EvalStatus, TrialError
 from optimizer.search.flags import launch_commands
-from optimizer.search.objective import (
-    EvalSettings,
-    EvalStage,
-    EvalStatus,
-    TraceEvaluator,
-    TrialError,
-    fleet_of,
-    unit_of,
-)
 from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome
 from optimizer.search.recommend import (
     TrialOutcome,
@@ -35,9 +25,10 @@ from optimizer.search.recommend import (
     recommend,
 )
 from optimizer.search.request import TuneRequest, TuneRequestError
-from optimizer.search.space import SearchSpace, SearchSpaceError, config_key, enumerate_grid
+from optimizer.search.sizing import fleet_of
+from optimizer.search.space import SearchSpace, SearchSpaceError, enumerate_grid
 from optimizer.search.study import Objective, open_study, run_trials, trial_outcomes
-from optimizer.search.windows import busiest_start, peak_rate
+from optimizer.search.trace_evaluator import TraceEvaluator
 from optimizer.sim import SLO, SimulationError, simulate
 from optimizer.workload import FixedLength, LognormalLength, synthetic_workload
 
@@ -123,82 +114,12 @@ def test_seeded_study_is_reproducible_and_never_recommends_invalid():
         assert values == [o.evaluation.goodput_per_gpu, o.evaluation.interactivity_tok_s]
 
 
-CFG = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_seqs=64))
-
-
 def test_baseline_is_one_replica_of_vllm_defaults():
     cfg = baseline_config(_space())
     assert cfg.replica.max_num_batched_tokens == 8192 and cfg.replica.max_num_seqs == 1024
     assert cfg.num_replicas == 1 and cfg.speculation.enabled is False
     a100 = baseline_config(_space(accelerators=("a100",)))
     assert (a100.replica.max_num_batched_tokens, a100.replica.max_num_seqs) == (2048, 256)
-
-
-def test_peak_rate_and_busiest_window_by_hand():
-    arrivals = np.array([0.0, 1.0, 2.0, 2.5, 2.6, 2.7, 10.0, 20.0])
-    # [2.0, 3.0) holds 4 arrivals; [0, 10) holds 6 (10.0 excluded)
-    assert peak_rate(arrivals, 1.0) == pytest.approx(4.0)
-    assert peak_rate(arrivals, 10.0) == pytest.approx(0.6)
-    # A window longer than the trace: its mean rate, as Workload.mean_rate counts it
-    # (7 gaps over 20 s).
-    assert peak_rate(arrivals, 60.0) == pytest.approx(7 / 20)
-    # The 3 consecutive requests with the shortest span start at index 3 (2.5..2.7).
-    assert busiest_start(arrivals, 3) == 3
-    assert busiest_start(arrivals, 8) is None and busiest_start(arrivals, 0) is None
-
-
-def test_fleet_of_multiplies_replicas_or_pd_groups():
-    assert fleet_of(CFG, 3).num_replicas == 3 and fleet_of(CFG, 3).num_gpus == 3
-    pd = ServingConfig.disaggregated(
-        "llama-3.1-8b", InstanceConfig(), InstanceConfig(), num_prefill=1, num_decode=2
-    )
-    big = fleet_of(pd, 2)
-    assert (big.num_prefill, big.num_decode, big.num_gpus) == (2, 4, 6)
-    assert unit_of(big, 2) == pd and unit_of(fleet_of(CFG, 3), 3) == CFG
-    with pytest.raises(ValueError, match="not 4 equal units"):
-        unit_of(big, 4)
-
-
-def test_the_sizing_rate_is_the_busiest_windows_rate_times_the_headroom():
-    ev = _evaluator(peak_window_s=5.0, headroom=1.5)
-    peak = peak_rate(ev.workload.arrival_s, 5.0)
-    assert peak > ev.trace_rate
-    assert ev.evaluated.sizing_rate == pytest.approx(peak * 1.5)
-    assert ev.evaluated.trace.num_requests == 200
-    assert ev.evaluated.screened.num_requests == 100
-    assert "busiest 100 consecutive requests" in ev.evaluated.describe()
-
-
-def test_the_screen_sizes_units_for_the_sizing_rate():
-    ev = _evaluator()
-    e = ev.evaluate(CFG)
-    assert e.stage is EvalStage.SCREENED and e.unit_rate > 0
-    assert e.num_units == math.ceil(ev.evaluated.sizing_rate / e.unit_rate - 1e-9)
-    assert e.num_gpus == e.num_units * e.unit_gpus
-    assert e.goodput_per_gpu == pytest.approx(e.unit_rate / e.unit_gpus)
-
-
-def test_verify_reports_exactly_what_simulate_gives_for_the_fewest_units_that_meet():
-    ev = _evaluator()
-    slo = ev.settings.slo
-    v = ev.verify(CFG, 4)
-    n = v.evaluation.num_units
-    assert v.evaluation.stage is EvalStage.VERIFIED and v.fleet == fleet_of(CFG, n)
-    direct = simulate(_workload(), v.fleet, LAT, seed=0, slo=slo)
-    assert v.evaluation.ttft_p90_ms == direct.ttft.p90 * 1e3
-    assert v.evaluation.tpot_p99_ms == direct.tpot.p99 * 1e3
-    assert v.evaluation.attainment == direct.attainment(slo)
-    # It is the fewest: one unit fewer misses the target at the sizing rate.
-    scale = ev.sizing_scale
-    assert ev.simulate(fleet_of(CFG, n), scale).attainment(slo) >= 0.9
-    if n > 1:
-        assert ev.simulate(fleet_of(CFG, n - 1), scale).attainment(slo) < 0.9
-
-
-def test_verify_is_infeasible_when_the_budget_does_not_reach():
-    ev = _evaluator(slo=SLO(2.0, 0.006))  # TPOT below one decode step (7 ms) at any load
-    v = ev.verify(CFG, 1)
-    assert v.evaluation.status is EvalStatus.INFEASIBLE and v.evaluation.num_gpus == 4
 
 
 SLOW = LinearLatency(base_s=0.007, per_token_s=2.7e-5, per_kv_token_s=4e-8)
@@ -283,13 +204,6 @@ def test_an_impossible_slo_names_the_binding_slo_and_how_close_it_came():
     )
 
 
-def test_cache_returns_the_same_evaluation():
-    ev = _evaluator()
-    first = ev.evaluate(CFG)
-    assert ev.evaluate(CFG) is first and ev.cache.hits == 1
-    assert config_key(CFG) in ev.cache.entries
-
-
 def test_errors_that_are_not_the_configs_fail_the_trial_loudly():
     # tp 2 has no latency model: a LookupError, not an invalid config.
     only_tp1 = MappingLatencySource((("h100", 1, SLOW),))
@@ -320,28 +234,6 @@ def test_prefix_caching_is_searched_when_the_trace_has_prefix_hashes():
         {"enable_prefix_caching": True}
     )
     assert legacy.prefix_caching == (True,)
-
-
-def test_configs_that_reject_the_traces_longest_request_are_invalid():
-    from optimizer.workload import Workload
-
-    wl = _workload()
-    # One long prompt late in the trace, outside the 200-request evaluation window.
-    long = Workload(
-        arrival_s=np.append(wl.arrival_s, wl.arrival_s[-1] + 1.0),
-        input_tokens=np.append(wl.input_tokens, 6000),
-        output_tokens=np.append(wl.output_tokens, 100),
-    )
-    ev = TraceEvaluator.for_trace(long, LAT, EvalSettings(SLO(2.0, 0.05), max_requests=200))
-    assert ev.longest_request_tokens == 6100
-    unchunked = ServingConfig.colocated(
-        "llama-3.1-8b", InstanceConfig(max_num_batched_tokens=4096, enable_chunked_prefill=False)
-    )
-    bad = ev.evaluate(unchunked)
-    assert bad.status is EvalStatus.INVALID
-    assert "6100" in bad.error and "4096" in bad.error
-    chunked = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_batched_tokens=4096))
-    assert ev.evaluate(chunked).status is not EvalStatus.INVALID
 
 
 def test_heterogeneous_gpu_types_split_prefill_and_decode_and_are_priced_per_role():

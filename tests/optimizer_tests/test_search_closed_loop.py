@@ -9,10 +9,11 @@ from optimizer.bench_serve import BenchServeSpec
 from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.latency.analytic import LinearLatency, SingleLatencySource
 from optimizer.search.closed_loop import ClosedLoopEvaluator
-from optimizer.search.objective import EvalSettings, EvalStage, EvalStatus, fleet_of
+from optimizer.search.evaluation import EvalSettings, EvalStage, EvalStatus
 from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome
 from optimizer.search.recommend import TrialOutcome
 from optimizer.search.request import TuneRequest, TuneRequestError
+from optimizer.search.sizing import fleet_of
 from optimizer.sim import SLO, simulate
 
 # ~28 ms per 2k-token prompt, ~8 ms per decode step: 12 clients need 4 replicas to keep

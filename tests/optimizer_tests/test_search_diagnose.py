@@ -7,7 +7,7 @@ import dataclasses
 
 from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.search.diagnose import PhaseDiagnosis, explain
-from optimizer.search.objective import EvalStage, EvalStatus, Evaluation
+from optimizer.search.evaluation import EvalStage, EvalStatus, Evaluation
 from optimizer.search.recommend import TrialOutcome
 
 BASE = PhaseDiagnosis(

@@ -9,18 +9,14 @@ from optimizer.config import (
     InstanceConfig,
     ServingConfig,
 )
-from optimizer.search.objective import (
-    EvalStage,
-    EvalStatus,
-    Evaluation,
-    fleet_of,
-)
+from optimizer.search.evaluation import EvalStage, EvalStatus, Evaluation
 from optimizer.search.recommend import (
     TrialOutcome,
     hypervolume_2d,
     pareto_front,
     recommend,
 )
+from optimizer.search.sizing import fleet_of
 
 
 def _ev(gpus: int, *, status=EvalStatus.FEASIBLE, tok_s=100.0, price=None, **kw) -> Evaluation:

@@ -8,6 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 import pytest
 
+from optimizer.closed_loop_workload import NO_FRONTEND, ClosedLoopWorkload
 from optimizer.config import (
     InstanceConfig,
     RoutingPolicy,
@@ -18,14 +19,7 @@ from optimizer.config import (
 from optimizer.latency.analytic import LinearLatency, SingleLatencySource
 from optimizer.sim import SLO, max_sustainable_rate, simulate
 from optimizer.sim.fleet import alpha_from_acceptance
-from optimizer.workload import (
-    NO_FRONTEND,
-    ClosedLoopWorkload,
-    FixedLength,
-    LognormalLength,
-    Workload,
-    synthetic_workload,
-)
+from optimizer.workload import FixedLength, LognormalLength, Workload, synthetic_workload
 
 C = 0.010
 MODEL = "llama-3.1-8b"

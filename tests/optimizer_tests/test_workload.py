@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
+from optimizer.closed_loop_workload import ClosedLoopWorkload
 from optimizer.records import TraceColumns
 from optimizer.workload import (
     ArrivalProcess,
-    ClosedLoopWorkload,
     EmpiricalLength,
     FixedLength,
     LognormalLength,
