@@ -14,6 +14,7 @@ documents (written before the CLI and the service shared this type: `gpus`,
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -150,7 +151,7 @@ class TuneRequest:
         if not isinstance(self.search_space, Mapping):
             raise TuneRequestError("search_space: expected a mapping of SearchSpace overrides")
         object.__setattr__(self, "search_space", dict(self.search_space))
-        self.space()  # validates model, GPU types, budget and the overrides
+        _check_space(self)  # validates model, GPU types, budget and the overrides
 
     @property
     def slo(self) -> SLO:
@@ -288,3 +289,29 @@ class TuneProgress:
     fewest_gpus: int | None = None  # the smallest fleet a feasible screen estimates
     stage: str = "searching"  # then what the verification is doing
 
+
+# The requests whose space was built without error, by what `space()` reads (bounded).
+_CHECKED: set[str] = set()
+_MAX_CHECKED = 4096
+
+
+def _check_space(request: TuneRequest) -> None:
+    """`request.space()`, built once per distinct model, GPUs, budget, drafter and overrides:
+    building it checks them (~0.25 ms), which every decode of a stored request would pay
+    again (each read of a job or schedule). A pure check: only which inputs passed is
+    noted, and any other request is checked in full."""
+    try:
+        key = json.dumps(
+            [request.model, request.gpu_types, request.gpu_budget, request.draft_model,
+             request.acceptance_rate, request.search_space],
+            sort_keys=True,
+        )  # fmt: skip
+    except (TypeError, ValueError):  # overrides JSON cannot hold: check them every time
+        request.space()
+        return
+    if key in _CHECKED:
+        return
+    request.space()
+    if len(_CHECKED) >= _MAX_CHECKED:
+        _CHECKED.clear()
+    _CHECKED.add(key)
