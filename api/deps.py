@@ -1,25 +1,21 @@
-"""Dependencies as named `Annotated` aliases: settings, engine, session, reader, caller,
-paging; and `query_of`, a query string validated as one model. `caller_of` and
-`query_parser` are the same checks for plain (non-FastAPI) routes."""
+"""Dependencies as named `Annotated` aliases: engine, session, reader, caller, paging; and
+the API-key cache the caller is looked up in."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from time import monotonic
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Path, Query, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from api.cache import TtlCache
 from api.problems import ApiError
-from api.reads import Reader, note_caller
-from api.settings import Settings
-from storage.db import read_scope, session_scope
+from api.reads import Reader
+from storage.db import session_scope
 from storage.keys import authenticate, hash_key
 from storage.service_records import Principal
 
@@ -27,37 +23,23 @@ T = TypeVar("T")
 # Dependencies that do no I/O are `async def`: FastAPI runs sync ones in the thread pool.
 
 
-async def _settings(request: Request) -> Settings:
-    return request.app.state.settings
-
-
 async def _engine(request: Request) -> Engine:
     return request.app.state.engine
-
-
-async def _key_cache(request: Request) -> TtlCache[str, Principal]:
-    return request.app.state.key_cache
 
 
 async def _reader(request: Request) -> Reader:
     return request.app.state.reader
 
 
-SettingsDep = Annotated[Settings, Depends(_settings)]
 EngineDep = Annotated[Engine, Depends(_engine)]
-KeyCacheDep = Annotated[TtlCache[str, Principal], Depends(_key_cache)]
-# Read routes: `await reader.json(model, query, key=...)` (see api.reads).
+# Read routes: `await reader.json(model, query)` (see api.reads).
 ReaderDep = Annotated[Reader, Depends(_reader)]
 
 
-_READS = frozenset({"GET", "HEAD"})
-
-
-def _session(engine: EngineDep, request: Request) -> Iterator[Session]:
-    """One transaction per request, committed before the response is sent. GET and HEAD
-    only read: on SQLite their transaction does not queue for the single writer's lock."""
-    scope = read_scope if request.method in _READS else session_scope
-    with scope(engine) as session:
+def _session(engine: EngineDep) -> Iterator[Session]:
+    """The write routes' transaction, committed before the response is sent (reads go
+    through the `Reader`)."""
+    with session_scope(engine) as session:
         yield session
 
 
@@ -74,8 +56,6 @@ async def _principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    # Key cache and reader straight from the app state: every request solves this
-    # dependency, and each sub-dependency costs FastAPI ~20 us to solve.
     challenge = {"WWW-Authenticate": 'Bearer realm="servetune"'}
     if credentials is None or not credentials.credentials:
         raise ApiError(
@@ -86,29 +66,49 @@ async def _principal(
             headers=challenge,
         )
     token = credentials.credentials
-    state = request.app.state
-    # A short read of its own, so a long request (an upload) holds no lock for it.
-    # An unknown key is not kept by the key cache (a key created a moment ago works at
-    # once); the reader keeps its lookup only until the database changes.
+    keys: KeyCache = request.app.state.key_cache
     hashed = hash_key(token)
-    principal = await state.key_cache.get_or_load(
-        hashed,
-        lambda session: authenticate(session, token),
-        run=lambda work: state.reader.run(work, key=("api-key", hashed)),
-    )
-    note_caller(principal)
-    if principal is None:
-        raise ApiError(401, "unknown or revoked API key", kind="unauthorized", headers=challenge)
+    principal = keys.get(hashed)
+    if principal is None:  # a short read of its own: a long request holds no lock for it
+        principal = await request.app.state.reader.run(lambda s: authenticate(s, token))
+        if principal is None:
+            raise ApiError(
+                401, "unknown or revoked API key", kind="unauthorized", headers=challenge
+            )
+        keys.put(hashed, principal)
     return principal
 
 
+class KeyCache:
+    """The principals of API keys looked up in the last `ttl_s` seconds
+    (`SERVETUNE_KEY_CACHE_S`; 0: none), so that most requests read the database once, not
+    twice. A key revoked through this process's API is dropped at once (`drop`); revoked
+    elsewhere (the CLI, another API process) it works at most `ttl_s` longer. Unknown keys
+    are not kept (a key created a moment ago works at once), so it holds at most one entry
+    per stored key."""
+
+    def __init__(self, ttl_s: float, *, clock: Callable[[], float] = monotonic) -> None:
+        self.ttl_s, self._clock = ttl_s, clock
+        self._entries: dict[str, tuple[float, Principal]] = {}
+
+    def get(self, hashed: str) -> Principal | None:
+        entry = self._entries.get(hashed)
+        if entry is None or self._clock() >= entry[0]:
+            return None
+        return entry[1]
+
+    def put(self, hashed: str, principal: Principal) -> None:
+        if self.ttl_s > 0:
+            self._entries[hashed] = (self._clock() + self.ttl_s, principal)
+
+    def drop(self, key_id: int) -> None:
+        """Forget key `key_id` (revoked). Safe from a thread-pool route: it walks a copy."""
+        for hashed, (_, principal) in list(self._entries.items()):
+            if principal.key_id == key_id:
+                self._entries.pop(hashed, None)
+
+
 PrincipalDep = Annotated[Principal, Depends(_principal)]
-
-
-async def caller_of(request: Request) -> Principal:
-    """`PrincipalDep` outside FastAPI's dependency solving (a plain route): the same
-    checks, errors and key cache."""
-    return await _principal(request, await _bearer(request))
 
 
 async def _admin(principal: PrincipalDep) -> Principal:
@@ -124,68 +124,44 @@ async def _admin(principal: PrincipalDep) -> Principal:
 AdminDep = Annotated[Principal, Depends(_admin)]
 
 
+# Ids are 32-bit integers in every table; larger values can never match.
+MAX_ID = 2**31 - 1
+
+
 @dataclass(frozen=True, slots=True)
 class Paging:
+    """A page of a list: `limit` items, `offset` skipped, counted after the item `after`
+    (a keyset cursor: a page's `next_after`, the id of its last item) when given."""
+
     limit: int
     offset: int
+    after: int | None = None
+
+    def of(self, items: Sequence[T]) -> list[T]:
+        """This page of a whole list held in memory (ordered by id, oldest first), with
+        one item more when another page follows (as `api.schemas.page` takes it)."""
+        if self.after is not None:
+            items = [item for item in items if item.id > self.after]  # type: ignore[attr-defined]
+        return list(items[self.offset : self.offset + self.limit + 1])
 
 
 async def _paging(
     limit: Annotated[int, Query(ge=1, le=1000, description="page size")] = 100,
     offset: Annotated[int, Query(ge=0, le=10**9, description="items to skip")] = 0,
+    after: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=MAX_ID,
+            description="keyset cursor: start after the item with this id, in the list's "
+            "order (a page's `next_after`); `offset` then counts from there",
+        ),
+    ] = None,
 ) -> Paging:
-    return Paging(limit=limit, offset=offset)
+    return Paging(limit=limit, offset=offset, after=after)
 
 
 PagingDep = Annotated[Paging, Depends(_paging)]
-
-# Ids are 32-bit integers in every table; larger values can never match.
-MAX_ID = 2**31 - 1
 IdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="resource id")]
 # Names users give (streams, traces, schedules): printable, no control characters.
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
-
-
-def query_of(model: type[T]) -> Any:
-    """`Depends`: the request's query string as `model` (a pydantic dataclass whose
-    fields are the optional query parameters), validated in one pass: ~3 us, where
-    FastAPI validating seven parameters one at a time took ~100 us, the largest part of
-    a first hit's CPU after the read. A bad value is FastAPI's own 422 (each error at
-    ("query", name)); unknown parameters are ignored, as FastAPI ignores them; a
-    repeated one counts once, with its last value, as FastAPI reads it. Document the
-    parameters with the route's `openapi_extra=query_openapi(model)`."""
-    return Depends(query_parser(model))
-
-
-def query_parser(model: type[T]) -> Callable[[Request], Awaitable[T]]:
-    """`query_of`'s parser, to call outside FastAPI's dependency solving (a plain route)."""
-    adapter = TypeAdapter(model)
-
-    async def parse(request: Request) -> T:
-        try:
-            return adapter.validate_python(dict(request.query_params))
-        except ValidationError as exc:
-            raise refusal(exc, "query") from None
-
-    return parse
-
-
-def refusal(exc: ValidationError, *where: str) -> RequestValidationError:
-    """`exc`'s errors as FastAPI reports a bad parameter (422), each at `where` (e.g.
-    "path", "job_id") followed by the error's own location."""
-    errors = exc.errors(include_url=False)
-    return RequestValidationError([{**e, "loc": (*where, *e["loc"])} for e in errors])
-
-
-def query_openapi(model: type) -> dict[str, Any]:
-    """The OpenAPI `parameters` of `model`'s fields as query parameters, as FastAPI writes
-    them for `Query()` parameters (for `openapi_extra`; FastAPI drops the null defaults
-    when it writes the document)."""
-    schema = TypeAdapter(model).json_schema()
-    required = set(schema.get("required", ()))
-    return {
-        "parameters": [
-            {"name": name, "in": "query", "required": name in required, "schema": field}
-            for name, field in schema["properties"].items()
-        ]
-    }

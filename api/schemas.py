@@ -6,6 +6,7 @@ the dataclasses they are; only shapes that exist solely in the API live here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -49,16 +50,25 @@ class Page(BaseModel, Generic[T]):
     limit: int
     offset: int
     next_offset: int | None = Field(None, description="offset of the next page; null at the end")
+    next_after: int | None = Field(
+        None,
+        description="keyset cursor of the next page (its `after`: the id of this page's last "
+        "item); null at the end. Stable while items are added, unlike offsets",
+    )
 
 
-def page(items: list[T], *, total: int, limit: int, offset: int) -> Page[T]:
-    nxt = offset + len(items)
+def page(items: Sequence[T], *, total: int, limit: int, offset: int) -> Page[T]:
+    """A page of `items`: read with `limit + 1` rows (one more than the page) so that
+    whether another page follows is known without counting."""
+    shown = list(items[:limit])
+    more = len(items) > limit
     return Page[T](
-        items=items,
+        items=shown,
         total=total,
         limit=limit,
         offset=offset,
-        next_offset=nxt if nxt < total else None,
+        next_offset=offset + len(shown) if more else None,
+        next_after=shown[-1].id if more else None,  # type: ignore[attr-defined]
     )
 
 

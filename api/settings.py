@@ -19,8 +19,7 @@ from pathlib import Path
 PREFIX = "SERVETUNE_"
 # Variables servetune no longer reads, and why: a warning names them when set.
 RETIRED = {
-    "RESPONSE_CACHE_S": "latest-recommendation answers are exact now: kept in memory "
-    "only while the database is unchanged",
+    "RESPONSE_CACHE_S": "every answer is read from the database",
 }
 log = logging.getLogger(__name__)
 
@@ -61,7 +60,7 @@ class Settings:
     upload_dir: str | None = None  # temp folder for uploads (default: the system's)
     lease_s: float = 30.0  # job lease; a silent worker's job is taken over
     worker_poll_s: float = 1.0  # heartbeat and queue polling period
-    # API-key lookups are cached this long; a key revoked elsewhere works at most this long
+    # API-key lookups are kept this long; a key revoked elsewhere works at most this long
     key_cache_s: float = 2.0
     # native (OpenMP/BLAS) threads for fitting latency models and compiling their tables;
     # results are identical for any value, and more than 1 oversubscribes a small machine

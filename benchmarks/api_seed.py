@@ -7,7 +7,8 @@ jobs (fake outcomes: no search is run; some failed) with their recommendations,
 and a cancelled one; three schedules per project, not due during a run (one
 paused); profile runs imported from shared/data/profiles (AIConfigurator H100,
 130k samples; Vidur H100 and A100); two latency models per profile run with
-megabyte payloads.
+megabyte payloads. `scratch_database`: where (SQLite, or a PostgreSQL database
+created and dropped).
 """
 
 from __future__ import annotations
@@ -15,13 +16,19 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+import sqlalchemy as sa
 from bench_common import SHARED
 
+ADMIN_URL = os.environ.get(
+    "SERVETUNE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
 PROJECTS = ("alpha", "beta", "gamma")
 REAL_TRACES = (
     SHARED / "traces" / "azure2023" / "AzureLLMInferenceTrace_code.csv",
@@ -47,6 +54,26 @@ class Seeded:
     filters: dict[str, set[str]] = field(default_factory=dict)  # matching latest-rec queries
     profiles: list[int] = field(default_factory=list)
     latency_models: list[int] = field(default_factory=list)
+
+
+@contextmanager
+def scratch_database(which: str, workdir: Path):
+    """A scratch database's URL: SQLite in `workdir`, or a PostgreSQL database created on
+    the server of `ADMIN_URL` (or of the admin URL `which`), dropped afterwards."""
+    if which == "sqlite":
+        yield f"sqlite:///{workdir / 'servetune.db'}"
+        return
+    admin_url = ADMIN_URL if which == "postgresql" else which
+    name = f"st_bench_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield admin_url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def write_trace(path: Path, n: int, seed_: int) -> Path:
@@ -76,7 +103,7 @@ def _filter_queries(p, trace_id: int) -> set[str]:
 
 
 def seed(url: str, workdir: Path) -> Seeded:
-    from api.ingest import ingest_trace
+    from api.services.ingest import ingest_trace
     from optimizer.search import TuneRequest
     from profiler.importers import ImportFormat, import_profile
     from storage.db import make_engine, session_scope, upgrade_database

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 import sqlalchemy as sa
 
-from api.ingest import ingest_trace
+from api.services.ingest import ingest_trace
 from storage.db import make_engine, session_scope, upgrade_database
 from storage.traces import load_trace_columns
 

@@ -3,13 +3,12 @@
 A raw asyncio client (keep-alive connections, pre-encoded requests, no HTTP
 library) spends tens of microseconds a request, so on a small machine the
 server, not the client, sets the pace. `load_process(port, phases, clients,
-duration, server_pid)` runs each `Phase` in turn: `clients` connections send the phase's
-requests (label index, raw bytes, expected status) for `duration` seconds,
-round-robin with each connection starting at its own offset, or, for a phase
-sent `once`, each request at most once, in order (the phase ends early when all
-were sent). It returns per phase the latencies in ms and the unexpected statuses
-per label, the wall time, and the CPU seconds the server process (`server_pid`, all
-its threads; Linux `/proc`, else None) used during the phase.
+duration, server_pid)` runs each phase (a list of requests: label index, raw
+bytes, expected status) in turn: `clients` connections send its requests for
+`duration` seconds, round-robin, each connection starting at its own offset. It
+returns per phase the latencies in ms and the unexpected statuses per label, the
+wall time, and the CPU seconds the server process (`server_pid`, all its threads;
+Linux `/proc`, else None) used during the phase.
 """
 
 from __future__ import annotations
@@ -18,26 +17,27 @@ import asyncio
 import gc
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
 
 Request = tuple[int, bytes, int]  # label index, raw request, expected status
+Phase = list[Request]
 
 
-@dataclass(frozen=True)
-class Phase:
-    requests: list[Request]
-    once: bool = False  # each request sent at most once (first hits stay first hits)
-
-
-def encode_get(path: str, key: str | None) -> bytes:
-    """A GET request with a bearer key (or none), as sent on the wire."""
-    auth = f"Authorization: Bearer {key}\r\n" if key else ""
-    return f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}\r\n".encode("latin-1")
+def encode_get(path: str, key: str | None, headers: Mapping[str, str] | None = None) -> bytes:
+    """A GET request with a bearer key (or none) and any extra headers, as sent on the wire
+    (e.g. `{"If-None-Match": etag}`: then the expected status is 304)."""
+    lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1"]
+    if key:
+        lines.append(f"Authorization: Bearer {key}")
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 async def _read_response(reader: asyncio.StreamReader) -> int:
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head[9:12])
+    if status in (204, 304) or status < 200:  # no body, whatever the headers say
+        return status
     lower = head.lower()
     at = lower.find(b"content-length:")
     if at >= 0:
@@ -62,25 +62,18 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 async def _phase(
-    port: int, phase: Phase, clients: int, duration: float, server_pid: int
+    port: int, requests: Phase, clients: int, duration: float, server_pid: int
 ) -> tuple[dict[int, list[float]], dict[int, int], float, float | None]:
     """Latencies in ms and unexpected statuses per label index, the wall time in s and
     the server's CPU seconds."""
-    requests = phase.requests
     latencies: dict[int, list[float]] = {i: [] for i, _, _ in requests}
     errors = dict.fromkeys(latencies, 0)
     end = time.monotonic() + duration
-    sent = 0  # a `once` phase: requests taken so far, by every client
 
     async def client(start: int) -> None:
-        nonlocal sent
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         n = start
         while time.monotonic() < end:
-            if phase.once:
-                if sent == len(requests):
-                    break
-                n, sent = sent, sent + 1
             label, raw, expected = requests[n % len(requests)]
             n += 1
             t = time.perf_counter()

@@ -4,13 +4,10 @@ Each document is `optimizer.plain.to_plain(obj)` plus the `schema_version` of
 its type (`SCHEMA_VERSIONS`); `from_json` is the strict inverse and refuses a
 document of another version. Types with their own `to_dict` / `from_dict`
 (TuneRequest, TuneOutcome) use those, which also read their older versions.
-`from_json_shared` memoises `from_json` for documents read over and over.
 """
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
 from typing import Any, TypeVar
 
 from optimizer.plain import PlainDataError, from_plain, to_plain
@@ -43,16 +40,3 @@ def from_json(cls: type[T], data: dict[str, Any]) -> T:
     except PlainDataError as exc:
         raise ValueError(str(exc)) from None
     return built  # type: ignore[return-value]
-
-
-def from_json_shared(cls: type[T], data: dict[str, Any]) -> T:
-    """`from_json`, decoded once per distinct document and then shared: for the read
-    routes, which decode the same stored requests on every status poll and listing
-    (a TuneRequest validates itself on construction, ~0.1 ms). Treat the result as
-    immutable, mappings inside it included."""
-    return _decoded(cls, json.dumps(data, sort_keys=True, allow_nan=True))
-
-
-@lru_cache(maxsize=4096)
-def _decoded(cls: type, text: str) -> Any:
-    return from_json(cls, json.loads(text))

@@ -17,7 +17,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
@@ -70,10 +70,6 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
 
 def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
-
-
-def make_session_factory(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)
 
 
 @contextmanager

@@ -13,19 +13,15 @@ never overwrite its successor.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
-from types import SimpleNamespace
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from optimizer.search import TuneOutcome, TuneProgress, TuneRequest
-from storage.changes import UNCOUNTED_COLUMNS
-from storage.codec import from_json, from_json_shared, to_json
+from storage.codec import from_json, to_json
+from storage.listing import count_rows, page_rows
 from storage.models import JobRow
 from storage.recommendations import save_recommendation
 from storage.service_records import (
@@ -57,15 +53,13 @@ class LeaseState:
     cancel_requested: bool
 
 
-def _info(row: JobRow | sa.Row, *, shared: bool = False) -> JobInfo:
-    """The job's record; `shared`: its request decoded once and shared (read paths)."""
-    decode = from_json_shared if shared else from_json
+def _info(row: JobRow | sa.Row) -> JobInfo:
     return JobInfo(
         id=row.id,
         project=row.project,
         kind=JobKind(row.kind),
         status=JobStatus(row.status),
-        params=decode(TuneRequest, row.params),
+        params=from_json(TuneRequest, row.params),
         created_at=row.created_at,
         progress=None if row.progress is None else from_json(TuneProgress, row.progress),
         window=None if row.window is None else from_json(WindowSummary, row.window),
@@ -108,32 +102,8 @@ def enqueue_job(
 
 
 # A job's description never needs its result, the largest document (the whole Pareto
-# front with launch commands, tens of kilobytes): read only for the result itself. Nor
-# the columns no change counter sees (the lease's expiry, which heartbeats move; see
-# storage.changes): a read naming one would be read again after every commit.
-_UNDESCRIBED = ("result", *UNCOUNTED_COLUMNS)
-# A job's description as plain selects (no ORM identity bookkeeping), its JSON documents
-# as the text stored: a row is then hashable and names the job's state exactly, and the
-# record is built once per distinct row (`_described`).
-_DESCRIBED = tuple(c for c in JobRow.__table__.c if c.name not in _UNDESCRIBED)
-_DOCUMENTS = tuple(c.name for c in _DESCRIBED if isinstance(c.type, sa.JSON))
-_DESCRIPTION = tuple(
-    sa.cast(c, sa.Text).label(c.name) if c.name in _DOCUMENTS else c for c in _DESCRIBED
-)
-_NAMES = tuple(c.name for c in _DESCRIBED)
-
-
-@lru_cache(maxsize=2048)
-def _described(values: tuple) -> JobInfo:
-    """The record of a job from a row of `_DESCRIPTION`, built once per distinct row: a
-    listing read again after a commit to one job (a worker's progress) rebuilds that
-    job's record alone. Decoding and validating every job's documents was about half of
-    a listing's CPU. The record is shared: treat it as immutable."""
-    row = dict(zip(_NAMES, values, strict=True))
-    for name in _DOCUMENTS:
-        if row[name] is not None:
-            row[name] = json.loads(row[name])
-    return _info(SimpleNamespace(**row), shared=True)
+# front with launch commands, tens of kilobytes): read only for the result itself.
+_DESCRIPTION = tuple(c for c in JobRow.__table__.c if c.name != "result")
 
 
 def _row(session: Session, job_id: int, project: str | None) -> JobRow:
@@ -143,30 +113,14 @@ def _row(session: Session, job_id: int, project: str | None) -> JobRow:
     return row
 
 
+_JOB_BY_ID = sa.select(*_DESCRIPTION).where(JobRow.id == sa.bindparam("id"))
+
+
 def get_job(session: Session, job_id: int, *, project: str | None = None) -> JobInfo:
-    job = get_jobs(session, [job_id]).get(job_id)
-    if job is None or (project is not None and job.project != project):
+    row = session.connection().execute(_JOB_BY_ID, {"id": job_id}).first()
+    if row is None or (project is not None and row.project != project):
         raise JobNotFound(job_id)
-    return job
-
-
-_JOBS_BY_IDS = sa.select(*_DESCRIPTION).where(
-    JobRow.__table__.c.id.in_(sa.bindparam("ids", expanding=True))
-)
-
-
-def get_jobs(session: Session, job_ids: Sequence[int]) -> dict[int, JobInfo]:
-    """The jobs of `job_ids` that exist, by id, in one statement."""
-    rows = session.execute(_JOBS_BY_IDS, {"ids": list(job_ids)})
-    return {row.id: _described(tuple(row)) for row in rows}
-
-
-def _listing(query, project: str | None, status: JobStatus | None):
-    if project is not None:
-        query = query.where(JobRow.project == project)
-    if status is not None:
-        query = query.where(JobRow.status == str(status))
-    return query
+    return _info(row)
 
 
 def list_jobs(
@@ -176,37 +130,27 @@ def list_jobs(
     status: JobStatus | None = None,
     limit: int = 100,
     offset: int = 0,
+    after: int | None = None,
 ) -> list[JobInfo]:
-    query = _listing(sa.select(*_DESCRIPTION), project, status).order_by(JobRow.id.desc())
-    return [_described(tuple(r)) for r in session.execute(query.limit(limit).offset(offset))]
+    """Newest first; `after`: only jobs with a smaller id (a keyset cursor)."""
+    rows = page_rows(
+        session, _JOBS, where=_where(project, status), limit=limit, offset=offset, after=after,
+        newest_first=True, columns=_DESCRIPTION,
+    )  # fmt: skip
+    return [_info(r) for r in rows]
 
 
 def count_jobs(
     session: Session, *, project: str | None = None, status: JobStatus | None = None
 ) -> int:
-    return int(session.scalar(_counting(project, status)) or 0)
+    return count_rows(session, _JOBS, where=_where(project, status))
 
 
-def _counting(project: str | None, status: JobStatus | None) -> sa.Select:
-    return _listing(sa.select(sa.func.count()).select_from(JobRow), project, status)
+_JOBS = JobRow.__table__
 
 
-def list_jobs_page(
-    session: Session,
-    *,
-    project: str | None = None,
-    status: JobStatus | None = None,
-    limit: int = 100,
-    offset: int = 0,
-) -> tuple[list[JobInfo], int]:
-    """`list_jobs` and `count_jobs` in one statement (the count a subquery evaluated once;
-    a second statement only for an empty page past the first)."""
-    total = _counting(project, status).correlate(None).scalar_subquery().label("total")
-    query = _listing(sa.select(*_DESCRIPTION, total), project, status).order_by(JobRow.id.desc())
-    rows = session.execute(query.limit(limit).offset(offset)).all()
-    if rows:
-        return [_described(tuple(r)[:-1]) for r in rows], int(rows[0].total)
-    return [], 0 if offset == 0 else count_jobs(session, project=project, status=status)
+def _where(project: str | None, status: JobStatus | None) -> dict[str, object]:
+    return {"project": project, "status": None if status is None else str(status)}
 
 
 def count_by_status(session: Session) -> dict[JobStatus, int]:
@@ -341,35 +285,18 @@ def get_result(session: Session, job_id: int, *, project: str | None = None) -> 
     return JobResult(job_id=row.id, outcome=dict(row.result))
 
 
-# The description and the result as its stored JSON text (a JSON column's text on both
-# back-ends: PostgreSQL's `json` keeps the text as written, SQLite stores text).
+_RESULT_BY_ID = sa.select(*_DESCRIPTION, sa.cast(JobRow.result, sa.Text).label("result")).where(
+    JobRow.id == sa.bindparam("id")
+)
+
+
 def get_result_text(session: Session, job_id: int, *, project: str | None = None) -> str:
     """A finished job's outcome document as stored: JSON text, not parsed (the largest
-    document; a read route sends it as it is)."""
-    got = get_result_texts(session, [job_id]).get(job_id)
-    if got is None or (project is not None and got[0].project != project):
+    document; a read route sends it as it is). The text of a JSON column on both back-ends:
+    PostgreSQL's `json` keeps the text as written, SQLite stores text."""
+    row = session.connection().execute(_RESULT_BY_ID, {"id": job_id}).first()
+    if row is None or (project is not None and row.project != project):
         raise JobNotFound(job_id)
-    job, text = got
-    if text is None:
-        raise JobNotFinished(job)
-    return text
-
-
-_RESULT_TEXTS_BY_IDS = sa.select(
-    *_DESCRIPTION, sa.cast(JobRow.__table__.c.result, sa.Text).label("result")
-).where(JobRow.__table__.c.id.in_(sa.bindparam("ids", expanding=True)))
-
-
-def get_result_texts(
-    session: Session, job_ids: Sequence[int]
-) -> dict[int, tuple[JobInfo, str | None]]:
-    """The jobs of `job_ids` that exist, by id, with their outcome documents as stored
-    (`get_result_text`; None: no result yet), in one statement."""
-    rows = session.execute(_RESULT_TEXTS_BY_IDS, {"ids": list(job_ids)})
-    return {
-        row.id: (
-            _described(tuple(row)[:-1]),
-            None if row.result is None or row.result == "null" else row.result,  # SQL or JSON null
-        )
-        for row in rows
-    }
+    if row.result is None or row.result == "null":  # SQL or JSON null
+        raise JobNotFinished(_info(row))
+    return row.result

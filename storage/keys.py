@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from storage.listing import count_rows, page_rows
 from storage.models import ApiKeyRow
 from storage.service_records import ApiKeyInfo, Principal
 
@@ -30,7 +31,7 @@ def hash_key(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _info(row: ApiKeyRow) -> ApiKeyInfo:
+def _info(row: ApiKeyRow | sa.Row) -> ApiKeyInfo:
     return ApiKeyInfo(
         id=row.id,
         project=row.project,
@@ -67,10 +68,16 @@ def create_key(
     return _info(row), token
 
 
+_BY_HASH = sa.select(
+    ApiKeyRow.id, ApiKeyRow.project, ApiKeyRow.is_admin, ApiKeyRow.revoked_at, ApiKeyRow.key_hash
+).where(ApiKeyRow.key_hash == sa.bindparam("digest"))
+
+
 def authenticate(session: Session, token: str) -> Principal | None:
-    """The principal a presented key stands for, or None (unknown or revoked)."""
+    """The principal a presented key stands for, or None (unknown or revoked). A plain
+    select, prepared once: every API request runs it."""
     digest = hash_key(token)
-    row = session.scalar(sa.select(ApiKeyRow).where(ApiKeyRow.key_hash == digest))
+    row = session.connection().execute(_BY_HASH, {"digest": digest}).first()
     if row is None or row.revoked_at is not None:
         return None
     if not hmac.compare_digest(row.key_hash, digest):
@@ -79,19 +86,25 @@ def authenticate(session: Session, token: str) -> Principal | None:
 
 
 def list_keys(
-    session: Session, *, project: str | None = None, limit: int = 100, offset: int = 0
+    session: Session,
+    *,
+    project: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+    after: int | None = None,
 ) -> list[ApiKeyInfo]:
-    query = sa.select(ApiKeyRow).order_by(ApiKeyRow.id)
-    if project is not None:
-        query = query.where(ApiKeyRow.project == project)
-    return [_info(r) for r in session.scalars(query.limit(limit).offset(offset))]
+    """Oldest first; `after`: only keys with a larger id (a keyset cursor)."""
+    rows = page_rows(
+        session, _KEYS, where={"project": project}, limit=limit, offset=offset, after=after
+    )
+    return [_info(r) for r in rows]
 
 
 def count_keys(session: Session, *, project: str | None = None) -> int:
-    query = sa.select(sa.func.count()).select_from(ApiKeyRow)
-    if project is not None:
-        query = query.where(ApiKeyRow.project == project)
-    return int(session.scalar(query) or 0)
+    return count_rows(session, _KEYS, where={"project": project})
+
+
+_KEYS = ApiKeyRow.__table__
 
 
 def revoke_key(session: Session, key_id: int, *, project: str | None = None) -> ApiKeyInfo:

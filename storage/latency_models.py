@@ -68,10 +68,17 @@ def _metrics_from_json(data: dict) -> tuple[HoldoutMetric, ...]:
     )
 
 
-_SIZE = sa.func.length(LatencyModelRow.payload)
+# A model's description: every column but the payload (megabytes), and the payload's size.
+# Plain selects on the connection (the ORM's entity loading cost more than the reads).
+_MODELS = LatencyModelRow.__table__
+_DESCRIPTION = (
+    *(c for c in _MODELS.c if c.name != "payload"),
+    sa.func.length(_MODELS.c.payload).label("payload_bytes"),
+)
+_MODEL_BY_ID = sa.select(*_DESCRIPTION).where(_MODELS.c.id == sa.bindparam("id"))
 
 
-def _info(row: LatencyModelRow, payload_bytes: int) -> LatencyModelInfo:
+def _info(row: LatencyModelRow | sa.Row, payload_bytes: int) -> LatencyModelInfo:
     return LatencyModelInfo(
         id=row.id,
         name=row.name,
@@ -130,12 +137,10 @@ def save_latency_model(
 
 
 def get_latency_model(session: Session, model_id: int) -> LatencyModelInfo:
-    found = session.execute(
-        sa.select(LatencyModelRow, _SIZE).where(LatencyModelRow.id == model_id)
-    ).first()
+    found = session.connection().execute(_MODEL_BY_ID, {"id": model_id}).first()
     if found is None:
         raise LatencyModelNotFound(f"id {model_id}")
-    return _info(*found)
+    return _info(found, found.payload_bytes)
 
 
 def load_latency_payload(session: Session, model_id: int) -> tuple[bytes, int]:
@@ -153,24 +158,24 @@ def load_latency_payload(session: Session, model_id: int) -> tuple[bytes, int]:
 def list_latency_models(
     session: Session, *, accelerator: str | None = None, name: str | None = None
 ) -> list[LatencyModelInfo]:
-    query = sa.select(LatencyModelRow, _SIZE).order_by(LatencyModelRow.id)
-    if accelerator is not None:
-        query = query.where(LatencyModelRow.accelerator == accelerator)
-    if name is not None:
-        query = query.where(LatencyModelRow.name == name)
-    return [_info(r, size) for r, size in session.execute(query)]
+    query = _filtered(sa.select(*_DESCRIPTION), accelerator, name).order_by(_MODELS.c.id)
+    return [_info(r, r.payload_bytes) for r in session.connection().execute(query)]
 
 
 def latest_latency_model(
     session: Session, *, accelerator: str | None = None, name: str | None = None
 ) -> LatencyModelInfo:
     """The newest model (highest id) matching the filters; LatencyModelNotFound if none."""
-    query = sa.select(LatencyModelRow, _SIZE).order_by(LatencyModelRow.id.desc()).limit(1)
-    if accelerator is not None:
-        query = query.where(LatencyModelRow.accelerator == accelerator)
-    if name is not None:
-        query = query.where(LatencyModelRow.name == name)
-    found = session.execute(query).first()
+    query = _filtered(sa.select(*_DESCRIPTION), accelerator, name)
+    found = session.connection().execute(query.order_by(_MODELS.c.id.desc()).limit(1)).first()
     if found is None:
         raise LatencyModelNotFound(f"for accelerator={accelerator!r} name={name!r}")
-    return _info(*found)
+    return _info(found, found.payload_bytes)
+
+
+def _filtered(query: sa.Select, accelerator: str | None, name: str | None) -> sa.Select:
+    if accelerator is not None:
+        query = query.where(_MODELS.c.accelerator == accelerator)
+    if name is not None:
+        query = query.where(_MODELS.c.name == name)
+    return query

@@ -61,7 +61,7 @@ def device_from_json(data: dict) -> DeviceInfo:
     return DeviceInfo(**data)
 
 
-def _info(row: ProfileRunRow) -> ProfileRunInfo:
+def _info(row: ProfileRunRow | sa.Row) -> ProfileRunInfo:
     return ProfileRunInfo(
         id=row.id,
         name=row.name,
@@ -222,16 +222,25 @@ def _copy_in(raw, run_id: int, cols: dict[str, list], names: tuple[str, ...]) ->
         cp.write(buf.getvalue())
 
 
+# Plain selects on the connection, built once: the read routes' statements.
+_RUNS = ProfileRunRow.__table__
+_ALL_RUNS = sa.select(_RUNS).order_by(_RUNS.c.id)
+_RUN_BY_ID = sa.select(_RUNS).where(_RUNS.c.id == sa.bindparam("id"))
+
+
 def list_profile_runs(session: Session) -> list[ProfileRunInfo]:
-    rows = session.scalars(sa.select(ProfileRunRow).order_by(ProfileRunRow.id))
-    return [_info(r) for r in rows]
+    return [_info(r) for r in session.connection().execute(_ALL_RUNS)]
+
+
+def _run_row(session: Session, run_id: int) -> sa.Row:
+    row = session.connection().execute(_RUN_BY_ID, {"id": run_id}).first()
+    if row is None:
+        raise ProfileRunNotFound(run_id)
+    return row
 
 
 def get_profile_run(session: Session, run_id: int) -> ProfileRunInfo:
-    row = session.get(ProfileRunRow, run_id)
-    if row is None:
-        raise ProfileRunNotFound(run_id)
-    return _info(row)
+    return _info(_run_row(session, run_id))
 
 
 def load_samples(session: Session, run_id: int, op: OpKind | None = None) -> list[KernelSample]:
@@ -256,10 +265,19 @@ def count_samples_by_op(session: Session, run_id: int) -> dict[OpKind, tuple[int
     """Per op: (number of samples, smallest and largest median in ms), ordered by op name.
     Read from the summary stored at import; summarised from the samples for a run stored
     without one."""
-    row = session.get(ProfileRunRow, run_id)
-    if row is None:
-        raise ProfileRunNotFound(run_id)
-    summary = row.op_summary
+    return _ops_of(session, _run_row(session, run_id))
+
+
+def profile_run_detail(
+    session: Session, run_id: int
+) -> tuple[ProfileRunInfo, dict[OpKind, tuple[int, float, float]]]:
+    """`get_profile_run` and `count_samples_by_op` from one read of the run's row."""
+    row = _run_row(session, run_id)
+    return _info(row), _ops_of(session, row)
+
+
+def _ops_of(session: Session, row: sa.Row) -> dict[OpKind, tuple[int, float, float]]:
+    run_id, summary = row.id, row.op_summary
     if summary is not None:
         if summary.get("schema_version") != OP_SUMMARY_SCHEMA_VERSION:
             raise ValueError(

@@ -25,6 +25,7 @@ from optimizer.records import (
     TraceInfo,
     TraceStats,
 )
+from storage.listing import count_rows, page_rows
 from storage.models import TraceRequestRow, TraceRow
 
 _COLS = (
@@ -112,14 +113,6 @@ def get_trace(session: Session, trace_id: int, *, project: str | None = None) ->
     return _info(row)
 
 
-def _filtered(query, project: str | None, stream: str | None):
-    if project is not None:
-        query = query.where(TraceRow.project == project)
-    if stream is not None:
-        query = query.where(TraceRow.stream == stream)
-    return query
-
-
 def list_traces(
     session: Session,
     *,
@@ -127,15 +120,19 @@ def list_traces(
     offset: int = 0,
     project: str | None = None,
     stream: str | None = None,
+    after: int | None = None,
 ) -> list[TraceInfo]:
-    query = _filtered(sa.select(TraceRow), project, stream)
-    rows = session.scalars(query.order_by(TraceRow.id).limit(limit).offset(offset))
+    """Oldest first; `after`: only traces with a larger id (a keyset cursor)."""
+    where = {"project": project, "stream": stream}
+    rows = page_rows(session, _TRACES, where=where, limit=limit, offset=offset, after=after)
     return [_info(r) for r in rows]
 
 
 def count_traces(session: Session, *, project: str | None = None, stream: str | None = None) -> int:
-    query = _filtered(sa.select(sa.func.count()).select_from(TraceRow), project, stream)
-    return int(session.scalar(query) or 0)
+    return count_rows(session, _TRACES, where={"project": project, "stream": stream})
+
+
+_TRACES = TraceRow.__table__
 
 
 def traces_in_window(

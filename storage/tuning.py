@@ -115,8 +115,3 @@ def get_tuning_run(session: Session, study_name: str) -> TuningRunInfo:
     if row is None:
         raise TuningRunNotFound(study_name)
     return _info(row)
-
-
-def list_tuning_runs(session: Session, *, limit: int = 100) -> list[TuningRunInfo]:
-    rows = session.scalars(sa.select(TuningRunRow).order_by(TuningRunRow.id.desc()).limit(limit))
-    return [_info(r) for r in rows]

@@ -179,13 +179,6 @@ def get_validation_run(session: Session, run_id: int) -> ValidationRunRecord:
     return _run(row)
 
 
-def list_validation_runs(session: Session, *, kind: str | None = None) -> list[ValidationRunRecord]:
-    query = sa.select(ValidationRunRow).order_by(ValidationRunRow.id)
-    if kind is not None:
-        query = query.where(ValidationRunRow.kind == kind)
-    return [_run(r) for r in session.scalars(query)]
-
-
 def save_calibration(
     session: Session,
     *,

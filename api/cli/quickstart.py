@@ -22,7 +22,7 @@ SAMPLE_NAME = "sample-chat"
 
 def write_sample_trace(path: Path, *, num_requests: int = 3000, seed: int = 7) -> Path:
     """A chat-like trace: bursty Gamma arrivals (CV 2) at 5 req/s, lognormal lengths."""
-    from api.export import write_trace
+    from api.services.export import write_trace
     from optimizer.records import TraceColumns
     from optimizer.workload import ArrivalProcess, LognormalLength, synthetic_workload
 
@@ -53,7 +53,7 @@ def quickstart(
 
     from api.cli.common import session
     from api.cli.traces import _summary_table
-    from api.ingest import ingest_trace
+    from api.services.ingest import ingest_trace
     from api.settings import get_settings
 
     folder = out_dir or Path(user_data_dir("servetune", appauthor=False))

@@ -22,16 +22,6 @@ def _settings():
         fail(str(exc))
 
 
-def http_protocol() -> str:
-    """uvicorn's HTTP protocol: httptools' with each response in one write (see
-    api/http_protocol.py) where httptools is installed, else uvicorn's own choice."""
-    import importlib.util
-
-    if importlib.util.find_spec("httptools") is None:
-        return "auto"
-    return "api.http_protocol:CoalescingHttpToolsProtocol"
-
-
 def serve(
     host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="TCP port")] = 8000,
@@ -48,14 +38,14 @@ def serve(
         typer.Option(
             min=1,
             max=64,
-            help="API processes (PostgreSQL only); each keeps its own short-lived caches",
+            help="API processes (PostgreSQL only)",
         ),
     ] = 1,
 ) -> None:
     """Run the REST API (migrations are applied on start)."""
     import uvicorn
 
-    from api.main import create_app
+    from api.app import create_app
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     settings = _settings()
@@ -67,14 +57,13 @@ def serve(
         "port": port,
         "log_level": log_level,
         "access_log": False,
-        "http": http_protocol(),
     }
     if workers == 1:
         uvicorn.run(create_app(settings, embedded_worker=worker), **common)
         return
     if worker is not None:  # the worker processes build their app from the environment
         os.environ["SERVETUNE_EMBEDDED_WORKER"] = "true" if worker else "false"
-    uvicorn.run("api.main:create_app", factory=True, workers=workers, **common)
+    uvicorn.run("api.app:create_app", factory=True, workers=workers, **common)
 
 
 def worker(

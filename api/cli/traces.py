@@ -74,7 +74,7 @@ def import_(
     ] = None,
 ) -> None:
     """Validate and store a trace (idempotent: the same file returns the stored trace)."""
-    from api.ingest import ingest_trace
+    from api.services.ingest import ingest_trace
     from api.settings import get_settings
     from optimizer.traces import IngestLimits, TraceFormatError, generic_mapping
 
@@ -153,7 +153,7 @@ def export(
     out: Annotated[Path | None, typer.Option("--out", help="output path")] = None,
 ) -> None:
     """Write a stored trace to Parquet or CSV (generic columns; re-importable)."""
-    from api.export import write_trace
+    from api.services.export import write_trace
     from storage.traces import load_trace_columns
 
     info = _get(trace_id)

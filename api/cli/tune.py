@@ -23,7 +23,7 @@ def _trace_id(trace: str) -> int:
     path = trace_source(trace)
     if isinstance(path, int):
         return path
-    from api.ingest import ingest_trace
+    from api.services.ingest import ingest_trace
 
     with session() as s:
         result = ingest_trace(s, path)
@@ -194,7 +194,7 @@ def _workload_source(path: Path) -> dict:
     """A `vllm bench serve` workload file as a request's workload: an open loop (a finite
     rate, no binding concurrency) stored as the trace its client sends (once), a closed
     loop as its parameters (fleets are sized for its clients)."""
-    from api.ingest import ingest_bench_workload
+    from api.services.ingest import ingest_bench_workload
     from optimizer.bench_serve import BenchServeError, BenchServeSpec
 
     try:

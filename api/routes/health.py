@@ -41,7 +41,7 @@ _VERSION_SQL = "SELECT version_num FROM alembic_version"
 )
 async def readyz(request: Request, reader: ReaderDep) -> Health | JSONResponse:
     try:
-        versions = await reader.run(_versions, key="migration")
+        versions = await reader.run(_versions)
         current = versions[0] if len(versions) == 1 else await reader.run(_revision)
     except Exception:
         try:  # no alembic_version table yet, say: Alembic tells which state it is in
@@ -65,7 +65,7 @@ async def readyz(request: Request, reader: ReaderDep) -> Health | JSONResponse:
 async def metrics(request: Request, reader: ReaderDep) -> PlainTextResponse:
     gauges: dict[str, dict] = {"servetune_up": {(): 1.0}}
     try:
-        counts = await reader.run(count_by_status, key="job-counts")
+        counts = await reader.run(count_by_status)
         gauges["servetune_jobs"] = {(("status", str(s)),): float(n) for s, n in counts.items()}
     except Exception:
         gauges["servetune_database_up"] = {(): 0.0}

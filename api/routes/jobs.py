@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 from sqlalchemy.orm import Session
 
 from api.deps import IdPath, PagingDep, PrincipalDep, ReaderDep, SessionDep
 from api.problems import ApiError
-from api.reads import encode_json, json_response
+from api.reads import encode_json, polled_json
 from api.schemas import JobCreated, JobResultOut, Page, Problem, page
-from api.windows import EmptyWindow, resolve_window
+from api.services.stream_windows import EmptyWindow, resolve_window
 from optimizer.search import TuneRequest
 from storage.jobs import (
     JobNotFinished,
-    JobNotFound,
+    count_jobs,
     enqueue_job,
-    get_jobs,
-    get_result_texts,
-    list_jobs_page,
+    get_job,
+    get_result_text,
+    list_jobs,
     request_cancel,
 )
 from storage.service_records import JobInfo, JobStatus
@@ -130,79 +129,65 @@ async def list_(
     paging: PagingDep,
     status: Annotated[JobStatus | None, Query(description="only jobs in this state")] = None,
 ) -> Response:
-    project, limit, offset = principal.project, paging.limit, paging.offset
+    """Newest first."""
+    project = principal.project
 
     def query(session: Session) -> Page[JobInfo]:
-        items, total = list_jobs_page(
-            session, project=project, status=status, limit=limit, offset=offset
+        items = list_jobs(
+            session,
+            project=project,
+            status=status,
+            limit=paging.limit + 1,
+            offset=paging.offset,
+            after=paging.after,
         )
-        return page(items, total=total, limit=limit, offset=offset)
+        total = count_jobs(session, project=project, status=status)
+        return page(items, total=total, limit=paging.limit, offset=paging.offset)
 
-    return await reader.json(Page[JobInfo], query, key=("jobs", project, status, limit, offset))
+    return await reader.json(Page[JobInfo], query)
 
 
 @router.get(
     "/{job_id}",
     response_model=JobInfo,
-    responses=ERRORS,
-    summary="Status and progress (trials done/total, best so far, ETA)",
+    responses={**ERRORS, 304: {"description": "unchanged since the ETag in If-None-Match"}},
+    summary="Status and progress (trials done/total, best so far, ETA); ETag, If-None-Match",
 )
-async def status(job_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> Response:
-    reader.answering()
-    item = (principal.project, job_id)
-    return json_response(await reader.each(_encoded_jobs, item, key=("job", *item)))
-
-
-JobItem = tuple[str, int]  # (the caller's project, a job id)
-
-
-def _encoded_jobs(session: Session, items: list[JobItem]) -> dict[JobItem, object]:
-    """Each item's job, encoded, in one statement (`Reader.each`: the jobs read again after
-    a commit are read together)."""
-    found = get_jobs(session, [job_id for _, job_id in items])
-    return _answers(items, found, lambda job: encode_json(JobInfo, job))
-
-
-def _answers(
-    items: list[JobItem], jobs: dict[int, JobInfo], answer: Callable[[JobInfo], object]
-) -> dict[JobItem, object]:
-    """Each item's `answer(job)`, or `JobNotFound` where `jobs` holds no job of its id in
-    the caller's project."""
-    out: dict[JobItem, object] = {}
-    for project, job_id in items:
-        job = jobs.get(job_id)
-        ok = job is not None and job.project == project
-        out[project, job_id] = answer(job) if ok else JobNotFound(job_id)
-    return out
+async def status(
+    job_id: IdPath, request: Request, reader: ReaderDep, principal: PrincipalDep
+) -> Response:
+    body = await reader.run(
+        lambda session: encode_json(JobInfo, get_job(session, job_id, project=principal.project))
+    )
+    return polled_json(request, body)
 
 
 @router.get(
     "/{job_id}/result",
     response_model=JobResultOut,
-    summary="Pareto front, recommendation with launch commands, baseline, diagnosis",
-    responses={**ERRORS, 409: {"model": Problem, "description": "the job has no result yet"}},
+    summary="Pareto front, recommendation with launch commands, baseline, diagnosis; ETag",
+    responses={
+        **ERRORS,
+        304: {"description": "unchanged since the ETag in If-None-Match"},
+        409: {"model": Problem, "description": "the job has no result yet"},
+    },
 )
-async def result(job_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> Response:
-    reader.answering()
-    item = (principal.project, job_id)
-    return json_response(await reader.each(_results, item, key=("job-result", *item)))
+async def result(
+    job_id: IdPath, request: Request, reader: ReaderDep, principal: PrincipalDep
+) -> Response:
+    project = principal.project
+    try:
+        text = await reader.run(lambda s: get_result_text(s, job_id, project=project))
+    except JobNotFinished as exc:
+        raise ApiError(409, str(exc), kind="not-finished") from None
+    return polled_json(request, _result_body(job_id, text))
 
 
-def _results(session: Session, items: list[JobItem]) -> dict[JobItem, object]:
-    """Each item's result body, in one statement; a 409 for a job without a result."""
-    found = get_result_texts(session, [job_id for _, job_id in items])
-    jobs = {job_id: job for job_id, (job, _) in found.items()}
-    return _answers(items, jobs, lambda job: _result(job, found[job.id][1]))
-
-
-def _result(job: JobInfo, outcome: str | None) -> object:
-    if outcome is None:
-        return ApiError(409, str(JobNotFinished(job)), kind="not-finished")
+def _result_body(job_id: int, outcome: str) -> bytes:
     # The document as stored (no re-validation of every config): `outcome.json`'s layout.
     # Stored by `json.dumps` with its defaults, as it would be written here, so sent as it
     # is; one holding a non-finite number (only SQLite can hold one) is refused as
     # `json.dumps(..., allow_nan=False)` refuses it.
-    job_id = job.id
     if "NaN" in outcome or "Infinity" in outcome:
         document = {"job_id": job_id, "outcome": json.loads(outcome)}
         return json.dumps(document, allow_nan=False).encode()

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from sqlalchemy.orm import Session
 
-from api.deps import AdminDep, IdPath, KeyCacheDep, PagingDep, ReaderDep, SessionDep
+from api.deps import AdminDep, IdPath, PagingDep, ReaderDep, SessionDep
 from api.problems import ApiError
 from api.schemas import KeyCreate, KeyCreated, Page, Problem, page
 from storage.keys import count_keys, create_key, list_keys, revoke_key
@@ -67,15 +67,19 @@ async def list_(
     limit, offset = paging.limit, paging.offset
 
     def query(session: Session) -> Page[ApiKeyInfo]:
-        items = list_keys(session, project=project, limit=limit, offset=offset)
+        items = list_keys(
+            session, project=project, limit=limit + 1, offset=offset, after=paging.after
+        )
         return page(items, total=count_keys(session, project=project), limit=limit, offset=offset)
 
-    return await reader.json(Page[ApiKeyInfo], query, key=("keys", project, limit, offset))
+    return await reader.json(Page[ApiKeyInfo], query)
 
 
 @router.delete("/{key_id}", response_model=ApiKeyInfo, responses=ERRORS, summary="Revoke a key")
-def revoke(key_id: IdPath, session: SessionDep, cache: KeyCacheDep, admin: AdminDep) -> ApiKeyInfo:
+def revoke(key_id: IdPath, session: SessionDep, request: Request, admin: AdminDep) -> ApiKeyInfo:
+    """The key stops working at once in this API process; in others within
+    `SERVETUNE_KEY_CACHE_S` (2 s)."""
     info = revoke_key(session, key_id, project=admin.project)  # another project's: 404
-    session.commit()  # before the cache drop, so no request can re-cache the live key
-    cache.discard_where(lambda principal: principal.key_id == key_id)
+    session.commit()  # before the drop, so no request can keep the live key again
+    request.app.state.key_cache.drop(key_id)
     return info

@@ -73,13 +73,14 @@ async def list_(
     accelerator: Label = None,
     name: Label = None,
 ) -> Response:
+    """Oldest first."""
+
     def query(session: Session) -> Page[LatencyModelInfo]:
         models = list_latency_models(session, accelerator=accelerator, name=name)
-        items = models[paging.offset : paging.offset + paging.limit]
+        items = paging.of(models)
         return page(items, total=len(models), limit=paging.limit, offset=paging.offset)
 
-    key = ("latency-models", accelerator, name, paging.limit, paging.offset)
-    return await reader.json(Page[LatencyModelInfo], query, key=key)
+    return await reader.json(Page[LatencyModelInfo], query)
 
 
 @router.get(
@@ -89,7 +90,6 @@ async def get(model_id: IdPath, reader: ReaderDep, _: PrincipalDep) -> Response:
     return await reader.json(
         LatencyModelInfo,
         lambda session: get_latency_model(session, model_id),
-        key=("latency-model", model_id),
     )
 
 

@@ -5,7 +5,7 @@ by every project's tuning (the newest fitted latency model per accelerator price
 every search). Any key may read them; importing or deleting one needs the admin
 scope. The server never reads a folder named by the client: the measurements are
 uploaded as a zip or tar.gz of an AIConfigurator GPU folder or a Vidur folder, or
-as one Vidur CSV, and unpacked safely into a temporary folder (`api.archives`).
+as one Vidur CSV, and unpacked safely into a temporary folder (`api.services.archives`).
 """
 
 from __future__ import annotations
@@ -18,20 +18,25 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.archives import ArchiveError, ArchiveTooLarge, UnpackLimits, remove_tree, unpack_upload
 from api.deps import AdminDep, EngineDep, IdPath, PagingDep, PrincipalDep, ReaderDep, SessionDep
 from api.problems import ApiError
 from api.schemas import Page, Problem, page
+from api.services.archives import (
+    ArchiveError,
+    ArchiveTooLarge,
+    UnpackLimits,
+    remove_tree,
+    unpack_upload,
+)
 from api.uploads import Upload, receive_upload, spool_prefix
 from optimizer.records import OpKind, ProfileRunInfo
 from profiler.importers import ImportedProfile, ImportFormat, ProfileImportError, import_profile
 from storage.db import session_scope
 from storage.profiles import (
-    count_samples_by_op,
     create_profile_run,
     delete_profile_run,
-    get_profile_run,
     list_profile_runs,
+    profile_run_detail,
 )
 
 router = APIRouter(prefix="/v1/profiles", tags=["profiles"])
@@ -172,14 +177,13 @@ async def import_(
 
 @router.get("", response_model=Page[ProfileRunInfo], responses=ERRORS, summary="List profiles")
 async def list_(reader: ReaderDep, _: PrincipalDep, paging: PagingDep) -> Response:
+    """Oldest first."""
+
     def query(session: Session) -> Page[ProfileRunInfo]:
         runs = list_profile_runs(session)
-        items = runs[paging.offset : paging.offset + paging.limit]
-        return page(items, total=len(runs), limit=paging.limit, offset=paging.offset)
+        return page(paging.of(runs), total=len(runs), limit=paging.limit, offset=paging.offset)
 
-    return await reader.json(
-        Page[ProfileRunInfo], query, key=("profiles", paging.limit, paging.offset)
-    )
+    return await reader.json(Page[ProfileRunInfo], query)
 
 
 @router.get(
@@ -190,14 +194,14 @@ async def list_(reader: ReaderDep, _: PrincipalDep, paging: PagingDep) -> Respon
 )
 async def get(run_id: IdPath, reader: ReaderDep, _: PrincipalDep) -> Response:
     def query(session: Session) -> ProfileDetail:
-        run = get_profile_run(session, run_id)
+        run, counts = profile_run_detail(session, run_id)
         ops = [
             OpSummary(op=op, num_samples=n, min_median_ms=lo, max_median_ms=hi)
-            for op, (n, lo, hi) in count_samples_by_op(session, run_id).items()
+            for op, (n, lo, hi) in counts.items()
         ]
         return ProfileDetail(run=run, ops=ops)
 
-    return await reader.json(ProfileDetail, query, key=("profile", run_id))
+    return await reader.json(ProfileDetail, query)
 
 
 @router.delete(

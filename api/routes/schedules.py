@@ -99,14 +99,17 @@ def create(
 
 @router.get("", response_model=Page[ScheduleInfo], responses=ERRORS, summary="List schedules")
 async def list_(reader: ReaderDep, principal: PrincipalDep, paging: PagingDep) -> Response:
+    """Oldest first."""
     project, limit, offset = principal.project, paging.limit, paging.offset
 
     def query(session: Session) -> Page[ScheduleInfo]:
-        items = list_schedules(session, project=project, limit=limit, offset=offset)
+        items = list_schedules(
+            session, project=project, limit=limit + 1, offset=offset, after=paging.after
+        )
         total = count_schedules(session, project=project)
         return page(items, total=total, limit=limit, offset=offset)
 
-    return await reader.json(Page[ScheduleInfo], query, key=("schedules", project, limit, offset))
+    return await reader.json(Page[ScheduleInfo], query)
 
 
 @router.get("/{schedule_id}", response_model=ScheduleInfo, responses=ERRORS, summary="Get one")
@@ -114,7 +117,6 @@ async def get(schedule_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -
     return await reader.json(
         ScheduleInfo,
         lambda session: get_schedule(session, schedule_id, project=principal.project),
-        key=("schedule", principal.project, schedule_id),
     )
 
 

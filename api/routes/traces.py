@@ -17,9 +17,9 @@ from api.deps import (
     ReaderDep,
     SessionDep,
 )
-from api.ingest import IngestResult, ingest_trace
 from api.problems import ApiError
 from api.schemas import FieldError, Page, Problem, TraceCreated, page
+from api.services.ingest import IngestResult, ingest_trace
 from api.uploads import TEXT_FIELDS, Upload, receive_upload
 from optimizer.records import TraceFormat, TraceInfo, TraceStats
 from optimizer.traces import (
@@ -219,15 +219,18 @@ async def list_(
         str | None, Query(max_length=200, pattern=NAME_PATTERN, description="only this stream")
     ] = None,
 ) -> Response:
+    """Oldest first."""
     project, limit, offset = principal.project, paging.limit, paging.offset
 
     def query(session: Session) -> Page[TraceInfo]:
-        items = list_traces(session, project=project, stream=stream, limit=limit, offset=offset)
+        items = list_traces(
+            session, project=project, stream=stream, limit=limit + 1, offset=offset,
+            after=paging.after,
+        )  # fmt: skip
         total = count_traces(session, project=project, stream=stream)
         return page(items, total=total, limit=limit, offset=offset)
 
-    key = ("traces", project, stream, limit, offset)
-    return await reader.json(Page[TraceInfo], query, key=key)
+    return await reader.json(Page[TraceInfo], query)
 
 
 @router.get("/{trace_id}", response_model=TraceInfo, responses=ERRORS, summary="Get a trace")
@@ -235,7 +238,6 @@ async def get(trace_id: IdPath, reader: ReaderDep, principal: PrincipalDep) -> R
     return await reader.json(
         TraceInfo,
         lambda session: get_trace(session, trace_id, project=principal.project),
-        key=("trace", principal.project, trace_id),
     )
 
 
@@ -246,7 +248,6 @@ async def stats(trace_id: IdPath, reader: ReaderDep, principal: PrincipalDep) ->
     return await reader.json(
         TraceStats,
         lambda session: get_trace(session, trace_id, project=principal.project).stats,
-        key=("trace-stats", principal.project, trace_id),
     )
 
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from api.windows import EmptyWindow, drift, resolve_window
+from api.services.stream_windows import EmptyWindow, drift, resolve_window
 from storage.db import session_scope
 from storage.jobs import enqueue_job, get_job
 from storage.recommendations import DeploymentFilter, RecommendationNotFound, latest_recommendation

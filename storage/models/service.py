@@ -12,9 +12,10 @@ from storage.models.base import Base, UtcDateTime
 
 class ApiKeyRow(Base):
     __tablename__ = "api_keys"
+    __table_args__ = (Index("ix_api_keys_project_id", "project", "id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    project: Mapped[str] = mapped_column(String(100), index=True)
+    project: Mapped[str] = mapped_column(String(100))
     name: Mapped[str] = mapped_column(String(200))
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 hex
     prefix: Mapped[str] = mapped_column(String(16))
@@ -25,10 +26,15 @@ class ApiKeyRow(Base):
 
 class JobRow(Base):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_status_lease", "status", "lease_expires_at"),)
+    __table_args__ = (
+        Index("ix_jobs_status_lease", "status", "lease_expires_at"),
+        # The list's filters, then its order (migration 0100).
+        Index("ix_jobs_project_id", "project", "id"),
+        Index("ix_jobs_project_status_id", "project", "status", "id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    project: Mapped[str] = mapped_column(String(100), index=True)
+    project: Mapped[str] = mapped_column(String(100))
     kind: Mapped[str] = mapped_column(String(32))
     status: Mapped[str] = mapped_column(String(16))
     params: Mapped[dict] = mapped_column(JSON)
@@ -49,10 +55,13 @@ class JobRow(Base):
 
 class ScheduleRow(Base):
     __tablename__ = "schedules"
-    __table_args__ = (Index("ix_schedules_due", "paused", "next_run_at"),)
+    __table_args__ = (
+        Index("ix_schedules_due", "paused", "next_run_at"),
+        Index("ix_schedules_project_id", "project", "id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    project: Mapped[str] = mapped_column(String(100), index=True)
+    project: Mapped[str] = mapped_column(String(100))
     name: Mapped[str] = mapped_column(String(200))
     params: Mapped[dict] = mapped_column(JSON)
     interval_s: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -71,7 +80,10 @@ class ScheduleRow(Base):
 
 class RecommendationRow(Base):
     __tablename__ = "recommendations"
-    __table_args__ = (Index("ix_recommendations_lookup", "project", "source", "created_at"),)
+    __table_args__ = (
+        Index("ix_recommendations_lookup", "project", "source", "created_at"),
+        Index("ix_recommendations_project_created", "project", "created_at", "id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     project: Mapped[str] = mapped_column(String(100))

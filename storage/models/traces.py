@@ -23,6 +23,8 @@ class TraceRow(Base):
         # Idempotent ingest is per project: the same file in two projects is two traces.
         UniqueConstraint("project", "content_hash", name="uq_traces_project_content_hash"),
         Index("ix_traces_project_stream_created", "project", "stream", "created_at"),
+        Index("ix_traces_project_id", "project", "id"),
+        Index("ix_traces_project_stream_id", "project", "stream", "id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

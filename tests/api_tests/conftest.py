@@ -95,7 +95,7 @@ def make_service_keys(url: str) -> tuple[str, str, str]:
 
 @pytest.fixture
 def service(db_url: str, tmp_path: Path) -> Iterator[Service]:
-    from api.main import create_app
+    from api.app import create_app
     from api.settings import Settings
 
     key_a, key_b, admin = make_service_keys(db_url)

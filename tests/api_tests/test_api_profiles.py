@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from api.archives import ArchiveError, ArchiveTooLarge, UnpackLimits, unpack_upload
+from api.services.archives import ArchiveError, ArchiveTooLarge, UnpackLimits, unpack_upload
 from tests.api_tests.conftest import Service
 
 PROBLEM = "application/problem+json"
@@ -162,8 +162,6 @@ def test_latency_models_are_listed_for_every_project(service: Service) -> None:
         for accelerator in ("h100", "a100"):
             save_latency_model(s, name="m", accelerator=accelerator, payload=b"x", schema_version=1)
     engine.dispose()
-    # Each filter is its own kept read (once, a filtered list was answered with the
-    # unfiltered one read just before).
     assert service.client.get("/v1/latency-models", headers=user).json()["total"] == 2
     listing = service.client.get("/v1/latency-models?accelerator=h100", headers=user).json()
     assert listing["total"] == 1 and listing["items"][0]["accelerator"] == "h100"

@@ -3,7 +3,6 @@ FastAPI encodes it, and reads, key lookups included, never wait for a writer."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +10,6 @@ from fastapi.routing import APIRoute
 from pydantic import TypeAdapter
 from starlette.routing import BaseRoute
 
-from api.cache import TtlCache
 from storage.db import make_engine, session_scope
 from storage.keys import create_key
 from storage.latency_models import save_latency_model
@@ -95,48 +93,6 @@ def test_reads_and_key_lookups_do_not_wait_for_a_writer(service: Service, tmp_pa
     finally:
         writer.__exit__(None, None, None)
         engine.dispose()
-
-
-def test_a_load_can_run_where_the_caller_says() -> None:
-    cache: TtlCache[str, int] = TtlCache(60)
-    runs: list[str] = []
-
-    async def run(load):
-        runs.append("reader")
-        return load("session")
-
-    async def main() -> None:
-        assert await cache.get_or_load("k", lambda session: len(session), run=run) == 7
-        assert await cache.get_or_load("k", lambda session: 0, run=run) == 7  # cached
-
-    asyncio.run(main())
-    assert runs == ["reader"]
-
-
-def test_a_waiter_takes_over_the_load_of_a_caller_that_went_away() -> None:
-    cache: TtlCache[str, int] = TtlCache(60)
-    runs: list[str] = []
-
-    async def slow(load):
-        runs.append("slow")
-        await asyncio.sleep(60)
-        return load(None)
-
-    async def quick(load):
-        runs.append("quick")
-        return load(None)
-
-    async def main() -> None:
-        leader = asyncio.ensure_future(cache.get_or_load("k", lambda _: 1, run=slow))
-        await asyncio.sleep(0)
-        waiter = asyncio.ensure_future(cache.get_or_load("k", lambda _: 2, run=quick))
-        await asyncio.sleep(0)
-        leader.cancel()  # the client went away
-        assert await waiter == 2
-        assert leader.cancelled() and cache.get("k") == 2
-
-    asyncio.run(main())
-    assert runs == ["slow", "quick"]
 
 
 def test_readyz_names_the_migration_the_database_is_at(service: Service) -> None:

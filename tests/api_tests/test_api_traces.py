@@ -133,3 +133,33 @@ def test_concurrent_uploads_same_file_stored_once(service: Service, tmp_path: Pa
     assert len(same_ids) == 1
     assert sum(r.json()["created"] for r in results[:4]) == 1
     assert _count(service, service.key_a) == 4
+
+
+def test_lists_page_by_offset_and_by_keyset_cursor(service: Service, tmp_path: Path) -> None:
+    """Both ways walk the same list; a cursor stays right when an item is added between
+    pages (an offset shifts), and counts `offset` from itself; bad cursors are 422s."""
+    a = service.auth(service.key_a)
+    ids = [_upload(service, write_trace_csv(tmp_path / f"{i}.csv", 20, seed=i)).json()["id"]
+           for i in range(5)]  # fmt: skip
+    _upload(service, write_trace_csv(tmp_path / "b.csv", 20, seed=9), key=service.key_b)
+    first = service.client.get("/v1/traces?limit=2", headers=a).json()
+    assert [t["id"] for t in first["items"]] == ids[:2] and first["total"] == 5
+    assert (first["next_offset"], first["next_after"]) == (2, ids[1])
+    walked, after = [], None
+    while True:
+        query = "?limit=2" + (f"&after={after}" if after else "")
+        page = service.client.get("/v1/traces" + query, headers=a).json()
+        walked += [t["id"] for t in page["items"]]
+        if after is None:  # an item added behind the cursor: the walk goes on unshifted
+            _upload(service, write_trace_csv(tmp_path / "late.csv", 20, seed=7))
+        after = page["next_after"]
+        if after is None:
+            break
+    assert walked[:5] == ids and len(walked) == 6 and page["next_offset"] is None
+    skipped = service.client.get(f"/v1/traces?after={ids[0]}&offset=2&limit=1", headers=a)
+    assert [t["id"] for t in skipped.json()["items"]] == [ids[3]]
+    for bad in ("0", "x", str(2**31)):
+        r = service.client.get(f"/v1/traces?after={bad}", headers=a)
+        assert r.status_code == 422 and r.headers["content-type"] == PROBLEM
+    jobs = service.client.get("/v1/tuning-jobs?after=1", headers=a).json()
+    assert jobs["items"] == [] and jobs["next_after"] is None  # newest first: none below 1

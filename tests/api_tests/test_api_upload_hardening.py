@@ -145,7 +145,7 @@ def _dead_pid() -> int:
 
 
 def test_stale_spool_entries_are_removed_at_startup(db_url: str, tmp_path: Path) -> None:
-    from api.main import create_app
+    from api.app import create_app
     from api.settings import Settings
 
     spool = tmp_path / "spool"

@@ -38,7 +38,7 @@ def test_create_list_revoke(cli_db: str, runner: CliRunner) -> None:
 
     from fastapi.testclient import TestClient
 
-    from api.main import create_app
+    from api.app import create_app
     from api.settings import Settings
 
     client_app = create_app(Settings(database_url=cli_db), embedded_worker=False)

@@ -23,7 +23,7 @@ def _check(case: schemathesis.Case, keys: dict[str, str], statuses: list[int]) -
 
 
 def test_no_server_errors(tmp_path: Path) -> None:
-    from api.main import create_app
+    from api.app import create_app
     from api.settings import Settings
 
     url = f"sqlite:///{tmp_path / 'fuzz.db'}"

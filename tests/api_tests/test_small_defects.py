@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from api.windows import drift, summarize
+from api.services.stream_windows import drift, summarize
 from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.latency.analytic import LinearLatency, MappingLatencySource
 from optimizer.records import TraceFormat, TraceInfo

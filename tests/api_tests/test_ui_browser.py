@@ -44,8 +44,7 @@ def _browser_missing() -> str | None:
 def live_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
     import uvicorn
 
-    from api.cli.serve import http_protocol
-    from api.main import create_app
+    from api.app import create_app
     from api.settings import Settings
     from storage.service_records import JobKind
     from tests.api_tests.fakes import make_fake_executor
@@ -60,9 +59,7 @@ def live_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", http=http_protocol()
-    )  # the HTTP protocol `servetune serve` runs
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -1,5 +1,5 @@
-"""/ui/jobs/{id} is a plain route (no FastAPI request handling) that answers as the API's
-id routes do: the page for any valid id, FastAPI's own 422 for a bad one."""
+"""/ui/jobs/{id} answers as the API's id routes do: the page for any valid id, the same
+422 for a bad one."""
 
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ def test_other_methods_are_not_allowed(service: Service) -> None:
 
 
 def test_the_metrics_name_the_page_by_its_route(service: Service) -> None:
-    """A plain route names itself in the scope, as FastAPI's routes are named."""
     service.client.get("/ui/jobs/42")
     service.client.get("/ui/jobs/0")
     metrics = service.client.get("/metrics").text

@@ -1,20 +1,17 @@
 """What the read routes rely on, on both back-ends: read-only transactions that never queue
 for SQLite's writer, profile summaries stored at import (and by migration 0050 for older
-runs), job descriptions read without their result, requests decoded once."""
+runs), job descriptions read without their result."""
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
 
-import pytest
 import sqlalchemy as sa
 from alembic import command
 from sqlalchemy import event
 
 from optimizer.records import OpKind
 from optimizer.search import TuneRequest
-from storage.codec import from_json, from_json_shared, to_json
 from storage.db import _alembic_config, make_engine, read_scope, session_scope, upgrade_database
 from storage.jobs import enqueue_job, get_job, list_jobs
 from storage.keys import create_key
@@ -149,14 +146,3 @@ def test_job_descriptions_leave_the_result_unread(engine) -> None:
         event.remove(engine, "before_cursor_execute", record)
     selects = [text for text in statements if "FROM jobs" in text]
     assert len(selects) == 2 and not any("jobs.result" in text for text in selects)
-
-
-def test_shared_decoding_returns_one_equal_record_per_document() -> None:
-    document = to_json(REQUEST)
-    first = from_json_shared(TuneRequest, document)
-    assert first == from_json(TuneRequest, document) == REQUEST
-    assert from_json_shared(TuneRequest, dict(reversed(document.items()))) is first
-    other = to_json(dataclasses.replace(REQUEST, num_trials=7))
-    assert from_json_shared(TuneRequest, other).num_trials == 7
-    with pytest.raises(ValueError):
-        from_json_shared(TuneRequest, {**document, "schema_version": 99})

@@ -11,8 +11,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response
 
-from api.cache import TtlCache
-from api.fastpath import CachedGetMiddleware
+from api.deps import KeyCache
 from api.metrics import Metrics, MetricsMiddleware
 from api.problems import install_problem_handlers
 from api.reads import Reader
@@ -41,7 +40,10 @@ DESCRIPTION = """Trace-driven tuning of LLM serving configs as a service.
 Every `/v1` route needs an API key: `Authorization: Bearer <key>`
 (`servetune keys create --project P`). A key sees only its project's traces,
 jobs and schedules. Errors are RFC 9457 `application/problem+json`. Lists are
-paged with `limit` and `offset` and say `total` and `next_offset`.
+paged with `limit` and `offset`, or a keyset cursor `after` (a page's `next_after`),
+and say `total`, `next_offset` and `next_after`. Job status, job results and the
+latest recommendation carry a weak `ETag`: send it back in `If-None-Match` to get a
+304 while the answer is unchanged.
 """
 
 
@@ -88,7 +90,6 @@ def create_app(
             if thread is not None:
                 thread.join(timeout=30)
             await reader.aclose()
-            reader.close()
             engine.dispose()
 
     app = FastAPI(
@@ -116,14 +117,13 @@ def create_app(
     )
     app.state.settings = settings
     app.state.metrics = Metrics()
-    app.state.key_cache = TtlCache(settings.key_cache_s)
+    app.state.key_cache = KeyCache(settings.key_cache_s)
     app.state.fit_lock = threading.Lock()  # one latency-model fit at a time per process
     install_problem_handlers(app)
     routers = (health, traces, jobs, recommendations, schedules, profiles, latency_models, keys, ui)
     for module in routers:
         app.include_router(module.router)
     _serve_openapi_encoded(app)
-    app.add_middleware(CachedGetMiddleware, key_cache=app.state.key_cache)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)  # outermost
     return app
 
