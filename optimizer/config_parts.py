@@ -16,6 +16,7 @@ from optimizer.memory import (
     draft_model_footprint,
     eagle_head_footprint,
 )
+from optimizer.parallel import ExpertLayout
 from optimizer.shapes import (
     ModelShape,
     ShapeError,
@@ -81,6 +82,20 @@ class InstanceConfig:
     # step. "prefill_first": vLLM v0 without chunked prefill: a step prefills waiting
     # prompts when any can be admitted, else decodes (the two never share a step).
     scheduling: str = "mixed"
+    # MoE models only (`optimizer.parallel`): attention data-parallel ranks inside the
+    # instance (vLLM's --data-parallel-size; the instance has tp x dp GPUs) and whole
+    # experts sharded over them (--enable-expert-parallel).
+    dp: int = 1
+    expert_parallel: bool = False
+
+    @property
+    def layout(self) -> ExpertLayout:
+        return ExpertLayout(self.dp, self.expert_parallel)
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of one instance: tp x dp."""
+        return self.tp * self.dp
 
     def check(self, where: str) -> None:
         if not isinstance(self.accelerator, str) or not self.accelerator:

@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from optimizer.shape_parts import MLASpec, MoESpec, ShapeError
+
 DTYPE_BYTES: dict[str, int] = {
     "float32": 4,
     "bfloat16": 2,
@@ -27,7 +29,9 @@ DTYPE_BYTES: dict[str, int] = {
 }
 
 
-QUANTIZATIONS = ("none", "fp8")  # linear-layer weights (and their GEMMs); room for int4
+# Linear-layer weights (and their GEMMs): "fp4" is NVFP4 (W4A4, Blackwell), "mxfp4" the
+# OCP MX FP4 gpt-oss ships, "int4" weight-only INT4 (16-bit activations, e.g. Kimi-K2).
+QUANTIZATIONS = ("none", "fp8", "fp4", "mxfp4", "int4")
 KV_CACHE_DTYPES = ("auto", "fp8")  # "auto": the activation dtype, as vLLM's --kv-cache-dtype
 
 
@@ -53,10 +57,6 @@ class Precision:
 DEFAULT_PRECISION = Precision()
 
 
-class ShapeError(ValueError):
-    """A model shape or its config file is invalid."""
-
-
 @dataclass(frozen=True, slots=True)
 class ModelShape:
     """Dimensions of a dense transformer (GQA when `num_kv_heads < num_heads`)."""
@@ -74,6 +74,12 @@ class ModelShape:
     dtype: str = "bfloat16"  # activations (and weights unless quantised)
     quantization: str = "none"  # "fp8": linear-layer weights and their GEMMs in FP8
     kv_cache_dtype: str = "auto"  # "fp8": the KV cache in FP8 ("auto": `dtype`)
+    moe: MoESpec | None = None  # None: every layer has a dense MLP of intermediate_size
+    mla: MLASpec | None = None  # None: standard (GQA) attention of num_kv_heads x head_dim
+    # Sliding-window attention: `sliding_window_layers` of the layers attend to the last
+    # `sliding_window` tokens only (gpt-oss: every other layer, 128 tokens); 0: none.
+    sliding_window: int = 0
+    sliding_window_layers: int = 0
 
     def __post_init__(self) -> None:
         for field in (
@@ -106,6 +112,30 @@ class ModelShape:
                 f"{self.name}: kv_cache_dtype {self.kv_cache_dtype!r} is not one of "
                 f"{KV_CACHE_DTYPES}"
             )
+        if self.moe is not None:
+            if not isinstance(self.moe, MoESpec):
+                raise ShapeError(f"{self.name}: moe must be a MoESpec, got {self.moe!r}")
+            self.moe.check(f"{self.name}.moe")
+        if self.mla is not None:
+            if not isinstance(self.mla, MLASpec):
+                raise ShapeError(f"{self.name}: mla must be an MLASpec, got {self.mla!r}")
+            self.mla.check(f"{self.name}.mla")
+        for field in ("sliding_window", "sliding_window_layers"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ShapeError(f"{self.name}: {field} must be an integer >= 0, got {value!r}")
+        if self.sliding_window_layers > self.num_layers or (
+            bool(self.sliding_window) != bool(self.sliding_window_layers)
+        ):
+            raise ShapeError(
+                f"{self.name}: sliding_window ({self.sliding_window}) and sliding_window_layers "
+                f"({self.sliding_window_layers}) must both be 0 or both set, with at most "
+                f"num_layers ({self.num_layers}) layers"
+            )
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
 
     @property
     def dtype_bytes(self) -> int:
