@@ -230,7 +230,7 @@ class _Count:
             return float(load.num_decode_seqs + len(load.prefill_q))
         return float(load.num_tokens)
 
-    def for_instance(self, accelerator, tp, reach=None, precision=None, engine=None):
+    def for_instance(self, accelerator, tp, reach=None, precision=None, engine=None, layout=None):
         return self
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from optimizer.engines import DEFAULT_RELEASE, EngineRelease
 from optimizer.latency.base import StepLatency, StepLoad, TableReach
+from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
 from optimizer.shapes import DEFAULT_PRECISION, Precision
 
 
@@ -73,6 +74,7 @@ class SingleLatencySource:
         reach: TableReach | None = None,
         precision: Precision = DEFAULT_PRECISION,
         engine: EngineRelease = DEFAULT_RELEASE,
+        layout: ExpertLayout = DENSE_LAYOUT,
     ) -> StepLatency:
         return self.latency
 
@@ -90,6 +92,7 @@ class MappingLatencySource:
         reach: TableReach | None = None,
         precision: Precision = DEFAULT_PRECISION,
         engine: EngineRelease = DEFAULT_RELEASE,
+        layout: ExpertLayout = DENSE_LAYOUT,
     ) -> StepLatency:
         for acc, t, latency in self.latencies:
             if acc == accelerator.lower() and t == tp:

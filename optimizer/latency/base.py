@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Protocol
 
 from optimizer.engines import DEFAULT_RELEASE, EngineRelease
+from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
 from optimizer.shapes import DEFAULT_PRECISION, Precision
 
 
@@ -80,11 +81,14 @@ class LatencySource(Protocol):
         reach: TableReach | None = None,
         precision: Precision = DEFAULT_PRECISION,
         engine: EngineRelease = DEFAULT_RELEASE,
+        layout: ExpertLayout = DENSE_LAYOUT,
     ) -> StepLatency:
         """Raise `LookupError` with a clear message when none is available. `reach`
         bounds the loads the caller will price (a compiled source may tabulate only
         that much; loads beyond it are still priced, by extrapolation). `precision`:
         the deployment's weight and KV-cache formats (FP8 GEMMs, FP8 KV attention).
         `engine`: the release that runs the steps (`optimizer.engines`), whose rules and
-        overhead a source prices them with (a measured source may ignore it)."""
+        overhead a source prices them with (a measured source may ignore it). `layout`:
+        how a MoE model's instance splits its experts (`optimizer.parallel`; the dense
+        layout for a dense model)."""
         ...

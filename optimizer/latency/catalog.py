@@ -56,6 +56,7 @@ from optimizer.latency.table import (
     TableGrid,
     compile_step_latency,
 )
+from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
 from optimizer.shapes import DEFAULT_PRECISION, ModelShape, Precision
 
 # The modules whose code turns a fitted model (or an accelerator's spec) into a table.
@@ -242,6 +243,7 @@ class LatencyCatalog:
         reach: TableReach | None = None,
         precision: Precision = DEFAULT_PRECISION,
         engine: EngineRelease = DEFAULT_RELEASE,
+        layout: ExpertLayout = DENSE_LAYOUT,
     ) -> StepLatency:
         """The compiled table of `accelerator` at `tp` for the catalog's shape in
         `precision`, priced as `engine` runs it, covering `reach` (None: the catalog's

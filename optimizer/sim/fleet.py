@@ -182,7 +182,12 @@ def build_fleet(
         reach = role_reach(config, plan, longest_request)
         try:
             target = latency.for_instance(
-                icfg.accelerator, icfg.tp, reach, shape.precision, engine=release
+                icfg.accelerator,
+                icfg.tp,
+                reach,
+                shape.precision,
+                engine=release,
+                layout=icfg.layout,
             )
             draft = None
             if speculate and draft_latency is not None:

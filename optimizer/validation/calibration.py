@@ -34,6 +34,7 @@ import numpy as np
 from optimizer.config import ServingConfig
 from optimizer.engines import DEFAULT_RELEASE, EngineRelease
 from optimizer.latency.base import LatencySource, StepLatency, StepLoad, TableReach
+from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
 from optimizer.shapes import DEFAULT_PRECISION, Precision
 from optimizer.sim import SLO, DecodeFloorError, simulate
 from optimizer.validation.compare import Comparison, RequestOutcomes, ValidationError, compare
@@ -122,8 +123,9 @@ class CalibratedSource:
         reach: TableReach | None = None,
         precision: Precision = DEFAULT_PRECISION,
         engine: EngineRelease = DEFAULT_RELEASE,
+        layout: ExpertLayout = DENSE_LAYOUT,
     ) -> StepLatency:
-        step = self.base.for_instance(accelerator, tp, reach, precision, engine)
+        step = self.base.for_instance(accelerator, tp, reach, precision, engine, layout)
         cal = self.calibrations.get((accelerator.lower(), tp), self.default)
         if cal is None or cal.is_identity:
             return step

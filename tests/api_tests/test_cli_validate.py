@@ -94,7 +94,7 @@ class _Linear:
         return 2e-3 + 5e-5 * load.num_tokens
 
     def for_instance(
-        self, accelerator: str, tp: int, reach=None, precision=None, engine=None
+        self, accelerator: str, tp: int, reach=None, precision=None, engine=None, layout=None
     ) -> _Linear:
         return self
 

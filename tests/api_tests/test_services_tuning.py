@@ -133,7 +133,7 @@ def test_extra_worker_processes_share_the_study_and_lose_nothing(db_url):
 class _Broken:
     """A latency source with a bug: every step raises."""
 
-    def for_instance(self, accelerator, tp, reach=None, precision=None, engine=None):
+    def for_instance(self, accelerator, tp, reach=None, precision=None, engine=None, layout=None):
         raise ZeroDivisionError("bug in the latency model")
 
 

@@ -223,7 +223,9 @@ class _CheapPrefill:
     def step_time_s(self, load) -> float:
         return C if load.num_decode_seqs else 0.001
 
-    def for_instance(self, accelerator: str, tp: int, reach=None, precision=None, engine=None):
+    def for_instance(
+        self, accelerator: str, tp: int, reach=None, precision=None, engine=None, layout=None
+    ):
         return self
 
 

@@ -30,7 +30,7 @@ class CheckingSource:
     loads: list[StepLoad] = field(default_factory=list)
 
     def for_instance(
-        self, accelerator: str, tp: int, reach=None, precision=None, engine=None
+        self, accelerator: str, tp: int, reach=None, precision=None, engine=None, layout=None
     ) -> CheckingSource:
         return self
 

@@ -40,7 +40,7 @@ class LinearStep:
 @dataclass(frozen=True, slots=True)
 class LinearSource:
     def for_instance(
-        self, accelerator: str, tp: int, reach=None, precision=None, engine=None
+        self, accelerator: str, tp: int, reach=None, precision=None, engine=None, layout=None
     ) -> LinearStep:
         return LinearStep()
 
