@@ -1,15 +1,86 @@
-"""The parts of a `ModelShape` beyond a dense transformer's: mixture-of-experts MLPs
-(`MoESpec`) and multi-head latent attention (`MLASpec`). Each checks itself; the shape
-that holds them checks how they fit together. Torch-free.
+"""The vocabulary a `ModelShape` is built from: number formats (`DTYPE_BYTES`,
+`QUANTIZATIONS`, `KV_CACHE_DTYPES`, `Precision`, bytes per quantised weight), and the
+parts beyond a dense transformer's: mixture-of-experts MLPs (`MoESpec`) and multi-head
+latent attention (`MLASpec`). Each checks itself; the shape that holds them checks how
+they fit together. Torch-free.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 
 class ShapeError(ValueError):
     """A model shape or its config file is invalid."""
+
+
+DTYPE_BYTES: dict[str, int] = {
+    "float32": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "fp8": 1,
+}
+
+# Linear-layer weights (and their GEMMs): "fp4" is NVFP4 (W4A4, Blackwell), "mxfp4" the
+# OCP MX FP4 gpt-oss ships, "int4" weight-only INT4 (16-bit activations, e.g. Kimi-K2).
+QUANTIZATIONS = ("none", "fp8", "fp4", "mxfp4", "int4")
+KV_CACHE_DTYPES = ("auto", "fp8")  # "auto": the activation dtype, as vLLM's --kv-cache-dtype
+# Which weights a checkpoint's quantisation covers: "linear", every linear layer of the
+# transformer blocks (attention, dense MLPs, shared and routed experts); "experts", the
+# routed experts only, the rest in the activation dtype (gpt-oss's MXFP4, Kimi-K2-Thinking's
+# INT4). Embeddings, the LM head, norms and routers stay in the activation dtype either way.
+QUANTIZED_SCOPES = ("linear", "experts")
+# INT4 checkpoints scale each group of this many weights by one 16-bit number unless the
+# config says otherwise (Kimi-K2-Thinking's compressed-tensors "group_size": 32).
+DEFAULT_INT4_GROUP_SIZE = 32
+
+
+def weight_element_bytes(quantization: str, dtype_bytes: int, int4_group_size: int) -> Fraction:
+    """Bytes one quantised weight takes, its share of the scales included (exact).
+
+    - "none": the activation dtype (`dtype_bytes`); "fp8": 1 byte (block-scaled FP8's one
+      fp32 scale per 128 x 128 block, 0.0002 B a weight, is left out);
+    - "fp4" (NVFP4): 4 bits + one FP8 (E4M3) scale per 16 weights = 0.5 + 1/16 = 0.5625 B
+      (the per-tensor fp32 scale is left out);
+    - "mxfp4" (OCP MX): 4 bits + one 8-bit (E8M0) scale per 32 weights = 0.53125 B;
+    - "int4": 4 bits + one 16-bit scale per `int4_group_size` weights = 0.5 + 2/g B
+      (g = 32: 0.5625 B; AWQ/GPTQ's usual g = 128: 0.515625 B; zero points left out).
+    """
+    if quantization == "none":
+        return Fraction(dtype_bytes)
+    if quantization == "fp8":
+        return Fraction(1)
+    if quantization == "fp4":
+        return Fraction(1, 2) + Fraction(1, 16)
+    if quantization == "mxfp4":
+        return Fraction(1, 2) + Fraction(1, 32)
+    if quantization == "int4":
+        return Fraction(1, 2) + Fraction(2, int4_group_size)
+    raise ShapeError(f"quantization {quantization!r} is not one of {QUANTIZATIONS}")
+
+
+@dataclass(frozen=True, slots=True)
+class Precision:
+    """The number formats of a deployment beyond the activations: linear-layer weights
+    (`none`: the activation dtype; `fp8`; the 4-bit `fp4`, `mxfp4`, `int4`) and the KV
+    cache (`auto` | `fp8`)."""
+
+    weights: str = "none"
+    kv_cache: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.weights not in QUANTIZATIONS:
+            raise ShapeError(f"quantization {self.weights!r} is not one of {QUANTIZATIONS}")
+        if self.kv_cache not in KV_CACHE_DTYPES:
+            raise ShapeError(f"kv_cache_dtype {self.kv_cache!r} is not one of {KV_CACHE_DTYPES}")
+
+    @property
+    def label(self) -> str:
+        return f"w-{self.weights}.kv-{self.kv_cache}"
+
+
+DEFAULT_PRECISION = Precision()
 
 
 def _check_positive(where: str, **values: int) -> None:

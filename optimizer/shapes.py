@@ -1,13 +1,12 @@
-"""Model shapes: the dimensions that decide what a transformer step costs.
+"""Model shapes: presets and look-up.
 
-A `ModelShape` is the single description of a dense decoder-only transformer
-used by the profiler (to build kernels), the latency model (to compute
-features) and the simulator (to size the KV cache), with its number formats:
-activations (`dtype`), linear-layer weights (`quantization`) and KV cache
-(`kv_cache_dtype`). Presets cover the models users ask about most, under their
-short names and their Hugging Face ids (FP8 checkpoints included);
-`load_hf_config` reads a Hugging Face `config.json` from a local path (never the
-network), its `quantization_config` included.
+The vocabulary lives in `optimizer.shape_parts` (number formats, `Precision`, `MoESpec`,
+`MLASpec`) and `optimizer.model_shape` (`ModelShape` and its weight and KV-cache bytes);
+`optimizer.hf_config` reads a Hugging Face `config.json` from a local path (never the
+network), its `quantization_config` included. This module names the models users ask
+about most, under their short names and their Hugging Face ids (FP8 and 4-bit
+checkpoints included), dense here and mixture-of-experts in `optimizer.moe_presets`, and
+re-exports the rest so `from optimizer.shapes import ...` keeps working.
 
 This module imports neither torch nor anything else heavy, so the optimizer
 and API may import it freely.
@@ -15,193 +14,41 @@ and API may import it freely.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-from optimizer.shape_parts import MLASpec, MoESpec, ShapeError
+from optimizer.hf_config import load_hf_config
+from optimizer.model_shape import ModelShape
+from optimizer.moe_presets import MOE_CHECKPOINTS, MOE_HF_IDS, MOE_PRESETS, Checkpoint
+from optimizer.shape_parts import (
+    DEFAULT_PRECISION,
+    DTYPE_BYTES,
+    KV_CACHE_DTYPES,
+    QUANTIZATIONS,
+    QUANTIZED_SCOPES,
+    MLASpec,
+    MoESpec,
+    Precision,
+    ShapeError,
+)
 
-DTYPE_BYTES: dict[str, int] = {
-    "float32": 4,
-    "bfloat16": 2,
-    "float16": 2,
-    "fp8": 1,
-}
-
-
-# Linear-layer weights (and their GEMMs): "fp4" is NVFP4 (W4A4, Blackwell), "mxfp4" the
-# OCP MX FP4 gpt-oss ships, "int4" weight-only INT4 (16-bit activations, e.g. Kimi-K2).
-QUANTIZATIONS = ("none", "fp8", "fp4", "mxfp4", "int4")
-KV_CACHE_DTYPES = ("auto", "fp8")  # "auto": the activation dtype, as vLLM's --kv-cache-dtype
-
-
-@dataclass(frozen=True, slots=True)
-class Precision:
-    """The number formats of a deployment beyond the activations: linear-layer weights
-    (`none`: the activation dtype; `fp8`) and the KV cache (`auto` | `fp8`)."""
-
-    weights: str = "none"
-    kv_cache: str = "auto"
-
-    def __post_init__(self) -> None:
-        if self.weights not in QUANTIZATIONS:
-            raise ShapeError(f"quantization {self.weights!r} is not one of {QUANTIZATIONS}")
-        if self.kv_cache not in KV_CACHE_DTYPES:
-            raise ShapeError(f"kv_cache_dtype {self.kv_cache!r} is not one of {KV_CACHE_DTYPES}")
-
-    @property
-    def label(self) -> str:
-        return f"w-{self.weights}.kv-{self.kv_cache}"
-
-
-DEFAULT_PRECISION = Precision()
-
-
-@dataclass(frozen=True, slots=True)
-class ModelShape:
-    """Dimensions of a dense transformer (GQA when `num_kv_heads < num_heads`)."""
-
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    gated_mlp: bool = True
-    tie_word_embeddings: bool = False  # the LM head reuses the embedding table
-    dtype: str = "bfloat16"  # activations (and weights unless quantised)
-    quantization: str = "none"  # "fp8": linear-layer weights and their GEMMs in FP8
-    kv_cache_dtype: str = "auto"  # "fp8": the KV cache in FP8 ("auto": `dtype`)
-    moe: MoESpec | None = None  # None: every layer has a dense MLP of intermediate_size
-    mla: MLASpec | None = None  # None: standard (GQA) attention of num_kv_heads x head_dim
-    # Sliding-window attention: `sliding_window_layers` of the layers attend to the last
-    # `sliding_window` tokens only (gpt-oss: every other layer, 128 tokens); 0: none.
-    sliding_window: int = 0
-    sliding_window_layers: int = 0
-
-    def __post_init__(self) -> None:
-        for field in (
-            "num_layers",
-            "hidden_size",
-            "num_heads",
-            "num_kv_heads",
-            "head_dim",
-            "intermediate_size",
-            "vocab_size",
-        ):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ShapeError(f"{self.name}: {field} must be a positive integer, got {value!r}")
-        if self.num_heads % self.num_kv_heads:
-            raise ShapeError(
-                f"{self.name}: num_heads ({self.num_heads}) must be a multiple of "
-                f"num_kv_heads ({self.num_kv_heads})"
-            )
-        if self.dtype not in DTYPE_BYTES:
-            raise ShapeError(
-                f"{self.name}: dtype {self.dtype!r} is not one of {sorted(DTYPE_BYTES)}"
-            )
-        if self.quantization not in QUANTIZATIONS:
-            raise ShapeError(
-                f"{self.name}: quantization {self.quantization!r} is not one of {QUANTIZATIONS}"
-            )
-        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise ShapeError(
-                f"{self.name}: kv_cache_dtype {self.kv_cache_dtype!r} is not one of "
-                f"{KV_CACHE_DTYPES}"
-            )
-        if self.moe is not None:
-            if not isinstance(self.moe, MoESpec):
-                raise ShapeError(f"{self.name}: moe must be a MoESpec, got {self.moe!r}")
-            self.moe.check(f"{self.name}.moe")
-        if self.mla is not None:
-            if not isinstance(self.mla, MLASpec):
-                raise ShapeError(f"{self.name}: mla must be an MLASpec, got {self.mla!r}")
-            self.mla.check(f"{self.name}.mla")
-        for field in ("sliding_window", "sliding_window_layers"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ShapeError(f"{self.name}: {field} must be an integer >= 0, got {value!r}")
-        if self.sliding_window_layers > self.num_layers or (
-            bool(self.sliding_window) != bool(self.sliding_window_layers)
-        ):
-            raise ShapeError(
-                f"{self.name}: sliding_window ({self.sliding_window}) and sliding_window_layers "
-                f"({self.sliding_window_layers}) must both be 0 or both set, with at most "
-                f"num_layers ({self.num_layers}) layers"
-            )
-
-    @property
-    def is_moe(self) -> bool:
-        return self.moe is not None
-
-    @property
-    def dtype_bytes(self) -> int:
-        """Bytes per activation element (and per weight unless quantised)."""
-        return DTYPE_BYTES[self.dtype]
-
-    @property
-    def weight_dtype_bytes(self) -> int:
-        """Bytes per linear-layer weight (QKV, output, MLP projections)."""
-        return 1 if self.quantization == "fp8" else self.dtype_bytes
-
-    @property
-    def kv_dtype_bytes(self) -> int:
-        """Bytes per KV-cache element."""
-        return 1 if self.kv_cache_dtype == "fp8" else self.dtype_bytes
-
-    @property
-    def precision(self) -> Precision:
-        return Precision(self.quantization, self.kv_cache_dtype)
-
-    def with_precision(self, precision: Precision) -> ModelShape:
-        return replace(self, quantization=precision.weights, kv_cache_dtype=precision.kv_cache)
-
-    @property
-    def params_per_layer(self) -> int:
-        h, d = self.hidden_size, self.head_dim
-        qkv = h * (self.num_heads + 2 * self.num_kv_heads) * d
-        out = self.num_heads * d * h
-        mlp = (3 if self.gated_mlp else 2) * h * self.intermediate_size
-        norms = 2 * h
-        return qkv + out + mlp + norms
-
-    @property
-    def num_params(self) -> int:
-        # Embedding and LM head (one table when tied), plus the final norm.
-        tables = 1 if self.tie_word_embeddings else 2
-        return (
-            self.num_layers * self.params_per_layer
-            + tables * self.vocab_size * self.hidden_size
-            + self.hidden_size
-        )
-
-    @property
-    def num_linear_params(self) -> int:
-        """Parameters of the linear layers (what FP8 quantises); the rest (embedding, LM
-        head, norms) stays in `dtype`, as in vLLM's FP8 checkpoints."""
-        h, d = self.hidden_size, self.head_dim
-        qkv = h * (self.num_heads + 2 * self.num_kv_heads) * d
-        mlp = (3 if self.gated_mlp else 2) * h * self.intermediate_size
-        return self.num_layers * (qkv + self.num_heads * d * h + mlp)
-
-    def weight_bytes(self, tp: int = 1) -> int:
-        """Bytes of weights one GPU holds at tensor-parallel degree `tp` (linear layers at
-        their quantised width)."""
-        linear = self.num_linear_params
-        rest = self.num_params - linear
-        return (linear * self.weight_dtype_bytes + rest * self.dtype_bytes) // tp
-
-    def kv_bytes_per_token(self, tp: int = 1) -> int:
-        """KV-cache bytes per token on one GPU: 2 x layers x kv_heads x head_dim x KV dtype / tp
-        (KV heads are replicated when tp exceeds them)."""
-        kv_heads_per_gpu = max(1, self.num_kv_heads // tp)
-        return 2 * self.num_layers * kv_heads_per_gpu * self.head_dim * self.kv_dtype_bytes
-
-    def with_dtype(self, dtype: str) -> ModelShape:
-        return replace(self, dtype=dtype)
+__all__ = [
+    "DEFAULT_PRECISION",
+    "DTYPE_BYTES",
+    "HF_IDS",
+    "KV_CACHE_DTYPES",
+    "PRESETS",
+    "QUANTIZATIONS",
+    "QUANTIZED_SCOPES",
+    "MLASpec",
+    "MoESpec",
+    "ModelShape",
+    "Precision",
+    "ShapeError",
+    "get_shape",
+    "known_checkpoints",
+    "load_hf_config",
+]
 
 
 def _llama(name: str, layers: int, hidden: int, heads: int, kv: int, inter: int, vocab: int):
@@ -229,7 +76,7 @@ PRESETS: dict[str, ModelShape] = {
         ModelShape("tiny-draft", 1, 256, 8, 2, 32, 768, 4096, dtype="float32"),
         ModelShape("small", 8, 512, 8, 2, 64, 1536, 8192, dtype="float32"),
     )
-}
+} | MOE_PRESETS
 
 
 # Each preset's canonical Hugging Face checkpoint (what launch commands name).
@@ -247,12 +94,12 @@ HF_IDS: dict[str, str] = {
     "qwen2-7b": "Qwen/Qwen2-7B-Instruct",
     "qwen1.5-7b": "Qwen/Qwen1.5-7B-Chat",
     "qwen2-72b": "Qwen/Qwen2-72B-Instruct",
-}
+} | MOE_HF_IDS
 
 # Hugging Face checkpoints -> (preset of the same dimensions, weight quantisation of the
 # checkpoint). FP8 checkpoints are pre-quantised: vLLM reads their quantization_config.
-_CHECKPOINTS: dict[str, tuple[str, str]] = {
-    **{hf.lower(): (preset, "none") for preset, hf in HF_IDS.items()},
+_DENSE_CHECKPOINTS: dict[str, tuple[str, str]] = {
+    **{hf.lower(): (preset, "none") for preset, hf in HF_IDS.items() if preset not in MOE_PRESETS},
     **{
         f"meta-llama/{m}".lower(): (preset, "none")
         for preset, names in {
@@ -302,6 +149,15 @@ _CHECKPOINTS: dict[str, tuple[str, str]] = {
 }
 
 
+_CHECKPOINTS: dict[str, Checkpoint] = {
+    **{
+        k: Checkpoint(preset, quantization)
+        for k, (preset, quantization) in _DENSE_CHECKPOINTS.items()
+    },
+    **MOE_CHECKPOINTS,
+}
+
+
 def known_checkpoints() -> list[str]:
     """Hugging Face ids `get_shape` accepts (case-insensitive)."""
     return sorted(_CHECKPOINTS)
@@ -309,7 +165,7 @@ def known_checkpoints() -> list[str]:
 
 # NVIDIA's ModelOpt FP8 checkpoints also quantise the KV cache ("kv_cache_quant_algo":
 # "FP8" in their hf_quant_config.json): vLLM's --kv-cache-dtype auto then runs it in FP8.
-_FP8_KV_CHECKPOINTS = frozenset(k for k in _CHECKPOINTS if k.startswith("nvidia/"))
+_FP8_KV_CHECKPOINTS = frozenset(k for k in _DENSE_CHECKPOINTS if k.startswith("nvidia/"))
 
 
 def get_shape(name: str) -> ModelShape:
@@ -321,9 +177,14 @@ def get_shape(name: str) -> ModelShape:
         return PRESETS[key]
     checkpoint = _CHECKPOINTS.get(key)
     if checkpoint is not None:
-        preset, quantization = checkpoint
         kv = "fp8" if key in _FP8_KV_CHECKPOINTS else "auto"
-        return replace(PRESETS[preset], quantization=quantization, kv_cache_dtype=kv)
+        return replace(
+            PRESETS[checkpoint.preset],
+            quantization=checkpoint.quantization,
+            kv_cache_dtype=kv,
+            quantized_scope=checkpoint.scope,
+            int4_group_size=checkpoint.int4_group_size,
+        )
     path = Path(name)
     if path.exists():
         return load_hf_config(path)
@@ -331,98 +192,4 @@ def get_shape(name: str) -> ModelShape:
         f"unknown model shape {name!r}: expected one of {sorted(PRESETS)}, a Hugging Face id "
         "such as meta-llama/Llama-3.1-70B-Instruct or nvidia/Llama-3.1-8B-Instruct-FP8 (all: "
         "servetune.shapes.known_checkpoints), or a path to a Hugging Face config.json"
-    )
-
-
-def load_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
-    """Build a shape from a local Hugging Face `config.json` (or a folder holding one)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ShapeError(f"{path}: cannot read a JSON model config: {exc}") from exc
-    if not isinstance(cfg, dict):
-        raise ShapeError(f"{path}: expected a JSON object, got {type(cfg).__name__}")
-    required = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
-    missing = [k for k in required if k not in cfg]
-    if missing:
-        raise ShapeError(f"{path}: missing keys {missing} (expected a decoder-only HF config)")
-    heads = int(cfg["num_attention_heads"])
-    hidden = int(cfg["hidden_size"])
-    dtype = str(cfg.get("torch_dtype") or "bfloat16")
-    act = str(cfg.get("hidden_act", "silu"))
-    qc = cfg.get("quantization_config")
-    sidecar = path.with_name("hf_quant_config.json")  # ModelOpt's export beside config.json
-    if qc is None and sidecar.is_file():
-        try:
-            qc = json.loads(sidecar.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ShapeError(f"{sidecar}: cannot read a JSON quantization config: {exc}") from exc
-        if isinstance(qc, dict) and isinstance(qc.get("quantization"), dict):
-            qc = {"quant_method": "modelopt", **qc["quantization"]}
-    quantization = _quantization(qc, path)
-    kv_cache = _kv_cache_quantization(qc, path)
-    return ModelShape(
-        name=name or str(cfg.get("_name_or_path") or path.parent.name or "custom"),
-        num_layers=int(cfg["num_hidden_layers"]),
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
-        intermediate_size=int(cfg["intermediate_size"]),
-        vocab_size=int(cfg.get("vocab_size", 32000)),
-        gated_mlp=act in ("silu", "swiglu", "gelu_pytorch_tanh") or "gate" in act,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        dtype=dtype if dtype in DTYPE_BYTES else "bfloat16",
-        quantization=quantization,
-        kv_cache_dtype=kv_cache,
-    )
-
-
-def _kv_cache_quantization(qc: object, path: Path) -> str:
-    """The KV-cache format a `quantization_config` declares ("auto" without one): ModelOpt's
-    `kv_cache_quant_algo: FP8`, or compressed-tensors' `kv_cache_scheme` of 8-bit floats
-    (vLLM's --kv-cache-dtype auto then runs the KV cache in FP8)."""
-    if not isinstance(qc, dict):
-        return "auto"
-    algo = qc.get("kv_cache_quant_algo")
-    if algo is not None:
-        if str(algo).upper() != "FP8":
-            raise ShapeError(
-                f"{path}: kv_cache_quant_algo {algo!r} is not supported (FP8 KV caches are)"
-            )
-        return "fp8"
-    scheme = qc.get("kv_cache_scheme")
-    if isinstance(scheme, dict):
-        if scheme.get("type") == "float" and scheme.get("num_bits") == 8:
-            return "fp8"
-        raise ShapeError(
-            f"{path}: kv_cache_scheme {scheme!r} is not supported (8-bit float KV caches are)"
-        )
-    return "auto"
-
-
-def _quantization(qc: object, path: Path) -> str:
-    """The weight quantisation a `quantization_config` describes ("none" without one):
-    FP8 checkpoints say `quant_method: fp8` (vLLM's own), `modelopt` with
-    `quant_algo: FP8`, or `compressed-tensors` with 8-bit float weights."""
-    if qc is None:
-        return "none"
-    if not isinstance(qc, dict):
-        raise ShapeError(f"{path}: quantization_config: expected an object")
-    method = str(qc.get("quant_method", "")).lower()
-    if method == "fp8":
-        return "fp8"
-    if method == "modelopt" and str(qc.get("quant_algo", "")).upper() == "FP8":
-        return "fp8"
-    if method == "compressed-tensors":
-        groups = qc.get("config_groups") or {}
-        weights = [g.get("weights") or {} for g in groups.values() if isinstance(g, dict)]
-        if weights and all(w.get("type") == "float" and w.get("num_bits") == 8 for w in weights):
-            return "fp8"
-    raise ShapeError(
-        f"{path}: quantization_config {method or qc!r} is not supported (FP8 checkpoints are: "
-        "quant_method fp8, modelopt FP8, compressed-tensors float8); int4 is not modelled yet"
     )

@@ -202,9 +202,12 @@ def test_hugging_face_ids_and_fp8_checkpoints_resolve_to_shapes(tmp_path):
     cfg["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "FP8"}
     path.write_text(json.dumps(cfg))
     assert get_shape(str(path)).quantization == "fp8"
-    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4}
+    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": 128}
     path.write_text(json.dumps(cfg))
-    with pytest.raises(ShapeError, match="quantization_config 'awq' is not supported"):
+    assert get_shape(str(path)).quantization == "int4"  # issue 27: 4-bit weights are read
+    cfg["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ShapeError, match="quant_method 'bitsandbytes' is not supported"):
         get_shape(str(path))
     with pytest.raises(ShapeError, match="a Hugging Face id such as"):
         get_shape("some-org/unknown")

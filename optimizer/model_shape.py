@@ -1,0 +1,352 @@
+"""`ModelShape`: the dimensions that decide what a transformer step costs, and the weight
+and KV-cache bytes they make.
+
+A `ModelShape` is the single description of a decoder-only transformer used by the
+profiler (to build kernels), the latency model (to compute features) and the simulator
+(to size the KV cache): dense, or mixture-of-experts (`moe`), with GQA or multi-head
+latent attention (`mla`), optionally sliding-window on some layers, with its number
+formats: activations (`dtype`), linear-layer weights (`quantization`, over
+`quantized_scope`) and KV cache (`kv_cache_dtype`). Torch-free.
+
+Parameter counts leave out biases (gpt-oss's attention and expert biases, 0.04% of its
+weights), attention sinks, QK norms and MTP modules; they count every projection
+matrix, router, norm and embedding table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
+from optimizer.shape_parts import (
+    DEFAULT_INT4_GROUP_SIZE,
+    DTYPE_BYTES,
+    KV_CACHE_DTYPES,
+    QUANTIZATIONS,
+    QUANTIZED_SCOPES,
+    MLASpec,
+    MoESpec,
+    Precision,
+    ShapeError,
+    weight_element_bytes,
+)
+
+
+def _number(value: Fraction) -> float:
+    """An exact byte width as the int it is when whole (dense formats stay ints)."""
+    return int(value) if value.denominator == 1 else float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """Dimensions of a decoder-only transformer (GQA when `num_kv_heads < num_heads`).
+
+    With `moe`, the MoE layers replace their dense MLP (`intermediate_size` wide, kept for
+    the dense layers before and between them) by routed and shared experts. With `mla`,
+    attention is latent: `head_dim` is then the query/key head width
+    (qk_nope_head_dim + qk_rope_head_dim) and `num_kv_heads` the number of heads the
+    latent is expanded to (= num_heads).
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    gated_mlp: bool = True
+    tie_word_embeddings: bool = False  # the LM head reuses the embedding table
+    dtype: str = "bfloat16"  # activations (and weights unless quantised)
+    quantization: str = "none"  # linear-layer weights and their GEMMs: fp8, fp4, mxfp4, int4
+    kv_cache_dtype: str = "auto"  # "fp8": the KV cache in FP8 ("auto": `dtype`)
+    moe: MoESpec | None = None  # None: every layer has a dense MLP of intermediate_size
+    mla: MLASpec | None = None  # None: standard (GQA) attention of num_kv_heads x head_dim
+    # Sliding-window attention: `sliding_window_layers` of the layers attend to the last
+    # `sliding_window` tokens only (gpt-oss: every other layer, 128 tokens); 0: none.
+    sliding_window: int = 0
+    sliding_window_layers: int = 0
+    # Which weights `quantization` covers (QUANTIZED_SCOPES): "linear", all linear layers;
+    # "experts", the routed experts only (gpt-oss MXFP4, Kimi-K2-Thinking INT4).
+    quantized_scope: str = "linear"
+    int4_group_size: int = DEFAULT_INT4_GROUP_SIZE  # weights per 16-bit scale ("int4")
+
+    def __post_init__(self) -> None:
+        for field in (
+            "num_layers",
+            "hidden_size",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+            "vocab_size",
+            "int4_group_size",
+        ):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ShapeError(f"{self.name}: {field} must be a positive integer, got {value!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ShapeError(
+                f"{self.name}: num_heads ({self.num_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.dtype not in DTYPE_BYTES:
+            raise ShapeError(
+                f"{self.name}: dtype {self.dtype!r} is not one of {sorted(DTYPE_BYTES)}"
+            )
+        if self.quantization not in QUANTIZATIONS:
+            raise ShapeError(
+                f"{self.name}: quantization {self.quantization!r} is not one of {QUANTIZATIONS}"
+            )
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ShapeError(
+                f"{self.name}: kv_cache_dtype {self.kv_cache_dtype!r} is not one of "
+                f"{KV_CACHE_DTYPES}"
+            )
+        if self.quantized_scope not in QUANTIZED_SCOPES:
+            raise ShapeError(
+                f"{self.name}: quantized_scope {self.quantized_scope!r} is not one of "
+                f"{QUANTIZED_SCOPES}"
+            )
+        if self.moe is not None:
+            if not isinstance(self.moe, MoESpec):
+                raise ShapeError(f"{self.name}: moe must be a MoESpec, got {self.moe!r}")
+            self.moe.check(f"{self.name}.moe")
+            if self.moe.num_moe_layers(self.num_layers) == 0:
+                raise ShapeError(
+                    f"{self.name}.moe: no MoE layer among {self.num_layers} layers "
+                    f"(first_dense_layers {self.moe.first_dense_layers}, "
+                    f"layer_step {self.moe.layer_step})"
+                )
+        elif self.quantized_scope == "experts":
+            raise ShapeError(
+                f"{self.name}: quantized_scope 'experts' needs a MoE shape (moe is None)"
+            )
+        if self.mla is not None:
+            if not isinstance(self.mla, MLASpec):
+                raise ShapeError(f"{self.name}: mla must be an MLASpec, got {self.mla!r}")
+            self.mla.check(f"{self.name}.mla")
+        for field in ("sliding_window", "sliding_window_layers"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ShapeError(f"{self.name}: {field} must be an integer >= 0, got {value!r}")
+        if self.sliding_window_layers > self.num_layers or (
+            bool(self.sliding_window) != bool(self.sliding_window_layers)
+        ):
+            raise ShapeError(
+                f"{self.name}: sliding_window ({self.sliding_window}) and sliding_window_layers "
+                f"({self.sliding_window_layers}) must both be 0 or both set, with at most "
+                f"num_layers ({self.num_layers}) layers"
+            )
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    # -- number formats ------------------------------------------------------------------
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes per activation element (and per weight unless quantised)."""
+        return DTYPE_BYTES[self.dtype]
+
+    def _expert_element_bytes(self) -> Fraction:
+        return weight_element_bytes(self.quantization, self.dtype_bytes, self.int4_group_size)
+
+    def _dense_element_bytes(self) -> Fraction:
+        if self.quantized_scope == "experts":
+            return Fraction(self.dtype_bytes)
+        return self._expert_element_bytes()
+
+    @property
+    def weight_dtype_bytes(self) -> float:
+        """Bytes per weight of the quantised linear layers, scales included (fp8: 1;
+        NVFP4 0.5625; MXFP4 0.53125; INT4 0.5 + 2 / int4_group_size; none: `dtype`). An int
+        for whole widths. With quantized_scope "experts" only the routed experts have it:
+        see `dense_weight_dtype_bytes` for the rest."""
+        return _number(self._expert_element_bytes())
+
+    @property
+    def expert_weight_dtype_bytes(self) -> float:
+        """Bytes per weight of a routed expert's projections (= `weight_dtype_bytes`)."""
+        return _number(self._expert_element_bytes())
+
+    @property
+    def dense_weight_dtype_bytes(self) -> float:
+        """Bytes per weight of attention, dense-MLP and shared-expert projections: the
+        activation dtype's when quantized_scope is "experts", else `weight_dtype_bytes`."""
+        return _number(self._dense_element_bytes())
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        """Bytes per KV-cache element."""
+        return 1 if self.kv_cache_dtype == "fp8" else self.dtype_bytes
+
+    @property
+    def precision(self) -> Precision:
+        return Precision(self.quantization, self.kv_cache_dtype)
+
+    def with_precision(self, precision: Precision) -> ModelShape:
+        """The shape in other number formats. A checkpoint's quantized_scope holds for its
+        own format; another weight format applies to every linear layer ("linear"), as
+        vLLM's online --quantization does."""
+        scope = self.quantized_scope if precision.weights == self.quantization else "linear"
+        return replace(
+            self,
+            quantization=precision.weights,
+            kv_cache_dtype=precision.kv_cache,
+            quantized_scope=scope,
+        )
+
+    def with_dtype(self, dtype: str) -> ModelShape:
+        return replace(self, dtype=dtype)
+
+    # -- parameters ----------------------------------------------------------------------
+
+    @property
+    def attention_params(self) -> int:
+        """Projection weights of one layer's attention. GQA: QKV h x (a + 2g) x d and output
+        a x d x h. MLA: query (h x q_lora + q_lora x a x qk, or h x a x qk without a query
+        latent), the KV down-projection h x (kv_lora + rope), its up-projection
+        kv_lora x a x (nope + v) and output a x v x h."""
+        h, a = self.hidden_size, self.num_heads
+        if self.mla is None:
+            d = self.head_dim
+            return h * (a + 2 * self.num_kv_heads) * d + a * d * h
+        m = self.mla
+        if m.q_lora_rank:
+            query = h * m.q_lora_rank + m.q_lora_rank * a * m.qk_head_dim
+        else:
+            query = h * a * m.qk_head_dim
+        kv_down = h * (m.kv_lora_rank + m.qk_rope_head_dim)
+        kv_up = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+        return query + kv_down + kv_up + a * m.v_head_dim * h
+
+    @property
+    def _mlp_factor(self) -> int:
+        return 3 if self.gated_mlp else 2  # gate, up, down (or up, down)
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is MoE (0 for a dense model)."""
+        return 0 if self.moe is None else self.moe.num_moe_layers(self.num_layers)
+
+    @property
+    def num_dense_layers(self) -> int:
+        """Layers with a dense MLP of `intermediate_size`."""
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def expert_params(self) -> int:
+        """Weights of one routed expert (gate, up, down: 3 x hidden x expert width)."""
+        if self.moe is None:
+            return 0
+        return self._mlp_factor * self.hidden_size * self.moe.expert_intermediate_size
+
+    @property
+    def routed_expert_params(self) -> int:
+        """Weights of all routed experts of all MoE layers (what EP shards)."""
+        if self.moe is None:
+            return 0
+        return self.num_moe_layers * self.moe.num_experts * self.expert_params
+
+    @property
+    def shared_expert_params(self) -> int:
+        """Weights of the shared experts of all MoE layers (every token runs them)."""
+        if self.moe is None:
+            return 0
+        width = self.moe.shared_intermediate_size
+        return self.num_moe_layers * self._mlp_factor * self.hidden_size * width
+
+    @property
+    def router_params(self) -> int:
+        """Router weights of all MoE layers (hidden x num_experts each; kept 16-bit)."""
+        if self.moe is None:
+            return 0
+        return self.num_moe_layers * self.hidden_size * self.moe.num_experts
+
+    @property
+    def num_linear_params(self) -> int:
+        """Parameters of the linear layers (what weight quantisation covers at most:
+        attention, dense MLPs, shared and routed experts); the rest (embedding, LM head,
+        norms, routers) stays in `dtype`, as in vLLM's quantised checkpoints."""
+        dense_mlp = self._mlp_factor * self.hidden_size * self.intermediate_size
+        return (
+            self.num_layers * self.attention_params
+            + self.num_dense_layers * dense_mlp
+            + self.shared_expert_params
+            + self.routed_expert_params
+        )
+
+    @property
+    def _norm_params(self) -> int:
+        """Norm weights: two per layer (plus MLA's query and KV latent norms), one final."""
+        per_layer = 2 * self.hidden_size
+        if self.mla is not None:
+            per_layer += self.mla.q_lora_rank + self.mla.kv_lora_rank
+        return self.num_layers * per_layer + self.hidden_size
+
+    @property
+    def embedding_params(self) -> int:
+        """The input embedding table (vocab x hidden); tied, it is also the LM head."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def num_params(self) -> int:
+        """All parameters: linear layers, routers, norms, embedding and LM head (one table
+        when tied). Biases, sinks, QK norms and MTP modules are left out."""
+        tables = 1 if self.tie_word_embeddings else 2
+        return (
+            self.num_linear_params
+            + self.router_params
+            + self._norm_params
+            + tables * self.embedding_params
+        )
+
+    @property
+    def num_active_params(self) -> int:
+        """Parameters one token's forward pass multiplies by: attention, dense MLPs, shared
+        experts, its `experts_per_token` routed experts per MoE layer, routers, norms and
+        the LM head. The input embedding is a row lookup and is not counted (untied; tied,
+        the table counts once, as the LM head), as OpenAI counts gpt-oss's active
+        parameters; Qwen and DeepSeek count it (add `embedding_params`)."""
+        active_experts = 0
+        if self.moe is not None:
+            per_layer = self.moe.experts_per_token * self.expert_params
+            active_experts = self.num_moe_layers * per_layer
+        lookup = 0 if self.tie_word_embeddings else self.embedding_params
+        return self.num_params - self.routed_expert_params + active_experts - lookup
+
+    # -- bytes per GPU -------------------------------------------------------------------
+
+    def weight_bytes(self, tp: int = 1, layout: ExpertLayout = DENSE_LAYOUT) -> int:
+        """Bytes of weights one GPU holds in an instance of tensor-parallel degree `tp` and
+        expert layout `layout`: attention, dense MLPs, shared experts, routers, norms,
+        embedding and LM head split over tp (and replicated on each of the layout's dp
+        ranks); the routed experts sharded over all tp x dp GPUs, whole experts with
+        expert parallelism or each expert tensor-split without (the same bytes). Linear
+        layers count at their quantised width, scales included (`weight_dtype_bytes`)."""
+        routed = self.routed_expert_params
+        linear = self.num_linear_params - routed
+        rest = self.num_params - self.num_linear_params
+        replicated = linear * self._dense_element_bytes() + rest * self.dtype_bytes
+        experts = routed * self._expert_element_bytes()
+        return replicated // tp + experts // layout.num_gpus(tp)
+
+    def kv_bytes_per_token(self, tp: int = 1) -> int:
+        """KV-cache bytes per token on one GPU.
+
+        GQA: 2 x layers x kv_heads x head_dim x KV dtype / tp (KV heads are replicated
+        when tp exceeds them). MLA: layers x (kv_lora_rank + qk_rope_head_dim) x KV dtype,
+        the latent and rotary key every head shares, held whole by every TP rank (as
+        vLLM's MLA backends do). Sliding-window layers are counted in full, as if they
+        kept every token: an upper bound (they keep `sliding_window` tokens per sequence;
+        gpt-oss's 128-token window makes its true per-token cost about half this at long
+        context).
+        """
+        if self.mla is not None:
+            return self.num_layers * self.mla.cache_width * self.kv_dtype_bytes
+        kv_heads_per_gpu = max(1, self.num_kv_heads // tp)
+        return 2 * self.num_layers * kv_heads_per_gpu * self.head_dim * self.kv_dtype_bytes
