@@ -1,0 +1,195 @@
+"""MoE, MLA and 4-bit shapes: parameter counts against the published ones, weight and
+KV-cache bytes per GPU worked by hand, and the number formats' bytes per weight."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
+from optimizer.shapes import PRESETS, MoESpec, Precision, ShapeError, get_shape
+
+# Published (total, active) parameters in billions, the half-unit of their last digit
+# (the rounding they carry) and whether the publisher counts the input embedding among
+# the active parameters (`num_active_params` does not: it is a row lookup).
+#   gpt-oss: OpenAI's model card, 116.8B / 5.1B (20.9B / 3.6B), embedding not active.
+#   Qwen3: model cards, 30.5B / 3.3B and 235B / 22B, embedding counted.
+#   DeepSeek-V3: README_WEIGHTS, 671B / 36.6B "including 0.9B for the output head", no MTP.
+#   Kimi-K2: tech report 1.04T / 32B; MiniMax-M2: 230B / 10B (transformers docs);
+#   Llama-4-Scout: 109B / 17B, its vision encoder (~1.7B) not in the text shape.
+PUBLISHED = {
+    "gpt-oss-120b": (116.8, 5.1, 0.05, False),
+    "gpt-oss-20b": (20.9, 3.6, 0.05, False),
+    "qwen3-30b-a3b": (30.5, 3.3, 0.05, True),
+    "qwen3-235b-a22b": (235, 22, 0.5, True),
+    "deepseek-v3": (671, 36.6, 0.05, False),
+    "deepseek-r1": (671, 36.6, 0.05, False),
+    "kimi-k2": (1040, 32, 5, False),
+    "minimax-m2": (230, 10, 0.5, False),
+    "llama-4-scout": (109, 17, 0.5, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_parameter_counts_match_the_published_ones(name):
+    """Within 2% or the published figure's rounding, whichever is wider. Left out of the
+    count: biases (gpt-oss: 0.04B), attention sinks, QK norms, DeepSeek's MTP layer and
+    Llama-4's vision encoder (the 1.2% Scout is short)."""
+    total, active, rounding, counts_embedding = PUBLISHED[name]
+    shape = PRESETS[name]
+    ours = shape.num_active_params + (shape.embedding_params if counts_embedding else 0)
+    assert shape.num_params / 1e9 == pytest.approx(total, abs=max(0.02 * total, rounding))
+    assert ours / 1e9 == pytest.approx(active, abs=max(0.02 * active, rounding))
+
+
+def test_every_moe_preset_is_checked_against_published_counts():
+    assert {n for n, s in PRESETS.items() if s.is_moe} == set(PUBLISHED)
+
+
+def test_golden_gpt_oss_120b_mxfp4_tp1():
+    """gpt-oss-120b as shipped: MXFP4 routed experts, everything else bf16, one GPU.
+
+    attention / layer: QKV 2880 x (64 + 2 x 8) x 64 = 14,745,600 + out 64 x 64 x 2880
+      = 11,796,480 -> 26,542,080; x 36 layers = 955,514,880 (bf16: 1,911,029,760 B)
+    experts: 36 x 128 x (3 x 2880 x 2880 = 24,883,200) = 114,661,785,600 weights
+      x (0.5 + 1/32 = 17/32 B) = 60,914,073,600 B
+    router 36 x 2880 x 128 = 13,271,040; norms 36 x 2 x 2880 + 2880 = 210,240; tables
+      2 x 201,088 x 2880 = 1,158,266,880 -> 1,171,748,160 x 2 B = 2,343,496,320 B
+    weight bytes = 1,911,029,760 + 60,914,073,600 + 2,343,496,320 = 65,168,599,680
+    KV / token (all 36 layers counted in full, an upper bound) = 2 x 36 x 8 x 64 x 2 B
+      = 73,728; active = 955,514,880 + 36 x 4 x 24,883,200 + 13,271,040 + 210,240 +
+      LM head 579,133,440 = 5,131,310,400.
+    """
+    shape = get_shape("openai/gpt-oss-120b")
+    assert (shape.quantization, shape.quantized_scope) == ("mxfp4", "experts")
+    assert shape.num_params == 116_789_048_640
+    assert shape.num_active_params == 5_131_310_400
+    assert shape.weight_bytes(1) == 65_168_599_680
+    assert shape.kv_bytes_per_token(1) == 73_728
+
+
+def test_golden_qwen3_30b_a3b_bf16_tp2_dp2_expert_parallel():
+    """Qwen3-30B-A3B bf16 at tp 2 with dp 2 and EP: 4 GPUs, 32 whole experts on each.
+
+    attention / layer: QKV 2048 x (32 + 8) x 128 = 10,485,760 + out 32 x 128 x 2048 =
+      8,388,608 -> 18,874,368; x 48 = 905,969,664
+    router 48 x 2048 x 128 = 12,582,912; norms 48 x 2 x 2048 + 2048 = 198,656; tables
+      2 x 151,936 x 2048 = 622,329,856
+    split over tp 2: (905,969,664 + 12,582,912 + 198,656 + 622,329,856) x 2 B / 2
+      = 1,541,081,088 B
+    experts: 48 x 128 x (3 x 2048 x 768 = 4,718,592) = 28,991,029,248 x 2 B / 4 GPUs
+      = 14,495,514,624 B
+    weight bytes / GPU = 16,036,595,712; KV / token at tp 2: 2 x 48 x (4 / 2) x 128 x 2 B
+      = 49,152.
+    """
+    shape = get_shape("qwen3-30b-a3b")
+    ep = ExpertLayout(dp=2, expert_parallel=True)
+    assert shape.weight_bytes(2, ep) == 16_036_595_712
+    assert shape.weight_bytes(2, ExpertLayout(dp=2)) == 16_036_595_712  # tensor-split: same
+    assert shape.kv_bytes_per_token(2) == 49_152
+
+
+def test_golden_deepseek_v3_fp8_mla_tp8():
+    """DeepSeek-V3 as shipped (block-scaled FP8 linear layers) at tp 8.
+
+    attention / layer: query 7168 x 1536 + 1536 x 128 x 192 = 48,758,784; KV down
+      7168 x (512 + 64) = 4,128,768; KV up 512 x 128 x (128 + 128) = 16,777,216; out
+      128 x 128 x 7168 = 117,440,512 -> 187,105,280; x 61 = 11,413,422,080
+    dense MLPs 3 x 3 x 7168 x 18432 = 1,189,085,184; shared experts 58 x 3 x 7168 x 2048
+      = 2,554,331,136 -> FP8 linear outside the experts 15,156,838,400 B
+    router 58 x 7168 x 256 = 106,430,464; norms 61 x (2 x 7168 + 1536 + 512) + 7168 =
+      1,006,592; tables 2 x 129,280 x 7168 = 1,853,358,080 -> 1,960,795,136 x 2 B
+    split over tp 8: (15,156,838,400 + 3,921,590,272) / 8 = 2,384,803,584 B
+    experts: 58 x 256 x 44,040,192 = 653,908,770,816 x 1 B / 8 = 81,738,596,352 B
+    weight bytes / GPU = 84,123,399,936; KV / token: 61 x (512 + 64) x 2 B = 70,272 on
+    every TP rank (the latent is not split).
+    """
+    shape = get_shape("deepseek-ai/DeepSeek-V3")
+    assert shape.num_params == 671_026_404_352
+    assert shape.weight_bytes(8) == 84_123_399_936
+    assert shape.kv_bytes_per_token(8) == shape.kv_bytes_per_token(1) == 70_272
+
+
+def test_experts_shard_over_all_gpus_and_the_rest_over_tp():
+    shape = get_shape("qwen3-235b-a22b")
+    wide = shape.weight_bytes(2, ExpertLayout(dp=4, expert_parallel=True))
+    # dp ranks replicate attention: more dp lowers only the expert share.
+    assert shape.weight_bytes(8) < wide < shape.weight_bytes(2)
+    assert shape.weight_bytes(1, DENSE_LAYOUT) == shape.weight_bytes()
+    dense = get_shape("llama-3.1-8b")  # no experts: the layout changes nothing
+    assert dense.weight_bytes(2, ExpertLayout(dp=4)) == dense.weight_bytes(2)
+
+
+def test_four_bit_bytes_per_weight_include_their_scales():
+    base = get_shape("qwen3-30b-a3b")
+    widths = {q: base.with_precision(Precision(q)).weight_dtype_bytes for q in ("fp4", "mxfp4")}
+    assert widths == {"fp4": 0.5625, "mxfp4": 0.53125}
+    assert replace(base, quantization="int4", int4_group_size=128).weight_dtype_bytes == 0.515625
+    assert base.weight_dtype_bytes == 2 and isinstance(base.weight_dtype_bytes, int)
+    assert base.with_precision(Precision("fp8")).weight_dtype_bytes == 1
+    # NVFP4 on every linear layer: all of them at 0.5625 B.
+    fp4 = get_shape("nvidia/DeepSeek-R1-FP4")
+    assert fp4.dense_weight_dtype_bytes == fp4.expert_weight_dtype_bytes == 0.5625
+    rest = fp4.num_params - fp4.num_linear_params
+    assert fp4.weight_bytes() == int(fp4.num_linear_params * 0.5625) + 2 * rest
+
+
+def test_kimi_k2_thinking_quantises_only_the_routed_experts():
+    instruct, thinking = get_shape("kimi-k2"), get_shape("moonshotai/Kimi-K2-Thinking")
+    assert (thinking.quantization, thinking.quantized_scope) == ("int4", "experts")
+    assert thinking.dense_weight_dtype_bytes == 2 and thinking.expert_weight_dtype_bytes == 0.5625
+    routed = thinking.routed_expert_params
+    others = thinking.num_params - routed
+    assert thinking.weight_bytes() == others * 2 + routed * 9 // 16
+    assert thinking.weight_bytes() < instruct.weight_bytes()  # FP8 everywhere: 1 B > 0.5625 B
+    assert thinking.weight_bytes() / 1e9 == pytest.approx(594, abs=1)
+
+
+def test_checkpoints_by_id_carry_their_formats():
+    assert get_shape("Qwen/Qwen3-235B-A22B-FP8").quantization == "fp8"
+    assert get_shape("qwen/qwen3-235b-a22b").quantization == "none"
+    assert get_shape("deepseek-ai/DeepSeek-R1") == replace(
+        get_shape("deepseek-v3"), name="deepseek-r1"
+    )
+    scout = get_shape("nvidia/Llama-4-Scout-17B-16E-Instruct-FP4")
+    assert (scout.quantization, scout.quantized_scope, scout.kv_cache_dtype) == (
+        "fp4",
+        "linear",
+        "auto",
+    )
+    assert get_shape("meta-llama/Llama-4-Scout-17B-16E-Instruct").quantization == "none"
+
+
+def test_another_format_covers_every_linear_layer():
+    gpt = get_shape("gpt-oss-20b")
+    assert gpt.with_precision(Precision("mxfp4", "fp8")).quantized_scope == "experts"
+    fp8 = gpt.with_precision(Precision("fp8"))
+    assert fp8.quantized_scope == "linear" and fp8.dense_weight_dtype_bytes == 1
+    assert Precision("fp4").label == "w-fp4.kv-auto"
+    assert Precision("fp8", "fp8").label == "w-fp8.kv-fp8"
+
+
+def test_mla_and_sliding_window_kv_bytes():
+    kimi = get_shape("kimi-k2")
+    assert kimi.kv_bytes_per_token(8) == 61 * (512 + 64) * 2
+    assert replace(kimi, kv_cache_dtype="fp8").kv_bytes_per_token(4) == 61 * 576
+    gpt = get_shape("gpt-oss-20b")
+    assert (gpt.sliding_window, gpt.sliding_window_layers) == (128, 12)
+    # Upper bound: sliding layers counted as if they kept every token.
+    assert gpt.kv_bytes_per_token(1) == replace(
+        gpt, sliding_window=0, sliding_window_layers=0
+    ).kv_bytes_per_token(1)
+    assert gpt.kv_bytes_per_token(8) == 2 * 24 * 1 * 64 * 2
+
+
+def test_bad_shapes_say_what_is_wrong():
+    dense = get_shape("llama-3.1-8b")
+    with pytest.raises(ShapeError, match="quantized_scope 'experts' needs a MoE shape"):
+        replace(dense, quantized_scope="experts")
+    with pytest.raises(ShapeError, match="quantized_scope 'blocks' is not one of"):
+        replace(get_shape("gpt-oss-20b"), quantized_scope="blocks")
+    with pytest.raises(ShapeError, match="no MoE layer among 32 layers"):
+        replace(dense, moe=MoESpec(8, 2, 1024, first_dense_layers=32))
+    with pytest.raises(ShapeError, match="int4_group_size must be a positive integer"):
+        replace(dense, int4_group_size=0)
