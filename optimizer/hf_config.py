@@ -160,8 +160,10 @@ def _sliding(cfg: dict, path: Path, num_layers: int) -> tuple[int, int]:
     return (window, count) if window and count else (0, 0)
 
 
-def _quant_config(cfg: dict, path: Path) -> object:
-    qc = cfg.get("quantization_config")
+def _quant_config(top: dict, cfg: dict, path: Path) -> object:
+    """The top level's `quantization_config`, else the text config's (Kimi-K2.5 nests it
+    there), else ModelOpt's sidecar."""
+    qc = top.get("quantization_config", cfg.get("quantization_config"))
     sidecar = path.with_name("hf_quant_config.json")  # ModelOpt's export beside config.json
     if qc is None and sidecar.is_file():
         qc = _read_json(sidecar, "quantization config")
@@ -190,7 +192,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
     moe, dense_width = _moe_spec(cfg, path, layers)
     mla = _mla_spec(cfg, path)
     window, window_layers = _sliding(cfg, path, layers)
-    qc = _quant_config(top, path)
+    qc = _quant_config(top, cfg, path)
     quant = read_quantization(qc, path, hidden)
     if quant.scope == "experts" and moe is None:
         raise ShapeError(

@@ -11,8 +11,8 @@ Weights (`read_quantization`):
 - "int4": compressed-tensors 4-bit int weights (pack-quantized, Kimi-K2-Thinking), AWQ,
   GPTQ with `bits: 4`, each with its group size (one 16-bit scale per group).
 
-Which weights are quantised: the exclusion list (`modules_to_not_convert`, `ignore`,
-`exclude_modules`) naming attention modules means only the experts are ("experts":
+Which weights are quantised: an exclusion list (`modules_to_not_convert`, `ignore`,
+`exclude_modules`) keeping attention out whole means only the experts are ("experts":
 attention, dense MLPs and shared experts stay 16-bit, as gpt-oss's MXFP4 and
 Kimi-K2-Thinking's INT4 ship); otherwise every linear layer is ("linear"). Torch-free.
 """
@@ -38,8 +38,22 @@ class WeightQuantization:
     int4_group_size: int = DEFAULT_INT4_GROUP_SIZE
 
 
+def _covers_attention(entry: str) -> bool:
+    """Whether an exclusion entry keeps attention unquantised: it names an attention module
+    whole ("model.layers.*.self_attn", "re:.*self_attn.*") or its output projection (as
+    lists spelt out layer by layer do). Excluding only the small latent down-projections
+    (DeepSeek's q_a_proj, kv_a_proj_with_mqa) leaves attention quantised."""
+    low = entry.lower()
+    at = low.rfind("attn")
+    if at < 0:
+        return False
+    rest = low[at + len("attn") :]
+    return rest.strip(".*$\\") == "" or "o_proj" in rest
+
+
 def _scope(qc: dict, path: Path) -> str:
-    """ "experts" when the exclusion lists name attention modules, else "linear"."""
+    """The quantised scope: "experts" when the exclusion lists keep attention unquantised
+    (`_covers_attention`), else "linear"."""
     excluded: list[str] = []
     for key in _EXCLUSION_KEYS:
         value = qc.get(key)
@@ -48,7 +62,7 @@ def _scope(qc: dict, path: Path) -> str:
         if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
             raise ShapeError(f"{path}: quantization_config.{key} must be a list of module names")
         excluded += value
-    return "experts" if any("attn" in m.lower() for m in excluded) else "linear"
+    return "experts" if any(_covers_attention(m) for m in excluded) else "linear"
 
 
 def _group_size(value: object, path: Path, key: str, channel: int) -> int:

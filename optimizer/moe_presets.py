@@ -124,8 +124,10 @@ MOE_PRESETS: dict[str, ModelShape] = {
         _deepseek("kimi-k2", heads=64, experts=384, first_dense=1, vocab=163840),
         # MiniMaxAI/MiniMax-M2 config.json: 62 layers, hidden 3072, 48 heads of 128, 8 KV
         # heads, 256 experts 1536 wide (intermediate_size), top-8, no shared expert,
-        # vocab 200,064, untied; FP8 with weight_block_size [128, 128] as shipped
-        # (ModelCloud/GPTQModel hf_minimax_m2 config, transformers minimax_m2 docs).
+        # vocab 200,064, untied (ModelCloud/GPTQModel hf_minimax_m2 config); FP8 with
+        # weight_block_size [128, 128] as shipped, attention and experts both FP8, router
+        # fp32 (counted 16-bit here: 0.1 GB) (whn09/neuronx-distributed-inference
+        # examples/minimax_m2_misc/SUMMARY.md).
         ModelShape(
             "minimax-m2",
             num_layers=62,

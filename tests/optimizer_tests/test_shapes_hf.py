@@ -224,6 +224,40 @@ def test_four_bit_quantization_configs(tmp_path):
     assert (shape.quantized_scope, shape.weight_dtype_bytes) == ("linear", 0.515625)
 
 
+@pytest.mark.parametrize(
+    ("excluded", "scope"),
+    [
+        (["lm_head", "model.layers.*.self_attn"], "experts"),
+        (["re:.*self_attn.*"], "experts"),
+        (["re:.*self_attn\\..*"], "experts"),
+        (
+            [f"model.layers.{i}.self_attn.{m}" for i in range(61) for m in ("q_b_proj", "o_proj")],
+            "experts",
+        ),
+        (["re:.*kv_a_proj_with_mqa$", "re:.*q_a_proj$", "lm_head"], "linear"),
+        (["model.layers.0.self_attn.kv_a_proj_with_mqa"], "linear"),
+        (["re:.*mlp.gate$", "lm_head"], "linear"),
+    ],
+)
+def test_attention_is_unquantised_only_when_excluded_whole(tmp_path, excluded, scope):
+    qc = {
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+        "modules_to_not_convert": excluded,
+    }
+    assert _load(tmp_path, {**DEEPSEEK_V3, "quantization_config": qc}).quantized_scope == scope
+
+
+def test_a_nested_text_config_may_hold_the_quantization_config(tmp_path):
+    int4 = {"quant_method": "compressed-tensors", "ignore": ["re:.*self_attn.*"], "config_groups": {
+        "group_0": {"weights": {"type": "int", "num_bits": 4, "group_size": 32}}}}  # fmt: skip
+    text = {k: v for k, v in DEEPSEEK_V3.items() if k != "quantization_config"}
+    shape = _load(
+        tmp_path, {"model_type": "kimi_k25", "text_config": {**text, "quantization_config": int4}}
+    )
+    assert (shape.quantization, shape.quantized_scope) == ("int4", "experts")
+
+
 def test_modelopt_sidecar_declares_nvfp4(tmp_path):
     (tmp_path / "hf_quant_config.json").write_text(
         json.dumps(
