@@ -350,3 +350,14 @@ class ModelShape:
             return self.num_layers * self.mla.cache_width * self.kv_dtype_bytes
         kv_heads_per_gpu = max(1, self.num_kv_heads // tp)
         return 2 * self.num_layers * kv_heads_per_gpu * self.head_dim * self.kv_dtype_bytes
+
+    def kv_bytes_per_sequence(self, num_tokens: int, tp: int = 1) -> int:
+        """KV-cache bytes one sequence of `num_tokens` tokens holds on one GPU, with its
+        sliding-window layers keeping only their last `sliding_window` tokens (block
+        rounding left out); without sliding layers, num_tokens x `kv_bytes_per_token`."""
+        if num_tokens < 0:
+            raise ShapeError(f"{self.name}: num_tokens must be >= 0, got {num_tokens}")
+        per_layer = self.kv_bytes_per_token(tp) // self.num_layers
+        full_layers = self.num_layers - self.sliding_window_layers
+        windowed = min(num_tokens, self.sliding_window)
+        return per_layer * (full_layers * num_tokens + self.sliding_window_layers * windowed)

@@ -183,6 +183,17 @@ def test_mla_and_sliding_window_kv_bytes():
     assert gpt.kv_bytes_per_token(8) == 2 * 24 * 1 * 64 * 2
 
 
+def test_sliding_layers_hold_only_their_window_per_sequence():
+    """gpt-oss-20b at tp 1: 24 layers x 8 KV heads x 64 x 2 (K, V) x 2 B = 2,048 B per layer
+    and token; 12 full layers hold all 10,000 tokens, 12 sliding ones their last 128:
+    2,048 x (120,000 + 1,536) = 2,048 x 121,536 = 248,905,728 B."""
+    gpt = get_shape("gpt-oss-20b")
+    assert gpt.kv_bytes_per_sequence(10_000) == 248_905_728
+    assert gpt.kv_bytes_per_sequence(100) == 100 * gpt.kv_bytes_per_token()  # within the window
+    dense = get_shape("llama-3.1-8b")
+    assert dense.kv_bytes_per_sequence(777, tp=2) == 777 * dense.kv_bytes_per_token(2)
+
+
 def test_bad_shapes_say_what_is_wrong():
     dense = get_shape("llama-3.1-8b")
     with pytest.raises(ShapeError, match="quantized_scope 'experts' needs a MoE shape"):
