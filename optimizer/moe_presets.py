@@ -7,10 +7,11 @@ preset and that checkpoint's weight format. Dimensions are those of each model's
 Hugging Face `config.json`, as cited beside each preset (read through the code search
 of public repositories that quote or load them). Torch-free.
 
-Not here: Qwen3.6-35B-A3B (the MoE measured in /work/shared/data, `Qwen3_5MoeForCausal
-LM`): 30 of its 40 layers are Gated DeltaNet linear attention, which `ModelShape` does
-not model (`load_hf_config` rejects its `layer_types`), and its recorded metadata gives
-only the vocabulary (248,320), not the dimensions.
+Not here: Qwen3.6-35B-A3B, the MoE measured in the shared observations (vLLM resolves it
+to `Qwen3_5MoeForConditionalGeneration`). Its recorded metadata gives only the vocabulary
+(248,320), not the dimensions, and 30 of its 40 layers are Gated DeltaNet linear
+attention (a fixed recurrent state per sequence, no KV cache), which `ModelShape` does
+not model: `load_hf_config` rejects its `linear_attention` layer types.
 """
 
 from __future__ import annotations
