@@ -194,7 +194,7 @@ def build_fleet(
                 draft = draft_latency.for_instance(icfg.accelerator, icfg.tp, reach, engine=release)
         except LookupError as exc:
             raise SimulationError(f"{plan.role} instances: {exc}") from exc
-        floor_s = check_decode_floor(target, shape, acc, icfg.tp)
+        floor_s = check_decode_floor(target, shape, acc, icfg.tp, layout=icfg.layout)
         num_spec = spec.num_speculative_tokens if speculate else 0
         price = _make_price(target, draft, spec.draft_relative_cost, num_spec, floor_s, clamped)
         limits.append(request_limit(config, plan))
