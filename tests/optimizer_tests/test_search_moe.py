@@ -79,3 +79,40 @@ def test_the_moe_knobs_validate_and_round_trip():
         space("test-moe", 8, expert_parallel=(1,))
     with pytest.raises(SearchSpaceError, match=r"expert_parallel: duplicate values"):
         space("test-moe", 8, expert_parallel=(True, True))
+
+
+@pytest.mark.parametrize(
+    ("acc", "defaults"),
+    [("b200", (8192, 1024)), ("b300", (8192, 1024)), ("gh200", (8192, 1024)),
+     ("a100", (2048, 256)), ("l40s", (2048, 256))],
+)  # fmt: skip
+def test_baseline_takes_vllms_large_defaults_on_gpus_of_70_gib_but_a100(acc, defaults):
+    from optimizer.search.recommend import baseline_config
+
+    inst = baseline_config(space("llama-3.1-8b", 8, accelerators=(acc,))).replica
+    assert inst is not None
+    assert (inst.max_num_batched_tokens, inst.max_num_seqs) == defaults
+
+
+def test_a_seeded_moe_study_evaluates_dp_and_ep_units():
+    from optimizer.latency.analytic import LinearLatency, SingleLatencySource
+    from optimizer.search.evaluation import EvalSettings, EvalStatus
+    from optimizer.search.study import Objective, open_study, run_trials, trial_outcomes
+    from optimizer.search.trace_evaluator import TraceEvaluator
+    from optimizer.sim import SLO
+    from optimizer.workload import FixedLength, LognormalLength, synthetic_workload
+
+    wl = synthetic_workload(
+        200, 8.0, input_lengths=LognormalLength(800, 0.5, max_tokens=4000),
+        output_lengths=FixedLength(60), seed=1,
+    )  # fmt: skip
+    lat = SingleLatencySource(LinearLatency(base_s=0.007, per_token_s=2.7e-5, per_kv_token_s=4e-8))
+    settings = EvalSettings(slo=SLO(2.0, 0.05), gpu_budget=4, screen_requests=100, seed=0)
+    evaluator = TraceEvaluator.for_trace(wl, lat, settings)
+    sp = space("test-moe", 4, modes=(ServingMode.COLOCATED,), tp=(1, 2))
+    study = open_study("moe", None, seed=2, n_startup_trials=6)
+    run_trials(study, Objective(sp, evaluator), 6)
+    outcomes = trial_outcomes(study)
+    assert outcomes and all(o.config.num_gpus <= 4 for o in outcomes)
+    assert all(o.evaluation.status is not EvalStatus.INVALID for o in outcomes)
+    assert any(o.config.replica.dp > 1 for o in outcomes)
