@@ -85,7 +85,9 @@ class ServingConfig:
     Colocated: `replica` x `num_replicas`. Disaggregated: `prefill` x
     `num_prefill` plus `decode` x `num_decode`; `kv_link` prices the KV hand-off.
     `routing` spreads arrivals over replicas (or prefill instances) and
-    prefilled requests over decode instances. Validated on construction.
+    prefilled requests over decode instances. An instance of a MoE model may have dp
+    attention ranks (tp x dp GPUs, `optimizer.parallel`) that share its arrivals.
+    Validated on construction.
     """
 
     model: str  # a shape preset, a Hugging Face id (FP8 checkpoints too) or a config.json
