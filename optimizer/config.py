@@ -29,6 +29,7 @@ from optimizer.config_parts import (
     SpecMethod,
     SpeculationConfig,
     _positive_int,
+    check_weight_format,
 )
 
 # The parts are part of this module's interface: `from optimizer.config import ...`.
@@ -51,7 +52,9 @@ from optimizer.memory import (
     DraftFootprint,
     activation_reserve_bytes,
     kv_capacity_blocks,
+    weight_bytes_per_gpu,
 )
+from optimizer.parallel import DENSE_LAYOUT
 from optimizer.plain import PlainDataError, from_plain, to_plain
 from optimizer.shapes import (
     KV_CACHE_DTYPES,
@@ -72,7 +75,7 @@ class RolePlan:
     role: Role
     instance: InstanceConfig
     count: int
-    kv_blocks: int  # KV blocks per instance
+    kv_blocks: int  # KV blocks per DP rank (each rank has its own cache; dp 1: the instance)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,9 @@ class ServingConfig:
     Colocated: `replica` x `num_replicas`. Disaggregated: `prefill` x
     `num_prefill` plus `decode` x `num_decode`; `kv_link` prices the KV hand-off.
     `routing` spreads arrivals over replicas (or prefill instances) and
-    prefilled requests over decode instances. Validated on construction.
+    prefilled requests over decode instances. An instance of a MoE model may have dp
+    attention ranks (tp x dp GPUs, `optimizer.parallel`) that share its arrivals.
+    Validated on construction.
     """
 
     model: str  # a shape preset, a Hugging Face id (FP8 checkpoints too) or a config.json
@@ -189,7 +194,8 @@ class ServingConfig:
 
     @property
     def num_gpus(self) -> int:
-        return sum(p.instance.tp * p.count for p in self.roles())
+        """GPUs of the fleet: tp x dp per instance."""
+        return sum(p.instance.num_gpus * p.count for p in self.roles())
 
     def price_per_hour(self) -> float | None:
         """Fleet price in USD per hour, or None when some role has no price."""
@@ -200,7 +206,7 @@ class ServingConfig:
                 price = p.instance.resolve_accelerator().price_per_hour
             if price is None:
                 return None
-            total += price * p.instance.tp * p.count
+            total += price * p.instance.num_gpus * p.count
         return total
 
     def to_dict(self) -> dict[str, typing.Any]:
@@ -301,7 +307,9 @@ def _validate(cfg: ServingConfig) -> None:
         if not isinstance(inst, InstanceConfig):
             raise ConfigError(f"{where}: expected an InstanceConfig")
         inst.check(where)
-        inst.resolve_accelerator(where)
+        acc = inst.resolve_accelerator(where)
+        inst.check_layout(shape, where)
+        check_weight_format(deployed.quantization, acc, where)
         if shape.num_heads % inst.tp or (
             shape.num_kv_heads % inst.tp and inst.tp % shape.num_kv_heads
         ):
@@ -312,11 +320,14 @@ def _validate(cfg: ServingConfig) -> None:
         role = Role.PREFILL if where == "config.prefill" else Role.DECODE
         blocks = kv_capacity_blocks(deployed, inst, cfg.drafter(role, inst))
         if blocks <= 0:
-            acc = inst.resolve_accelerator()
+            split = f"tp={inst.tp}"
+            if inst.layout != DENSE_LAYOUT:
+                split += f", dp={inst.dp}{', expert parallel' if inst.expert_parallel else ''}"
             raise ConfigError(
                 f"{where}: {shape.name} ({deployed.precision.label}) does not fit on "
-                f"{acc.name} at tp={inst.tp}: "
-                f"{deployed.weight_bytes(inst.tp) / 1e9:.1f} GB of weights per GPU + "
+                f"{acc.name} at {split}: "
+                f"{weight_bytes_per_gpu(deployed, inst.tp, inst.layout) / 1e9:.1f} GB of "
+                "weights per GPU + "
                 f"{activation_reserve_bytes(deployed, inst) / 1e9:.1f} GB reserve > "
                 f"{acc.memory_gib:g} GiB x gpu_memory_utilization {inst.gpu_memory_utilization} "
                 "leaves no room for the KV cache"

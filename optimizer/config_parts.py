@@ -100,12 +100,16 @@ class InstanceConfig:
     def check(self, where: str) -> None:
         if not isinstance(self.accelerator, str) or not self.accelerator:
             raise ConfigError(f"{where}.accelerator: expected a name, got {self.accelerator!r}")
-        for name in ("tp", "max_num_batched_tokens", "max_num_seqs", "block_size"):
+        for name in ("tp", "dp", "max_num_batched_tokens", "max_num_seqs", "block_size"):
             _positive_int(f"{where}.{name}", getattr(self, name))
         if self.tp & (self.tp - 1):
             raise ConfigError(f"{where}.tp: expected a power of two, got {self.tp}")
         if not isinstance(self.enable_chunked_prefill, bool):
             raise ConfigError(f"{where}.enable_chunked_prefill: expected a bool")
+        if not isinstance(self.expert_parallel, bool):
+            raise ConfigError(
+                f"{where}.expert_parallel: expected a bool, got {self.expert_parallel!r}"
+            )
         u = self.gpu_memory_utilization
         _positive_number(f"{where}.gpu_memory_utilization", u)
         if u > 1.0:
@@ -136,11 +140,68 @@ class InstanceConfig:
                 "enable_chunked_prefill to false"
             )
 
+    def check_layout(self, shape: ModelShape, where: str) -> None:
+        """The MoE split against the model: dp and expert_parallel only for a MoE model; its
+        experts must split over the instance's tp x dp GPUs."""
+        moe = shape.moe
+        if moe is None:
+            if self.dp != 1 or self.expert_parallel:
+                raise ConfigError(
+                    f"{where}: dp={self.dp}, expert_parallel={self.expert_parallel} given for "
+                    f"{shape.name}, a dense model: dp/expert_parallel are for MoE models; a "
+                    "dense model scales out with num_replicas"
+                )
+            return
+        layout = self.layout
+        n = layout.num_gpus(self.tp)
+        if self.expert_parallel and moe.num_experts < n:
+            # vLLM's determine_expert_map (fused_moe) gives rank r num_experts // ep (+1 for
+            # the first num_experts % ep ranks): an uneven split is allowed, an empty rank is
+            # not useful and is refused here.
+            raise ConfigError(
+                f"{where}: expert_parallel over tp x dp = {n} GPUs needs at least {n} experts; "
+                f"{shape.name} has {moe.num_experts}"
+            )
+        if not self.expert_parallel and moe.expert_intermediate_size % n:
+            # Without EP vLLM tensor-splits every expert over tp x dp GPUs
+            # (FusedMoEParallelConfig: moe TP = tp x dp), so its width must divide.
+            raise ConfigError(
+                f"{where}: without expert_parallel each expert of {shape.name} is split over "
+                f"tp x dp = {n} GPUs, but its width {moe.expert_intermediate_size} is not "
+                f"divisible by {n} (enable expert_parallel or pick another tp/dp)"
+            )
+
     def resolve_accelerator(self, where: str = "instance") -> Accelerator:
         try:
             return get_accelerator(self.accelerator)
         except HardwareError as exc:
             raise ConfigError(f"{where}.accelerator: {exc}") from exc
+
+
+def check_weight_format(quantization: str, acc: Accelerator, where: str) -> None:
+    """Refuse a weight format the GPU cannot run as this project prices it (vLLM's rules):
+    - "fp4" is NVFP4 W4A4 on FP4 tensor cores: Blackwell only (`fp4_tflops`). On older GPUs
+      vLLM falls back to weight-only FP4 through Marlin ("Your GPU does not have native
+      support for FP4 computation", marlin_utils_fp4.py), a different precision: refused.
+    - "mxfp4" (gpt-oss): vLLM's Mxfp4Config.get_min_capability() is 80: native on
+      Blackwell, weight-only W4A16 (Marlin / Triton) on Hopper and Ampere.
+    - "int4" weight-only: the GPTQ/AWQ Marlin kernels (get_min_capability 80): Ampere+.
+    """
+    if quantization == "fp4" and acc.fp4_tflops is None:
+        raise ConfigError(
+            f"{where}.accelerator: quantization fp4 (NVFP4 W4A4) needs FP4 tensor cores "
+            f"(Blackwell: b200, b300); {acc.name} has none (for 4-bit weights on it use "
+            "mxfp4 or int4, which run weight-only)"
+        )
+    if quantization in ("mxfp4", "int4"):
+        cc = acc.capability
+        if cc is None or cc < (8, 0):
+            stated = "states no compute_capability" if cc is None else f"is {cc[0]}.{cc[1]}"
+            raise ConfigError(
+                f"{where}.accelerator: quantization {quantization} runs on vLLM's Marlin "
+                f"kernels, which need compute capability >= 8.0 (Ampere or newer); "
+                f"{acc.name} {stated}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,20 +31,41 @@ class Accelerator:
     bf16_tflops: float  # dense peak, TFLOP/s
     # dense FP8 peak, TFLOP/s; None: no FP8 tensor cores (FP8 weights run weight-only)
     fp8_tflops: float | None = field(default=None, kw_only=True)
+    # dense FP4 (NVFP4) peak, TFLOP/s; None: no FP4 tensor cores (Blackwell has them)
+    fp4_tflops: float | None = field(default=None, kw_only=True)
     memory_gib: float  # what the device reports (GiB, 2^30 bytes)
     hbm_tb_s: float  # memory bandwidth, TB/s
     link_gb_s: float = 450.0  # intra-node link per direction (NVLink), GB/s
     price_per_hour: float | None = None  # optional USD per GPU-hour
     chip: str | None = field(default=None, kw_only=True)  # whose latency model prices it
+    # CUDA compute capability ("8.0" A100, "9.0" Hopper, "10.0" B200); None: not a CUDA GPU
+    # or not stated (weight-only INT4/MXFP4 kernels need 8.0, `optimizer.config_parts`)
+    compute_capability: str | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         for f in ("bf16_tflops", "memory_gib", "hbm_tb_s", "link_gb_s"):
             value = getattr(self, f)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise HardwareError(f"{self.name}: {f} must be a positive number, got {value!r}")
-        f8 = self.fp8_tflops
-        if f8 is not None and (not isinstance(f8, (int, float)) or isinstance(f8, bool) or f8 <= 0):
-            raise HardwareError(f"{self.name}: fp8_tflops must be a positive number, got {f8!r}")
+        for f in ("fp8_tflops", "fp4_tflops"):
+            value = getattr(self, f)
+            if value is not None and (
+                not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0
+            ):
+                raise HardwareError(f"{self.name}: {f} must be a positive number, got {value!r}")
+        cc = self.compute_capability
+        if cc is not None and not _is_capability(cc):
+            raise HardwareError(
+                f"{self.name}: compute_capability must be a string such as '9.0', got {cc!r}"
+            )
+
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        """(major, minor) of `compute_capability`, None when not stated."""
+        if self.compute_capability is None:
+            return None
+        major, minor = self.compute_capability.split(".")
+        return int(major), int(minor)
 
     @property
     def family(self) -> str:
@@ -70,21 +91,57 @@ class Accelerator:
         return self.flops_per_s / self.hbm_bytes_per_s
 
 
+def _is_capability(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    parts = value.split(".")
+    return len(parts) == 2 and all(p.isdigit() for p in parts)
+
+
 ACCELERATORS: dict[str, Accelerator] = {
     a.name: a
     for a in (
         # memory_gib: the device-reported totals vLLM logs (H100 79.19-79.22 GiB) or, where
         # no log was at hand, the nvidia-smi total less the same ~1.4% the H100 shows.
-        Accelerator("a100", 312.0, 79.15, 2.0, 300.0),
-        Accelerator("a100-40gb", 312.0, 39.39, 1.555, 300.0, chip="a100"),
-        Accelerator("h100", 989.0, 79.2, 3.35, 450.0, fp8_tflops=1979.0),
-        Accelerator("h200", 989.0, 139.8, 4.8, 450.0, fp8_tflops=1979.0),
+        Accelerator("a100", 312.0, 79.15, 2.0, 300.0, compute_capability="8.0"),
+        Accelerator("a100-40gb", 312.0, 39.39, 1.555, 300.0, chip="a100", compute_capability="8.0"),
+        Accelerator("h100", 989.0, 79.2, 3.35, 450.0, fp8_tflops=1979.0, compute_capability="9.0"),
+        Accelerator("h200", 989.0, 139.8, 4.8, 450.0, fp8_tflops=1979.0, compute_capability="9.0"),
         # GH200: an H100 GPU with 96 GB of HBM3 at 4 TB/s (priced with the H100's model)
-        Accelerator("gh200", 989.0, 94.5, 4.0, 450.0, fp8_tflops=1979.0, chip="h100"),
-        Accelerator("b200", 2250.0, 178.4, 8.0, 900.0, fp8_tflops=4500.0),
+        Accelerator(
+            "gh200",
+            989.0,
+            94.5,
+            4.0,
+            450.0,
+            fp8_tflops=1979.0,
+            chip="h100",
+            compute_capability="9.0",
+        ),
+        # FP4: the dense fp4_tc_flops of AIConfigurator's b200_sxm / b300_sxm system files
+        # (9 and 14 PFLOP/s; data/profiles/aiconfigurator/{b200,b300}_sxm/*.yaml).
+        Accelerator(
+            "b200",
+            2250.0,
+            178.4,
+            8.0,
+            900.0,
+            fp8_tflops=4500.0,
+            fp4_tflops=9000.0,
+            compute_capability="10.0",
+        ),
         # B300 (Blackwell Ultra): nvidia-smi reports 275,040 MiB; less the ~0.9% the B200 shows.
-        Accelerator("b300", 2250.0, 266.2, 8.0, 900.0, fp8_tflops=4500.0),
-        Accelerator("l40s", 362.0, 44.4, 0.864, 32.0, fp8_tflops=733.0),
+        Accelerator(
+            "b300",
+            2250.0,
+            266.2,
+            8.0,
+            900.0,
+            fp8_tflops=4500.0,
+            fp4_tflops=14000.0,
+            compute_capability="10.3",
+        ),
+        Accelerator("l40s", 362.0, 44.4, 0.864, 32.0, fp8_tflops=733.0, compute_capability="8.9"),
         # The CPU this project profiles on in CI; figures are rough, for tiny shapes only.
         # Their weights (tens of MB) stay in the last-level cache, so the bandwidth is the
         # cache's, bounded high: the decode floor must hold on any host (DRAM's 0.02 TB/s
@@ -123,7 +180,7 @@ def get_accelerator(name: str) -> Accelerator:
 
 def load_accelerator(path: str | Path) -> Accelerator:
     """Read a spec file: name, bf16_tflops, memory_gib or memory_bytes, hbm_tb_s
-    [, fp8_tflops, link_gb_s, price_per_hour, chip]."""
+    [, fp8_tflops, fp4_tflops, compute_capability, link_gb_s, price_per_hour, chip]."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -159,6 +216,9 @@ def load_accelerator(path: str | Path) -> Accelerator:
             f"{path}: missing keys {missing} (memory as memory_gib or memory_bytes)"
         )
     data.setdefault("name", path.stem)
+    cc = data.get("compute_capability")
+    if isinstance(cc, (int, float)) and not isinstance(cc, bool):  # YAML reads 9.0 as a float
+        data["compute_capability"] = f"{cc:.1f}"
     try:
         return Accelerator(**data)
     except TypeError as exc:

@@ -15,6 +15,11 @@ context's and libraries' growth after start-up. CUDA graphs are captured after
 the KV cache is sized, out of the `1 - gpu_memory_utilization` headroom (vLLM
 before 0.21; later versions subtract an estimate, ~0.1-0.5 GiB, not modelled).
 
+Mixture-of-experts instances (`optimizer.parallel`): an instance of tp x dp GPUs holds
+its experts sharded over all tp x dp GPUs and the rest split by tp
+(`weight_bytes_per_gpu`); each of its dp ranks has its own KV cache, so
+`kv_capacity_blocks` is per rank (the whole instance when dp is 1).
+
 Checked against vLLM's own logs in tests/optimizer_tests/test_memory.py
 (Llama-3-8B and Qwen3-0.6B on H100 and A100; within 4%).
 """
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from optimizer.hardware import Accelerator
+from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
 from optimizer.shapes import ModelShape
 
 GIB = 1024**3
@@ -44,7 +50,21 @@ class EngineLimits(Protocol):
     gpu_memory_utilization: float
     block_size: int
 
+    @property
+    def layout(self) -> ExpertLayout: ...
+
     def resolve_accelerator(self, where: str = ...) -> Accelerator: ...
+
+
+def weight_bytes_per_gpu(shape: ModelShape, tp: int, layout: ExpertLayout) -> int:
+    """Weights one GPU of an instance holds: `ModelShape.weight_bytes(tp, layout)` (experts
+    sharded over tp x dp GPUs, the rest split by tp)."""
+    # MERGE SHIM (issue 27, fleet part): until the shapes part lands, weight_bytes takes
+    # no layout; the dense layout is then the same call. After merging, replace this
+    # body with `return shape.weight_bytes(tp, layout)`.
+    if layout == DENSE_LAYOUT:
+        return shape.weight_bytes(tp)
+    return shape.weight_bytes(tp, layout)  # type: ignore[call-arg]
 
 
 def forward_activation_bytes(shape: ModelShape, num_tokens: int, tp: int) -> int:
@@ -108,7 +128,8 @@ def kv_cache_bytes(
     """Per-GPU bytes vLLM gives the KV cache (module docstring; may be negative: the model
     does not fit). `total_bytes`: the device's memory (default: the accelerator's)."""
     total = inst.resolve_accelerator().hbm_bytes if total_bytes is None else total_bytes
-    free = total * inst.gpu_memory_utilization - shape.weight_bytes(inst.tp)
+    weights = weight_bytes_per_gpu(shape, inst.tp, inst.layout)
+    free = total * inst.gpu_memory_utilization - weights
     free -= activation_reserve_bytes(shape, inst)
     if draft is not None:
         free -= draft.weight_bytes
@@ -121,7 +142,8 @@ def kv_capacity_blocks(
     draft: DraftFootprint | None = None,
     total_bytes: float | None = None,
 ) -> int:
-    """KV blocks per instance (DOMAIN.md §3); <= 0 when the model does not fit.
+    """KV blocks per instance, or per DP rank of a MoE instance (each rank's tp GPUs hold
+    its own cache; DOMAIN.md §3); <= 0 when the model does not fit.
     `draft`: a speculative drafter sharing the GPU (its weights, and its KV in each block)."""
     per_token = shape.kv_bytes_per_token(inst.tp)
     if draft is not None:

@@ -112,6 +112,8 @@ def _knob_changes(base: ServingConfig, rec: ServingConfig) -> list[str]:
     front = rec.roles()[0].instance
     for name, bv, rv in (
         ("tp", b.tp, r.tp),
+        ("dp", b.dp, r.dp),
+        ("expert parallel", b.expert_parallel, r.expert_parallel),
         ("max_num_batched_tokens", b.max_num_batched_tokens, front.max_num_batched_tokens),
         ("max_num_seqs", b.max_num_seqs, r.max_num_seqs),
         ("chunked prefill", b.enable_chunked_prefill, front.enable_chunked_prefill),

@@ -17,6 +17,10 @@ not ship. SGLang: one server per replica behind `sglang_router.launch_router`, t
 SGLang recommends for data parallelism; `--dp-size` cannot span nodes for a dense model,
 and the router's `round_robin` policy is the simulated routing.
 
+A MoE model's instance has tp x dp GPUs (`optimizer.search.engine_args` has its flags);
+its colocated replicas are one vLLM server each (vLLM would shard the experts over every
+data-parallel rank of one deployment), behind a load balancer of the user's.
+
 Disaggregated: one server per instance with the KV-transfer settings (vLLM:
 NixlConnector producer/consumer, each with a distinct `VLLM_NIXL_SIDE_CHANNEL_PORT`, its
 node's first port plus the instance's first GPU so that per-rank ports never overlap;
@@ -35,27 +39,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from optimizer.config import (
-    InstanceConfig,
     Role,
     RoutingPolicy,
     ServingConfig,
     ServingMode,
-    SpecMethod,
 )
+from optimizer.search.engine_args import sglang_args, vllm_args
 from optimizer.search.placement import GPUS_PER_NODE, Placement, node_size, place
 from optimizer.shapes import HF_IDS
 
-_VLLM_SPEC = {
-    SpecMethod.EAGLE: "eagle3",
-    SpecMethod.DRAFT: "draft_model",
-    SpecMethod.NGRAM: "ngram",
-}
-_SGLANG_SPEC = {
-    SpecMethod.EAGLE: "EAGLE3",
-    SpecMethod.DRAFT: "STANDALONE",
-    SpecMethod.NGRAM: "NGRAM",
-}
-DRAFT_PLACEHOLDER = "<draft-model>"
 VLLM_PD_PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
 # First server port on each node: the engines' default serving ports.
 VLLM_PORT, SGLANG_PORT = 8000, 30000
@@ -92,110 +84,6 @@ class LaunchCommand:
 
 def model_id(config: ServingConfig, override: str | None = None) -> str:
     return override or HF_IDS.get(config.model.lower(), config.model)
-
-
-def _draft(config: ServingConfig, draft_model: str | None) -> str:
-    name = draft_model or config.speculation.draft_model
-    return HF_IDS.get(name.lower(), name) if name else DRAFT_PLACEHOLDER
-
-
-def _precision_args(config: ServingConfig, *, kv_flag: str, kv_fp8: str) -> list[str]:
-    """FP8 weights on a 16-bit checkpoint (quantised on the fly; a pre-quantised checkpoint
-    needs no flag: both engines read its quantization_config) and an FP8 KV cache."""
-    out = []
-    if config.shape.quantization == "fp8" and config.checkpoint_quantization != "fp8":
-        out += ["--quantization", "fp8"]
-    if config.kv_cache_dtype == "fp8":
-        out += [kv_flag, kv_fp8]
-    return out
-
-
-def _max_model_len(config: ServingConfig, inst: InstanceConfig) -> int | None:
-    """The context limit to pass: with chunked prefill off a prompt must fit one step's
-    token budget (vLLM refuses to start otherwise), which is also what was simulated."""
-    mml = config.max_model_len
-    if not inst.enable_chunked_prefill:
-        budget = inst.max_num_batched_tokens
-        mml = budget if mml is None else min(mml, budget)
-    return mml
-
-
-def _vllm_args(
-    config: ServingConfig, inst: InstanceConfig, *, speculate: bool, draft_model: str | None
-) -> list[str]:
-    args = [
-        "--tensor-parallel-size",
-        str(inst.tp),
-        "--max-num-batched-tokens",
-        str(inst.max_num_batched_tokens),
-        "--max-num-seqs",
-        str(inst.max_num_seqs),
-        "--enable-chunked-prefill"
-        if inst.enable_chunked_prefill
-        else "--no-enable-chunked-prefill",
-        "--gpu-memory-utilization",
-        f"{inst.gpu_memory_utilization:g}",
-        "--block-size",
-        str(inst.block_size),
-    ]
-    mml = _max_model_len(config, inst)
-    if mml is not None:
-        args += ["--max-model-len", str(mml)]
-    # Stated either way: vLLM v1 enables it by default, and the command must be the
-    # simulated deployment.
-    args.append(
-        "--enable-prefix-caching" if config.enable_prefix_caching else "--no-enable-prefix-caching"
-    )
-    args += _precision_args(config, kv_flag="--kv-cache-dtype", kv_fp8="fp8")
-    spec = config.speculation
-    if speculate and spec.enabled:
-        cfg: dict[str, object] = {"method": _VLLM_SPEC[spec.method]}
-        if spec.method is not SpecMethod.NGRAM:
-            cfg["model"] = _draft(config, draft_model)
-        cfg["num_speculative_tokens"] = spec.num_speculative_tokens
-        if spec.method is SpecMethod.NGRAM:
-            cfg["prompt_lookup_max"] = 4
-        args += ["--speculative-config", json.dumps(cfg)]
-    return args
-
-
-def _sglang_args(
-    config: ServingConfig, inst: InstanceConfig, *, speculate: bool, draft_model: str | None
-) -> list[str]:
-    chunk = inst.max_num_batched_tokens if inst.enable_chunked_prefill else -1
-    args = [
-        "--tp-size",
-        str(inst.tp),
-        "--chunked-prefill-size",
-        str(chunk),
-        "--max-prefill-tokens",
-        str(inst.max_num_batched_tokens),
-        "--max-running-requests",
-        str(inst.max_num_seqs),
-        "--mem-fraction-static",
-        f"{inst.gpu_memory_utilization:g}",
-    ]
-    mml = _max_model_len(config, inst)
-    if mml is not None:
-        args += ["--context-length", str(mml)]
-    if not config.enable_prefix_caching:
-        args.append("--disable-radix-cache")
-    args += _precision_args(config, kv_flag="--kv-cache-dtype", kv_fp8="fp8_e4m3")
-    spec = config.speculation
-    if speculate and spec.enabled:
-        k = spec.num_speculative_tokens
-        args += ["--speculative-algorithm", _SGLANG_SPEC[spec.method]]
-        if spec.method is not SpecMethod.NGRAM:
-            args += ["--speculative-draft-model-path", _draft(config, draft_model)]
-        args += [
-            "--speculative-num-steps",
-            str(k),
-            "--speculative-num-draft-tokens",
-            str(k + 1),
-            "--speculative-eagle-topk",
-            "1",
-        ]
-    return args
 
 
 def _quote(part: str) -> str:
@@ -252,8 +140,10 @@ def _layout(
         )
     size = node_size(config, gpus_per_node)
     if size > gpus_per_node:
+        dense = all(p.instance.dp == 1 for p in config.roles())
+        what = f"a TP {size} instance" if dense else f"a {size}-GPU (tp x dp) instance"
         notes.append(
-            f"a TP {size} instance needs more than one {gpus_per_node}-GPU node: this layout "
+            f"{what} needs more than one {gpus_per_node}-GPU node: this layout "
             f"assumes {size}-GPU nodes; span nodes with the engine's multi-node setup"
         )
     return _Layout(config, model, draft_model, placements,
@@ -270,7 +160,7 @@ def _vllm_colocated(lay: _Layout) -> list[LaunchCommand]:
     config = lay.config
     assert config.replica is not None
     n, tp = config.num_replicas, config.replica.tp
-    args = _vllm_args(config, config.replica, speculate=True, draft_model=lay.draft_model)
+    args = vllm_args(config, config.replica, speculate=True, draft_model=lay.draft_model)
     by_node: dict[int, list[Placement]] = {}
     for p in lay.placements:
         by_node.setdefault(p.node, []).append(p)
@@ -305,11 +195,33 @@ def _vllm_colocated(lay: _Layout) -> list[LaunchCommand]:
     return out
 
 
+def _vllm_moe_colocated(lay: _Layout) -> list[LaunchCommand]:
+    """A MoE model: one server per replica on its own port. Its --data-parallel-size is the
+    replica's own dp ranks (in lockstep, sharing the experts): vLLM shards a MoE's experts
+    over every rank of one deployment, so replicas cannot be its data-parallel ranks."""
+    config = lay.config
+    n = config.num_replicas
+    out = []
+    for i, p in enumerate(lay.placements):
+        args = vllm_args(config, p.instance, speculate=True, draft_model=lay.draft_model)
+        argv = ["vllm", "serve", lay.model, "--port", str(VLLM_PORT + p.slot), *args]
+        note = ""
+        if i == 0 and n > 1:
+            note = (
+                f"{n} independent servers of this MoE model, one per replica: put a "
+                "round-robin load balancer in front of their ports (vLLM ships none)"
+            )
+        if i == 0:
+            note = _join_notes(lay.node_note, note)
+        out.append(lay.server(Engine.VLLM, p, lay.gpus(p), argv, note))
+    return out
+
+
 def _vllm_disaggregated(lay: _Layout) -> list[LaunchCommand]:
     out = []
     hosts: dict[Role, list[tuple[str, int]]] = {Role.PREFILL: [], Role.DECODE: []}
     for i, p in enumerate(lay.placements):
-        args = _vllm_args(lay.config, p.instance, speculate=p.role is Role.DECODE,
+        args = vllm_args(lay.config, p.instance, speculate=p.role is Role.DECODE,
                           draft_model=lay.draft_model)  # fmt: skip
         kv_role = "kv_producer" if p.role is Role.PREFILL else "kv_consumer"
         kv = {"kv_connector": "NixlConnector", "kv_role": kv_role}
@@ -346,7 +258,7 @@ def _sglang_commands(lay: _Layout) -> list[LaunchCommand]:
     workers: list[str] = []
     router_pd: list[str] = []
     for i, p in enumerate(lay.placements):
-        args = _sglang_args(config, p.instance, speculate=p.role is not Role.PREFILL,
+        args = sglang_args(config, p.instance, speculate=p.role is not Role.PREFILL,
                             draft_model=lay.draft_model)  # fmt: skip
         # SGLang binds 127.0.0.1 unless told: a lone server faces clients, and a router on
         # another node must reach the servers.
@@ -395,6 +307,8 @@ def launch_commands(
     lay = _layout(config, model_id(config, model), draft_model, gpus_per_node)
     if config.mode is ServingMode.DISAGGREGATED:
         vllm = _vllm_disaggregated(lay)
+    elif config.shape.is_moe:
+        vllm = _vllm_moe_colocated(lay)
     else:
         vllm = _vllm_colocated(lay)
     return (*vllm, *_sglang_commands(lay))

@@ -19,7 +19,7 @@ class Placement:
     role: Role
     instance: InstanceConfig
     node: int
-    gpus: tuple[int, ...]  # its GPUs on that node
+    gpus: tuple[int, ...]  # its GPUs on that node (tp x dp)
     slot: int  # its position among the node's servers: its port is the first port + slot
 
 
@@ -31,9 +31,9 @@ class _Node:
 
 
 def node_size(config: ServingConfig, gpus_per_node: int = GPUS_PER_NODE) -> int:
-    """GPUs per node in the layout: `gpus_per_node`, or an instance's TP when that is larger
-    (multi-node tensor parallelism is not laid out; the commands say so)."""
-    return max(gpus_per_node, *(p.instance.tp for p in config.roles()))
+    """GPUs per node in the layout: `gpus_per_node`, or an instance's GPUs (tp x dp) when
+    that is larger (an instance spanning nodes is not laid out; the commands say so)."""
+    return max(gpus_per_node, *(p.instance.num_gpus for p in config.roles()))
 
 
 def place(config: ServingConfig, gpus_per_node: int = GPUS_PER_NODE) -> tuple[Placement, ...]:
@@ -49,7 +49,7 @@ def place(config: ServingConfig, gpus_per_node: int = GPUS_PER_NODE) -> tuple[Pl
                 (
                     i
                     for i, n in enumerate(nodes)
-                    if n.accelerator == inst.accelerator and size - n.used >= inst.tp
+                    if n.accelerator == inst.accelerator and size - n.used >= inst.num_gpus
                 ),
                 None,
             )
@@ -57,8 +57,8 @@ def place(config: ServingConfig, gpus_per_node: int = GPUS_PER_NODE) -> tuple[Pl
                 nodes.append(_Node(inst.accelerator))
                 i = len(nodes) - 1
             node = nodes[i]
-            gpus = tuple(range(node.used, node.used + inst.tp))
+            gpus = tuple(range(node.used, node.used + inst.num_gpus))
             out.append(Placement(plan.role, inst, i, gpus, node.servers))
-            node.used += inst.tp
+            node.used += inst.num_gpus
             node.servers += 1
     return tuple(out)

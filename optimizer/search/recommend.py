@@ -21,10 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from optimizer.config import ConfigError, InstanceConfig, ServingConfig
+from optimizer.hardware import HardwareError, get_accelerator
 from optimizer.search.evaluation import EvalStatus, Evaluation
 from optimizer.search.space import SearchSpace, config_key
 
-_BIG_GPUS = ("h100", "h200")
+# vLLM's larger defaults (8192 batched tokens, 1024 seqs for the API server) apply on GPUs
+# with >= 70 GiB that are not an A100 (EngineArgs._set_default_args): H100, H200, GH200,
+# B200, B300.
+_BIG_GPU_GIB = 70.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +172,11 @@ def baseline_config(space: SearchSpace) -> ServingConfig:
     """One replica of vLLM's untuned defaults on the first offered GPU type (the unit the
     evaluator sizes)."""
     acc = space.accelerators[0]
-    big = acc.lower().replace("_sxm", "").replace("-sxm", "") in _BIG_GPUS
+    try:
+        spec = get_accelerator(acc)
+        big = spec.memory_gib >= _BIG_GPU_GIB and spec.family != "a100"
+    except HardwareError:  # the config names the bad accelerator
+        big = False
     tokens, seqs = (8192, 1024) if big else (2048, 256)
     last: ConfigError | None = None
     for tp in (1, 2, 4, 8):

@@ -47,8 +47,9 @@ def _points(outcome: TuneOutcome) -> list[_Point]:
         cfg = p.config
         inst = cfg.roles()[0].instance
         name = "vLLM defaults" if p.trial is None else f"trial {p.trial}"
+        split = f" {inst.layout.key}" if inst.layout.key else ""  # "dp4-ep" for a MoE split
         label = (
-            f"{name}: {cfg.mode.value} tp={inst.tp} tokens={inst.max_num_batched_tokens} "
+            f"{name}: {cfg.mode.value} tp={inst.tp}{split} tokens={inst.max_num_batched_tokens} "
             f"seqs={cfg.roles()[-1].instance.max_num_seqs} "
             f"K={cfg.speculation.num_speculative_tokens}"
         )

@@ -17,9 +17,9 @@ records it as a violated constraint, so such a config can never be recommended.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Protocol
+from typing import Any
 
 from optimizer.config import (
     ConfigError,
@@ -31,9 +31,22 @@ from optimizer.config import (
     SpeculationConfig,
 )
 from optimizer.engines import EngineError, EngineRelease
-from optimizer.shapes import KV_CACHE_DTYPES
+from optimizer.search.choosers import Chooser, FixedChooser, PathChooser, TrialChooser, pick
+from optimizer.shapes import KV_CACHE_DTYPES, ShapeError, get_shape
 
 SPACE_SCHEMA_VERSION = 1
+__all__ = [
+    "SPACE_SCHEMA_VERSION",
+    "Chooser",
+    "FixedChooser",
+    "GridPoint",
+    "SearchSpace",
+    "SearchSpaceError",
+    "TrialChooser",
+    "build_config",
+    "config_key",
+    "enumerate_grid",
+]
 
 
 class SearchSpaceError(ValueError):
@@ -49,6 +62,10 @@ class SearchSpace:
     gpu_budget: int  # GPUs the whole fleet may use
     modes: tuple[ServingMode, ...] = (ServingMode.COLOCATED, ServingMode.DISAGGREGATED)
     tp: tuple[int, ...] = (1, 2, 4, 8)
+    # MoE models only (dense models' spaces ignore them): attention data-parallel ranks per
+    # instance and experts sharded whole or tensor-split, within the budget (tp x dp GPUs)
+    dp: tuple[int, ...] = (1, 2, 4, 8)
+    expert_parallel: tuple[bool, ...] = (False, True)
     max_num_batched_tokens: tuple[int, ...] = (512, 1024, 2048, 4096, 8192, 16384)
     max_num_seqs: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)
     chunked_prefill: tuple[bool, ...] = (True, False)
@@ -86,6 +103,8 @@ class SearchSpace:
         for name in (
             "modes",
             "tp",
+            "dp",
+            "expert_parallel",
             "max_num_batched_tokens",
             "max_num_seqs",
             "chunked_prefill",
@@ -97,7 +116,12 @@ class SearchSpace:
                 raise SearchSpaceError(f"{name}: expected at least one value")
             if len(set(values)) != len(values):
                 raise SearchSpaceError(f"{name}: duplicate values in {list(values)}")
-        for name in ("tp", "max_num_batched_tokens", "max_num_seqs"):
+        if any(not isinstance(v, bool) for v in self.expert_parallel):
+            raise SearchSpaceError(
+                f"expert_parallel: expected booleans, e.g. [false, true], got "
+                f"{list(self.expert_parallel)}"
+            )
+        for name in ("tp", "dp", "max_num_batched_tokens", "max_num_seqs"):
             values = getattr(self, name)
             if any(not isinstance(v, int) or isinstance(v, bool) or v <= 0 for v in values):
                 raise SearchSpaceError(f"{name}: expected positive integers, got {list(values)}")
@@ -232,58 +256,40 @@ def _enum(enum: type, value: object, where: str) -> Any:
         ) from None
 
 
-class Chooser(Protocol):
-    """Makes the choices `build_config` asks for (an Optuna trial, or a grid path)."""
-
-    def index(self, name: str, num_choices: int) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class TrialChooser:
-    """Choices from an Optuna trial: every knob is an integer index."""
-
-    trial: Any  # optuna.Trial
-
-    def index(self, name: str, num_choices: int) -> int:
-        if num_choices == 1:
-            return 0
-        return int(self.trial.suggest_int(name, 0, num_choices - 1))
-
-
-@dataclass(frozen=True, slots=True)
-class FixedChooser:
-    """Choices from a mapping of parameter name to index (a finished trial's params)."""
-
-    params: Mapping[str, int]
-
-    def index(self, name: str, num_choices: int) -> int:
-        return int(self.params.get(name, 0)) if num_choices > 1 else 0
-
-
-def _pick(chooser: Chooser, name: str, values: Sequence[Any]) -> Any:
-    return values[chooser.index(name, len(values))]
+def _is_moe(model: str) -> bool:
+    try:
+        return get_shape(model).is_moe
+    except ShapeError:  # the config reports it
+        return False
 
 
 def _instance(
     space: SearchSpace, chooser: Chooser, role: str, budget: int, spec_k: int
 ) -> InstanceConfig:
     """One role's engine knobs. A prefill server's batch limit and a decode server's token
-    budget follow from the other knob (they barely matter there), so they are derived."""
-    acc = _pick(chooser, f"{role}.accelerator", space.accelerators)
+    budget follow from the other knob (they barely matter there), so they are derived.
+    A MoE model's instance also picks its dp ranks (tp x dp within `budget`) and whether
+    its experts are sharded whole; a dense model's never asks (its space is unchanged)."""
+    acc = pick(chooser, f"{role}.accelerator", space.accelerators)
     tps = tuple(t for t in space.tp if t <= budget) or (min(space.tp),)
-    tp = _pick(chooser, f"{role}.tp", tps)
+    tp = pick(chooser, f"{role}.tp", tps)
+    dp, ep = 1, False
+    if _is_moe(space.model):
+        dps = tuple(d for d in space.dp if tp * d <= budget) or (min(space.dp),)
+        dp = pick(chooser, f"{role}.dp", dps)
+        ep = pick(chooser, f"{role}.expert_parallel", space.expert_parallel)
     chunked = True
     if role != "decode":
-        chunked = _pick(chooser, f"{role}.chunked", space.chunked_prefill)
+        chunked = pick(chooser, f"{role}.chunked", space.chunked_prefill)
     if role == "decode":
-        seqs = _pick(chooser, f"{role}.max_seqs", space.max_num_seqs)
+        seqs = pick(chooser, f"{role}.max_seqs", space.max_num_seqs)
         tokens = max(2048, seqs * (1 + spec_k))
     else:
-        tokens = _pick(chooser, f"{role}.batched_tokens", space.max_num_batched_tokens)
+        tokens = pick(chooser, f"{role}.batched_tokens", space.max_num_batched_tokens)
         if role == "prefill":
             seqs = min(max(space.max_num_seqs), tokens)
         else:
-            seqs = _pick(chooser, f"{role}.max_seqs", space.max_num_seqs)
+            seqs = pick(chooser, f"{role}.max_seqs", space.max_num_seqs)
     return InstanceConfig(
         accelerator=acc,
         tp=tp,
@@ -293,13 +299,15 @@ def _instance(
         gpu_memory_utilization=space.gpu_memory_utilization,
         block_size=space.block_size,
         price_per_gpu_hour=space.price_of(acc),
+        dp=dp,
+        expert_parallel=ep,
     )
 
 
 def build_config(space: SearchSpace, chooser: Chooser) -> ServingConfig:
     """The config the choices describe; raises `ConfigError` when it is invalid."""
-    mode = _pick(chooser, "mode", space.modes)
-    k = _pick(chooser, "spec_k", space.spec_k)
+    mode = pick(chooser, "mode", space.modes)
+    k = pick(chooser, "spec_k", space.spec_k)
     spec = SpeculationConfig()
     if k:
         spec = SpeculationConfig(
@@ -311,10 +319,10 @@ def build_config(space: SearchSpace, chooser: Chooser) -> ServingConfig:
         )
     caching = space.prefix_caching[0]
     if len(space.prefix_caching) > 1:
-        caching = _pick(chooser, "prefix_caching", space.prefix_caching)
+        caching = pick(chooser, "prefix_caching", space.prefix_caching)
     kv_dtype = space.kv_cache_dtype[0]
     if len(space.kv_cache_dtype) > 1:
-        kv_dtype = _pick(chooser, "kv_cache_dtype", space.kv_cache_dtype)
+        kv_dtype = pick(chooser, "kv_cache_dtype", space.kv_cache_dtype)
     common = {
         "speculation": spec,
         "enable_prefix_caching": caching,
@@ -333,36 +341,22 @@ def build_config(space: SearchSpace, chooser: Chooser) -> ServingConfig:
             f"disaggregated: no P:D ratio of {[list(r) for r in space.pd_ratios]} fits "
             f"{space.gpu_budget} GPUs at tp 1"
         )
-    num_prefill, num_decode = _pick(chooser, "pd_ratio", ratios)
+    num_prefill, num_decode = pick(chooser, "pd_ratio", ratios)
     prefill = _instance(space, chooser, "prefill", space.gpu_budget // num_prefill, k)
-    rest = space.gpu_budget - num_prefill * prefill.tp
+    rest = space.gpu_budget - num_prefill * prefill.num_gpus
     decode = _instance(space, chooser, "decode", max(1, rest // num_decode), k)
-    gpus = num_prefill * prefill.tp + num_decode * decode.tp
+    gpus = num_prefill * prefill.num_gpus + num_decode * decode.num_gpus
     if gpus > space.gpu_budget:
+        split = f"tp {prefill.tp}/{decode.tp}"
+        if prefill.dp > 1 or decode.dp > 1:
+            split += f" x dp {prefill.dp}/{decode.dp}"
         raise ConfigError(
-            f"P:D unit {num_prefill}:{num_decode} at tp {prefill.tp}/{decode.tp} needs {gpus} "
-            f"GPUs, more than the budget of {space.gpu_budget}"
+            f"P:D unit {num_prefill}:{num_decode} at {split} needs {gpus} GPUs, more than the "
+            f"budget of {space.gpu_budget}"
         )
     return ServingConfig.disaggregated(
         space.model, prefill, decode, num_prefill=num_prefill, num_decode=num_decode, **common
     )
-
-
-@dataclass(slots=True)
-class _PathChooser:
-    path: list[int]
-    fanout: list[int] = field(default_factory=list)
-    params: dict[str, int] = field(default_factory=dict)
-
-    def index(self, name: str, num_choices: int) -> int:
-        if num_choices == 1:
-            return 0
-        i = len(self.fanout)
-        self.fanout.append(num_choices)
-        if i >= len(self.path):
-            self.path.append(0)
-        self.params[name] = self.path[i]
-        return self.path[i]
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,7 +371,7 @@ def enumerate_grid(space: SearchSpace) -> Iterator[GridPoint]:
     stack: list[list[int]] = [[]]
     while stack:
         start = stack.pop()
-        chooser = _PathChooser(list(start))
+        chooser = PathChooser(list(start))
         try:
             point = GridPoint(tuple(chooser.params.items()), build_config(space, chooser))
         except ConfigError as exc:

@@ -20,6 +20,9 @@ token. So TTFT = prefill queueing + prefill + decode admission + transfer + one
 decode step, and a saturated decode side backpressures the prefill side, whose
 KV stays held.
 
+A MoE instance with dp ranks steps them in lockstep (`optimizer.sim.ranks`): one STEP
+ENDS event per group step, lasting the slowest rank's priced step.
+
 Requests a deployment cannot hold (prompt + output beyond `max_model_len`, the
 KV capacity, or the token budget when chunked prefill is off) are rejected as
 vLLM rejects them: no latencies (NaN), counted as SLO misses and in
@@ -35,7 +38,7 @@ from typing import Any
 
 from optimizer.closed_loop_workload import ClosedLoopWorkload
 from optimizer.config import ServingConfig, ServingMode
-from optimizer.latency.base import LatencySource
+from optimizer.latency.base import LatencySource, StepLoad
 from optimizer.sim.fleet import (
     Fleet,
     Router,
@@ -47,6 +50,7 @@ from optimizer.sim.fleet import (
 )
 from optimizer.sim.kv_cache import hashes_as_lists
 from optimizer.sim.metrics import SLO, InstanceRecord, RunLog, SimulationResult, build_result
+from optimizer.sim.ranks import RankGroup
 from optimizer.sim.request import SimRequest
 from optimizer.sim.scheduler import BaseScheduler
 from optimizer.workload import Workload
@@ -58,42 +62,12 @@ class _EventLoop:
     """The state of one run and a handler per event kind."""
 
     __slots__ = (
-        "arrival_s",
-        "back_router",
-        "burst",
-        "check",
-        "closed",
-        "disagg",
-        "fe_cost",
-        "fe_free",
-        "fleet",
-        "front_router",
-        "heap",
-        "instances",
-        "kv_bytes_per_token",
-        "link_bytes_per_s",
-        "link_free",
-        "link_latency_s",
-        "log",
-        "log_alpha",
-        "n",
-        "next_rid",
-        "num_rejected",
-        "num_transfers",
-        "num_warmups",
-        "on_arrival",
-        "on_enter",
-        "on_kv",
-        "on_step_end",
-        "outputs",
-        "prompts",
-        "release",
-        "seq",
-        "think_s",
-        "to_wake",
-        "transfer_s",
-        "turnaround_per_token_s",
-        "warmups_left",
+        "arrival_s", "back_router", "burst", "check", "closed", "disagg", "fe_cost", "fe_free",
+        "fleet", "front_router", "heap", "instances", "kv_bytes_per_token", "link_bytes_per_s",
+        "link_free", "link_latency_s", "log", "log_alpha", "n", "next_rid", "num_rejected",
+        "num_transfers", "num_warmups", "on_arrival", "on_enter", "on_kv", "on_step_end",
+        "outputs", "prompts", "release", "seq", "think_s", "to_wake", "transfer_s",
+        "turnaround_per_token_s", "warmups_left",
     )  # fmt: skip
 
     def __init__(
@@ -113,8 +87,8 @@ class _EventLoop:
         self.prompts = workload.input_tokens.tolist()
         self.outputs = workload.output_tokens.tolist()
         self.disagg = config.mode is ServingMode.DISAGGREGATED
-        self.front_router = Router(fleet.front, config.routing)
-        self.back_router = Router(fleet.back, config.routing)
+        self.front_router = Router(fleet.front_units, config.routing)
+        self.back_router = Router(fleet.back_units, config.routing)
         self.log_alpha = log_alphas(workload, config) if config.speculation.enabled else None
         self.kv_bytes_per_token = config.shape.kv_bytes_per_token(
             config.prefill.tp if self.disagg and config.prefill else 1
@@ -214,9 +188,21 @@ class _EventLoop:
             self.to_wake.clear()
 
     def end_step(self, now: float, index: int) -> None:
-        """An instance's step ends: emit its tokens, hand off or finish, plan the next."""
+        """An instance's step ends: emit its tokens, hand off or finish, plan the next (a
+        MoE instance's dp ranks: every rank that stepped, then the group's next step)."""
         inst = self.instances[index]
-        inst.complete(now)
+        group = inst.group
+        if group is None:
+            inst.complete(now)
+            self._emit(inst, now)
+            self._start(inst, now)
+            return
+        for rank in group.stepping:
+            rank.complete(now)
+            self._emit(rank, now)
+        self._start_group(group, now)
+
+    def _emit(self, inst: BaseScheduler, now: float) -> None:
         done = inst.done
         if done:
             for r in done:
@@ -225,7 +211,6 @@ class _EventLoop:
                 elif self.closed:
                     self._next_client(now, r.rid)
             done.clear()
-        self._start(inst, now)
 
     def land_kv(self, now: float, r: SimRequest) -> None:
         """A KV pull lands: the prefill instance frees it, the decode instance computes."""
@@ -242,6 +227,19 @@ class _EventLoop:
 
     def _start(self, inst: BaseScheduler, now: float) -> None:
         """Plan and price `inst`'s next step (or mark it idle)."""
+        if inst.group is not None:
+            self._start_group(inst.group, now)
+            return
+        load = self._plan(inst, now)
+        if load is None:
+            inst.busy = False
+            return
+        inst.busy = True
+        inst.step_start = now
+        heappush(self.heap, (now + inst.price(load), next(self.seq), self.on_step_end, inst.index))
+
+    def _plan(self, inst: BaseScheduler, now: float) -> StepLoad | None:
+        """`inst`'s next step, with the KV pulls it starts (None: nothing to run)."""
         if inst.async_admission:  # planned while the step that just ended ran
             inst.admit_cutoff = inst.step_start if inst.busy else now
         load = inst.schedule(now)
@@ -252,14 +250,31 @@ class _EventLoop:
             load = inst.schedule(now)
         if inst.pulls:
             self._pull(inst, now)
-        if load is None:
-            inst.busy = False
-            return
-        if self.check:
+        if load is not None and self.check:
             inst.check_invariants(load)
-        inst.busy = True
-        inst.step_start = now
-        heappush(self.heap, (now + inst.price(load), next(self.seq), self.on_step_end, inst.index))
+        return load
+
+    def _start_group(self, group: RankGroup, now: float) -> None:
+        """The next lockstep step of a MoE instance's dp ranks: it lasts the longest of the
+        ranks' priced steps; ranks with nothing to run take dummy steps (not priced, not
+        logged); no rank with work: the group is idle (`optimizer.sim.ranks`)."""
+        stepping = group.stepping
+        stepping.clear()
+        longest = 0.0
+        for rank in group.ranks:
+            load = self._plan(rank, now)
+            rank.step_start = now
+            if load is not None:
+                stepping.append(rank)
+                t = rank.price(load)
+                if t > longest:
+                    longest = t
+        busy = bool(stepping)
+        for rank in group.ranks:
+            rank.busy = busy
+        if busy:
+            leader = group.ranks[0].index
+            heappush(self.heap, (now + longest, next(self.seq), self.on_step_end, leader))
 
     def _hand_off(self, prefill: BaseScheduler, r: SimRequest, now: float) -> None:
         """Route a prefilled request to a decode instance (its KV stays where it is)."""

@@ -7,6 +7,10 @@ accelerator and TP degree (checked against the weight-bandwidth floor, DOMAIN.md
 §1) plus, when speculating, K draft steps. `request_limit` is the most prompt +
 output tokens one request may have on a role (longer ones are rejected, as vLLM
 rejects them).
+
+A MoE instance with dp ranks is dp schedulers (one per rank, consecutive indices) in a
+lockstep `RankGroup` (`optimizer.sim.ranks`); the routers pick among instances, and the
+instance's group picks the rank.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from optimizer.latency.base import LatencySource, StepLatency, StepLoad, TableRe
 from optimizer.sim.floor import PROBE_KV_LENGTHS, check_decode_floor
 from optimizer.sim.kv_cache import PrefixCache
 from optimizer.sim.metrics import RunLog
+from optimizer.sim.ranks import RankGroup
 from optimizer.sim.schedule_fast import AggregateDecodeScheduler
 from optimizer.sim.schedule_general import PerRequestScheduler
 from optimizer.sim.scheduler import BaseScheduler
@@ -141,14 +146,18 @@ def max_request_tokens(config: ServingConfig) -> int:
 
 @dataclass(slots=True)
 class Fleet:
-    """Front instances (replicas or prefill) and decode instances, indexed front first;
-    `targets[i]` is instance i's target-model latency (for the per-instance records)."""
+    """Front schedulers (replicas or prefill) and decode schedulers, indexed front first
+    (a MoE instance with dp ranks has one per rank); `targets[i]` is scheduler i's
+    target-model latency (for the per-instance records). `front_units` / `back_units`:
+    one scheduler per instance (its first rank), what the routers choose among."""
 
     front: list[BaseScheduler]
     back: list[BaseScheduler]
     targets: list[StepLatency]
     front_limit: int  # prompt + output tokens a request may have (prompt + 1 when PD)
     back_limit: int
+    front_units: list[BaseScheduler]
+    back_units: list[BaseScheduler]
 
     @property
     def instances(self) -> list[BaseScheduler]:
@@ -174,6 +183,7 @@ def build_fleet(
     front: list[BaseScheduler] = []
     back: list[BaseScheduler] = []
     targets: list[StepLatency] = []
+    units: tuple[list[BaseScheduler], list[BaseScheduler]] = ([], [])
     limits = []
     for plan in config.roles():
         icfg = plan.instance
@@ -194,11 +204,11 @@ def build_fleet(
                 draft = draft_latency.for_instance(icfg.accelerator, icfg.tp, reach, engine=release)
         except LookupError as exc:
             raise SimulationError(f"{plan.role} instances: {exc}") from exc
-        floor_s = check_decode_floor(target, shape, acc, icfg.tp)
+        floor_s = check_decode_floor(target, shape, acc, icfg.tp, layout=icfg.layout)
         num_spec = spec.num_speculative_tokens if speculate else 0
         price = _make_price(target, draft, spec.draft_relative_cost, num_spec, floor_s, clamped)
         limits.append(request_limit(config, plan))
-        for _ in range(plan.count):
+        for k in range(plan.count * icfg.dp):
             index = len(front) + len(back)
             prefix = None
             if config.enable_prefix_caching and hashes is not None and plan.role is not Role.DECODE:
@@ -226,13 +236,21 @@ def build_fleet(
                 price=price,
                 async_admission=release.generation.async_scheduling,
             )
-            (back if plan.role is Role.DECODE else front).append(inst)
+            side = back if plan.role is Role.DECODE else front
+            side.append(inst)
             targets.append(target)
-    return Fleet(front, back, targets, limits[0], limits[-1])
+            if icfg.dp == 1:
+                units[plan.role is Role.DECODE].append(inst)
+            elif (k + 1) % icfg.dp == 0:  # the instance's last rank: group them
+                ranks = side[-icfg.dp :]
+                RankGroup(ranks)
+                units[plan.role is Role.DECODE].append(ranks[0])
+    return Fleet(front, back, targets, limits[0], limits[-1], *units)
 
 
 class Router:
-    """Round-robin, or least outstanding tokens (ties to the lowest index)."""
+    """Round-robin, or least outstanding tokens (ties to the lowest index), over instances
+    (one scheduler each); an instance with dp ranks then picks the rank (`RankGroup`)."""
 
     __slots__ = ("instances", "least", "next")
 
@@ -243,14 +261,17 @@ class Router:
 
     def pick(self) -> BaseScheduler:
         if self.least:
-            return min(self.instances, key=_outstanding)
-        inst = self.instances[self.next]
-        self.next = (self.next + 1) % len(self.instances)
-        return inst
+            inst = min(self.instances, key=_outstanding)
+        else:
+            inst = self.instances[self.next]
+            self.next = (self.next + 1) % len(self.instances)
+        group = inst.group
+        return inst if group is None else group.pick()
 
 
 def _outstanding(inst: BaseScheduler) -> int:
-    return inst.outstanding
+    group = inst.group
+    return inst.outstanding if group is None else group.outstanding
 
 
 def decode_only(target: StepLatency) -> Callable[[int, int], float]:

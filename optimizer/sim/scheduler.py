@@ -58,6 +58,7 @@ class BaseScheduler(ABC):
         "chunks",
         "done",
         "floor_s",
+        "group",
         "handoff",
         "handoff_blocks",
         "handoff_refs",
@@ -135,6 +136,7 @@ class BaseScheduler(ABC):
         self.handoff_blocks = 0
         self.handoff_refs: dict[int, list[int]] = {}  # PD prefill: prefix blocks referenced
         self.steps = StepLog()
+        self.group = None  # the RankGroup (optimizer.sim.ranks) of a MoE instance's dp ranks
         self.tp = tp
         self.floor_s = floor_s
         self.price = price  # StepLoad -> seconds
@@ -153,6 +155,11 @@ class BaseScheduler(ABC):
     @property
     @abstractmethod
     def num_running(self) -> int: ...
+
+    @property
+    def num_admitted(self) -> int:
+        """vLLM's running count: the running set and the prompts of the planned step."""
+        return self._num_admitted()
 
     def has_work(self) -> bool:
         return bool(self.waiting) or bool(self.ready) or self.num_running > 0

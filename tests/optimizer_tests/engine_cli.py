@@ -39,6 +39,7 @@ def _vllm_serve() -> _Parser:
     p.add_argument("--data-parallel-start-rank", type=int, default=0)
     p.add_argument("--data-parallel-address")
     p.add_argument("--data-parallel-rpc-port", type=int)
+    p.add_argument("--enable-expert-parallel", "-ep", action="store_true")
     p.add_argument("--max-num-batched-tokens", type=int)
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction)
@@ -73,6 +74,9 @@ def _sglang_server() -> _Parser:
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--tensor-parallel-size", "--tp-size", dest="tp_size", type=int, default=1)
     p.add_argument("--data-parallel-size", "--dp-size", dest="dp_size", type=int, default=1)
+    p.add_argument("--enable-dp-attention", action="store_true")
+    p.add_argument("--expert-parallel-size", "--ep-size", "--ep", dest="ep_size", type=int,
+                   default=1)  # fmt: skip
     p.add_argument("--chunked-prefill-size", type=int)
     p.add_argument("--max-prefill-tokens", type=int)
     p.add_argument("--max-running-requests", type=int)
@@ -132,11 +136,18 @@ class Process:
 
     @property
     def tp(self) -> int:
-        return self.args.tensor_parallel_size if self.program == "vllm" else self.args.tp_size
+        """GPUs per engine (per data-parallel rank): SGLang's --tp-size counts every GPU of a
+        server with DP attention (its attn_tp_size = tp_size / dp_size)."""
+        if self.program == "vllm":
+            return self.args.tensor_parallel_size
+        if self.args.enable_dp_attention:
+            return self.args.tp_size // self.args.dp_size
+        return self.args.tp_size
 
     @property
     def num_engines(self) -> int:
-        """Replicas this server process runs (a vLLM data-parallel server runs several)."""
+        """Replicas, or data-parallel ranks, this server process runs (a vLLM data-parallel
+        server runs several)."""
         if self.program != "vllm":
             return self.args.dp_size
         local = self.args.data_parallel_size_local

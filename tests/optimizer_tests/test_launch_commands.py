@@ -64,6 +64,7 @@ def check_deployment(config: ServingConfig, commands: tuple[LaunchCommand, ...])
         # The simulated knobs, per role.
         for s in servers:
             i = inst[s.cmd.role]
+            check_moe_split(s, i)
             if engine == "vllm":
                 assert s.args.max_num_seqs == i.max_num_seqs
                 assert s.args.max_num_batched_tokens == i.max_num_batched_tokens
@@ -73,12 +74,16 @@ def check_deployment(config: ServingConfig, commands: tuple[LaunchCommand, ...])
         address = {s.cmd: (host(s.cmd.node, num_nodes), s.args.port) for s in servers}
         if engine == "vllm" and pd:
             check_vllm_pd(servers, fronts, address, num_nodes)
+        elif engine == "vllm" and config.shape.is_moe:
+            assert len(servers) == config.num_replicas and all(s.listens for s in servers)
+            assert fronts == []  # the user's load balancer goes in front of the servers
         elif engine == "vllm":
             check_vllm_data_parallel(config, servers, fronts, num_nodes)
         elif pd:
             check_sglang_pd(servers, fronts, address)
         else:
-            assert sum(s.num_engines for s in servers) == config.num_replicas
+            assert config.replica is not None
+            assert sum(s.num_engines for s in servers) == config.num_replicas * config.replica.dp
             if len(servers) == 1:
                 assert fronts == [] and servers[0].args.host == "0.0.0.0"
             else:
@@ -91,6 +96,18 @@ def check_deployment(config: ServingConfig, commands: tuple[LaunchCommand, ...])
             for s in servers:
                 if engine == "sglang":
                     assert s.args.host == "0.0.0.0"
+
+
+def check_moe_split(s: Process, inst: InstanceConfig) -> None:
+    """One server's attention ranks and expert split are its instance's (tp x dp GPUs)."""
+    if s.program == "vllm":
+        if inst.dp > 1:  # (a dense model's data_parallel_size is its replicas)
+            assert s.args.data_parallel_size == inst.dp
+        assert s.args.enable_expert_parallel == inst.expert_parallel
+    else:
+        assert s.args.tp_size == inst.tp * inst.dp
+        assert s.args.dp_size == inst.dp and s.args.enable_dp_attention == (inst.dp > 1)
+        assert s.args.ep_size == (inst.tp * inst.dp if inst.expert_parallel else 1)
 
 
 def check_speculation(config: ServingConfig, servers: list[Process]) -> None:
@@ -140,10 +157,12 @@ def check_vllm_pd(
         kv = s.args.kv_transfer_config
         want = "kv_producer" if s.cmd.role == "prefill" else "kv_consumer"
         assert kv == {"kv_connector": "NixlConnector", "kv_role": want}
-        assert s.num_engines == 1
+        # one instance per server: its own dp ranks (a MoE's; 1 for a dense model), checked
+        # against the instance in check_moe_split
+        assert s.args.data_parallel_size_local is None
         base = int(s.env["VLLM_NIXL_SIDE_CHANNEL_PORT"])
         # Whether vLLM adds the TP rank or the DP rank to the base, ports stay apart.
-        side_ports += [(s.cmd.node, base + r) for r in range(s.tp)]
+        side_ports += [(s.cmd.node, base + r) for r in range(s.tp * s.num_engines)]
         if num_nodes > 1:
             assert s.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == host(s.cmd.node, num_nodes)
         else:
