@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from optimizer.hardware import Accelerator
-from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
+from optimizer.parallel import ExpertLayout
 from optimizer.shapes import ModelShape
 
 GIB = 1024**3
@@ -59,12 +59,7 @@ class EngineLimits(Protocol):
 def weight_bytes_per_gpu(shape: ModelShape, tp: int, layout: ExpertLayout) -> int:
     """Weights one GPU of an instance holds: `ModelShape.weight_bytes(tp, layout)` (experts
     sharded over tp x dp GPUs, the rest split by tp)."""
-    # MERGE SHIM (issue 27, fleet part): until the shapes part lands, weight_bytes takes
-    # no layout; the dense layout is then the same call. After merging, replace this
-    # body with `return shape.weight_bytes(tp, layout)`.
-    if layout == DENSE_LAYOUT:
-        return shape.weight_bytes(tp)
-    return shape.weight_bytes(tp, layout)  # type: ignore[call-arg]
+    return shape.weight_bytes(tp, layout)
 
 
 def forward_activation_bytes(shape: ModelShape, num_tokens: int, tp: int) -> int:

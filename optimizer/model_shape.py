@@ -327,13 +327,20 @@ class ModelShape:
         embedding and LM head split over tp (and replicated on each of the layout's dp
         ranks); the routed experts sharded over all tp x dp GPUs, whole experts with
         expert parallelism or each expert tensor-split without (the same bytes). Linear
-        layers count at their quantised width, scales included (`weight_dtype_bytes`)."""
+        layers count at their quantised width, scales included (`weight_dtype_bytes`).
+        With expert parallelism over GPUs that do not divide the experts, vLLM gives the
+        first num_experts % ep ranks one more (`determine_expert_map`): the busiest GPU
+        (ceil(num_experts / ep) experts) is counted."""
         routed = self.routed_expert_params
         linear = self.num_linear_params - routed
         rest = self.num_params - self.num_linear_params
         replicated = linear * self._dense_element_bytes() + rest * self.dtype_bytes
         experts = routed * self._expert_element_bytes()
-        return replicated // tp + experts // layout.num_gpus(tp)
+        gpus = layout.num_gpus(tp)
+        if layout.expert_parallel and self.moe is not None and self.moe.num_experts % gpus:
+            busiest = -(-self.moe.num_experts // gpus)
+            return replicated // tp + experts * busiest // self.moe.num_experts
+        return replicated // tp + experts // gpus
 
     def kv_bytes_per_token(self, tp: int = 1) -> int:
         """KV-cache bytes per token on one GPU.

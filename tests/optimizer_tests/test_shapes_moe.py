@@ -204,3 +204,15 @@ def test_bad_shapes_say_what_is_wrong():
         replace(dense, moe=MoESpec(8, 2, 1024, first_dense_layers=32))
     with pytest.raises(ShapeError, match="int4_group_size must be a positive integer"):
         replace(dense, int4_group_size=0)
+
+
+def test_an_uneven_expert_split_counts_the_busiest_gpu():
+    """128 experts over tp 2 x dp 3 = 6 GPUs with EP: vLLM gives the first 128 % 6 = 2 ranks
+    22 experts and the others 21, so memory is sized for 22/128 of the routed experts (a
+    tensor split instead spreads them evenly: 1/6 of them)."""
+    shape = get_shape("qwen3-30b-a3b")
+    ep = shape.weight_bytes(2, ExpertLayout(dp=3, expert_parallel=True))
+    split = shape.weight_bytes(2, ExpertLayout(dp=3))
+    rest = shape.weight_bytes(2, ExpertLayout(dp=3)) - shape.routed_expert_params * 2 // 6
+    assert ep == rest + shape.routed_expert_params * 2 * 22 // 128
+    assert ep > split
