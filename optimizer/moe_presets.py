@@ -198,9 +198,16 @@ MOE_CHECKPOINTS: dict[str, Checkpoint] = {
     "deepseek-ai/deepseek-v3-0324": Checkpoint("deepseek-v3", "fp8"),
     "deepseek-ai/deepseek-r1-0528": Checkpoint("deepseek-r1", "fp8"),
     "meta-llama/llama-4-scout-17b-16e": Checkpoint("llama-4-scout"),
+    # MiniMax-M2.5: M2's architecture and format (62 layers, 256 experts top-8, 230B/10B),
+    # retrained; only its RoPE span changed, which no price depends on.
+    "minimaxai/minimax-m2.5": _as_shipped("minimax-m2"),
     # Kimi-K2-Thinking: compressed-tensors pack-quantized INT4 (group 32) routed experts;
     # attention, the dense layer and the shared experts stay bf16 (its ignore list).
     "moonshotai/kimi-k2-thinking": Checkpoint("kimi-k2", "int4", "experts", 32),
+    # Kimi-K2.5: K2's text backbone (continual pretraining atop Kimi-K2-Base, a vision
+    # encoder beside it, config under text_config), native INT4 routed experts
+    # (compressed-tensors, group 32), as K2-Thinking (ROCm/ATOM recipes/Kimi-K2.5.md).
+    "moonshotai/kimi-k2.5": Checkpoint("kimi-k2", "int4", "experts", 32),
     "moonshotai/kimi-k2-instruct-0905": Checkpoint("kimi-k2", "fp8"),
     "moonshotai/kimi-k2-base": Checkpoint("kimi-k2", "fp8"),
     # NVIDIA ModelOpt NVFP4 (quant_algo NVFP4, groups of 16) of every linear layer of the

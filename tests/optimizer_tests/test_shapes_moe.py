@@ -159,6 +159,10 @@ def test_checkpoints_by_id_carry_their_formats():
         "auto",
     )
     assert get_shape("meta-llama/Llama-4-Scout-17B-16E-Instruct").quantization == "none"
+    k25 = get_shape("moonshotai/Kimi-K2.5")  # K2's backbone, INT4 routed experts
+    assert (k25.name, k25.quantization, k25.quantized_scope) == ("kimi-k2", "int4", "experts")
+    m25 = get_shape("MiniMaxAI/MiniMax-M2.5")  # M2's architecture and FP8 weights
+    assert m25 == get_shape("minimax-m2")
 
 
 def test_another_format_covers_every_linear_layer():
