@@ -20,8 +20,17 @@ see `profiler.kernels` for the tensor shapes):
 | embedding | T | h | ceil(V/t) | |
 | lm_head | m sampled rows | ceil(V/t) | h | |
 | prefill/decode/verify_attn | batch·q_len | 0 | 0 | batch_size, q_len, kv_len, heads |
+| moe | dp·T (expert group) | expert width I | h | top-k, E, MoE TP, EP (below) |
+| moe_dispatch, moe_combine | T per rank | 0 | h | top-k, E, EP (below) |
 
-Attention `kv_len` counts all keys attended, cached context plus new tokens.
+MoE rows reuse the columns: batch_size = experts per token (top-k), num_heads = routed
+experts E, tp = the MoE's tensor-split degree, num_gpus = its expert-parallel degree
+(the all-to-alls: tp = num_gpus = EP); I is the unsplit expert intermediate size.
+
+Attention `kv_len` counts all keys attended, cached context plus new tokens. A fused MoE
+rank runs E/EP experts, each I/(MoE TP) wide, over its num_tokens·top-k/EP (token,
+expert) pairs (AIConfigurator's convention; `optimizer.latency.moe`); its dtype names the
+expert weights' format (bfloat16, fp8, fp4, mxfp4, int4).
 """
 
 from __future__ import annotations
