@@ -69,6 +69,8 @@ PRICING_MODULES = (
     "optimizer.latency.compile",
     "optimizer.latency.compose",
     "optimizer.latency.features",
+    "optimizer.latency.iterations",
+    "optimizer.latency.mla",
     "optimizer.latency.model",
     "optimizer.latency.moe",
     "optimizer.latency.roofline",

@@ -45,7 +45,6 @@ the last `sliding_window` keys only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,7 +52,6 @@ import numpy as np
 from optimizer.dims import GEMM_OPS, RankDims, sample_nk
 from optimizer.engines import LEGACY_RULES, StepRules
 from optimizer.latency import moe
-from optimizer.latency.base import StepLoad
 from optimizer.latency.features import (
     A2A_OPS,
     ALL_REDUCE_OPS,
@@ -62,6 +60,12 @@ from optimizer.latency.features import (
     LOW_BIT_BYTES,
     OpBatch,
 )
+from optimizer.latency.iterations import (  # iteration_ms, iterations_ms: re-exported
+    cuda_graph_padded,
+    iteration_ms,  # noqa: F401
+    iterations_ms,  # noqa: F401
+)
+from optimizer.latency.mla import mla_heads
 from optimizer.latency.model import LatencyModel, OpModel, op_name
 from optimizer.latency.roofline import RooflinePricer
 from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
@@ -148,6 +152,8 @@ class Pricing:
             return op, own  # another shape's per-model GEMM: n/k features still apply
         if op in ALL_REDUCE_OPS and own is not None and self.tp not in own.num_gpus:
             return op, None
+        if op in ATTENTION_OPS and self.shape.mla is not None:
+            return op, None  # MLA: the roofline at its latent dimensions (`mla`)
         if op in A2A_OPS and own is not None and self.layout.ep_size(self.tp) not in own.num_gpus:
             return op, None  # measured at other EP sizes only
         return op, own
@@ -173,6 +179,8 @@ class Pricing:
             ops += sorted(set(self.all_reduce_kinds()))
         ops += moe.priced_ops(self)
         names = [op_name(op, self.weight_format(op)) for op in ops if self._source(op)[1] is None]
+        if self.shape.mla is not None:
+            names = [f"{n}:mla" if n.split(":")[0] in ATTENTION_NAMES else n for n in names]
         return (*names, *moe.estimated_parts(self))
 
     @property
@@ -280,7 +288,9 @@ class Pricing:
         m = np.asarray(num_logits, dtype=np.float64)
         return self.price_ms(OpKind.LM_HEAD, num_tokens=m, **self._nk(OpKind.LM_HEAD))
 
-    def _heads(self) -> dict[str, object]:
+    def _heads(self, decode: bool = False) -> dict[str, object]:
+        if self.shape.mla is not None:
+            return mla_heads(self.shape, self.tp, decode)
         d = self.dims
         return {"num_heads": d.heads, "num_kv_heads": d.kv_heads, "head_dim": d.head_dim}
 
@@ -331,7 +341,12 @@ class Pricing:
 
     def _decode_layer_ms(self, b: np.ndarray, kv: np.ndarray, decode_q: int) -> np.ndarray:
         per = self.price_ms(
-            OpKind.DECODE_ATTN, q_len=1, batch_size=b, kv_len=kv, num_tokens=b, **self._heads()
+            OpKind.DECODE_ATTN,
+            q_len=1,
+            batch_size=b,
+            kv_len=kv,
+            num_tokens=b,
+            **self._heads(decode=True),
         )
         if decode_q > 1:
             per = per * self.verify_ratio(b, kv, decode_q)
@@ -341,7 +356,7 @@ class Pricing:
         """Roofline cost of decode_q query positions relative to one (16-bit queries, the
         shape's KV format)."""
         common = {"batch_size": num_seqs, "kv_len": kv_mean, "num_tokens": num_seqs}
-        common |= self._heads()
+        common |= self._heads(decode=True)
         # The KV width relative to 16-bit queries: 2.0 (as it always was) unless FP8.
         kv = 2.0 * self.shape.kv_dtype_bytes / self.shape.dtype_bytes
         one = OpBatch.make(OpKind.DECODE_ATTN, 2.0, kv_dtype_bytes=kv, q_len=1, **common)
@@ -349,52 +364,5 @@ class Pricing:
         return self.roofline.predict_ms(many) / self.roofline.predict_ms(one)
 
 
+ATTENTION_NAMES = frozenset(op.value for op in ATTENTION_OPS)
 ONE_SHOT_SPAN_BYTES = 1 << 28  # where the bandwidth of a measured all-reduce is read
-
-
-def cuda_graph_padded(num_tokens: np.ndarray, limit: int) -> np.ndarray:
-    """Token counts padded as vLLM pads a step to its CUDA-graph capture sizes (1, 2, 4,
-    then every 8 up to 256, every 16 up to 512); beyond `limit` a step runs eagerly."""
-    m = np.asarray(num_tokens, dtype=np.float64)
-    small = np.where(m <= 2, np.maximum(m, 1.0), np.where(m <= 4, 4.0, np.ceil(m / 8) * 8))
-    padded = np.where(m <= 256, small, np.ceil(m / 16) * 16)
-    return np.where(m <= limit, np.minimum(padded, max(limit, 1)), m)
-
-
-def iteration_ms(pricing: Pricing, load: StepLoad, overhead_s: float) -> float:
-    """Exact (unquantised) step time in ms; slow path for validation and calibration."""
-    total = float(pricing.dense_ms(np.array([load.num_tokens]))[0])
-    if load.num_logits > 0:
-        total += float(pricing.lm_head_ms(np.array([load.num_logits]))[0])
-    if load.prefill_q:
-        total += float(
-            pricing.prefill_attn_ms(np.array(load.prefill_q), np.array(load.prefill_kv)).sum()
-        )
-    if load.num_decode_seqs > 0:
-        mean_kv = load.decode_kv_tokens / load.num_decode_seqs
-        total += float(
-            pricing.decode_attn_ms(
-                np.array([load.num_decode_seqs]), np.array([mean_kv]), load.decode_q
-            )[0]
-        )
-    return total + 1e3 * overhead_s
-
-
-def iterations_ms(pricing: Pricing, loads: Sequence[StepLoad], overhead_s: float) -> np.ndarray:
-    """`iteration_ms` of many loads at once: one prediction call per operator, not per load."""
-    n = len(loads)
-    total = pricing.dense_ms(np.array([ld.num_tokens for ld in loads], dtype=np.float64))
-    logits = np.array([ld.num_logits for ld in loads], dtype=np.float64)
-    if (logits > 0).any():
-        total[logits > 0] += pricing.lm_head_ms(logits[logits > 0])
-    owner = np.array([i for i, ld in enumerate(loads) for _ in ld.prefill_q], dtype=np.int64)
-    if owner.size:
-        q = np.array([v for ld in loads for v in ld.prefill_q], dtype=np.float64)
-        kv = np.array([v for ld in loads for v in ld.prefill_kv], dtype=np.float64)
-        total += np.bincount(owner, pricing.prefill_attn_ms(q, kv), minlength=n)
-    for dq in sorted({ld.decode_q for ld in loads if ld.num_decode_seqs > 0}):
-        rows = [i for i, ld in enumerate(loads) if ld.num_decode_seqs > 0 and ld.decode_q == dq]
-        seqs = np.array([loads[i].num_decode_seqs for i in rows], dtype=np.float64)
-        kv_sum = np.array([loads[i].decode_kv_tokens for i in rows], dtype=np.float64)
-        total[rows] += pricing.decode_attn_ms(seqs, kv_sum / seqs, dq)
-    return total + 1e3 * overhead_s

@@ -137,3 +137,20 @@ def test_one_table_per_layout_and_store_keys_that_say_it() -> None:
     assert "layout" not in dense_key and ep_key == dense_key + "|layout-dp1-ep"
     assert table_from_bytes(table_to_bytes(dp_ep)).layout == "dp4-ep"
     assert table_from_bytes(table_to_bytes(plain)).layout == ""
+
+
+def test_mla_attention_is_priced_by_the_roofline_at_its_latent_width_and_says_so() -> None:
+    from optimizer.shape_parts import MLASpec
+
+    mha = ModelShape("test-mla", 4, 2048, 16, 16, 128, 4096, 32000)
+    mla = dataclasses.replace(mha, mla=MLASpec(512, 64, 128, 128, q_lora_rank=1536))
+    rng = np.random.default_rng(2)
+    model = fit_latency_model(_moe_samples(rng, "bfloat16"), accelerator="b300",
+                              options=FitOptions(max_iter=20))  # fmt: skip
+    ops = set(Pricing(mla, 2, B300, model).estimated_ops())
+    assert {"prefill_attn:mla", "decode_attn:mla"} <= ops and "decode_attn" not in ops
+    assert "decode_attn:mla" not in Pricing(mha, 2, B300, model).estimated_ops()
+    seqs, kv = np.array([64.0]), np.array([32768.0])
+    # decode reads one 576-wide latent row per token, not 8 heads x 2 x 128 per GPU
+    latent = Pricing(mla, 2, B300).decode_attn_ms(seqs, kv)[0]
+    assert latent < 0.5 * Pricing(mha, 2, B300).decode_attn_ms(seqs, kv)[0]
