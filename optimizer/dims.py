@@ -73,7 +73,8 @@ class RankDims:
 
 
 def check_tp(shape: ModelShape, tp: int) -> None:
-    """TP degree `tp` must split heads and the MLP evenly (KV heads split or replicate)."""
+    """TP degree `tp` must split heads and the dense MLP evenly (KV heads split or
+    replicate); a MoE's experts are checked against its layout (`latency.moe`)."""
     problems = []
     if tp < 1:
         problems.append("it must be >= 1")
@@ -82,7 +83,9 @@ def check_tp(shape: ModelShape, tp: int) -> None:
             problems.append(f"num_heads {shape.num_heads} is not a multiple")
         if shape.num_kv_heads % tp and tp % shape.num_kv_heads:
             problems.append(f"num_kv_heads {shape.num_kv_heads} neither divides nor is divided")
-        if shape.intermediate_size % tp:
+        moe = shape.moe
+        all_moe = moe is not None and moe.num_moe_layers(shape.num_layers) == shape.num_layers
+        if shape.intermediate_size % tp and not all_moe:  # a dense MLP somewhere
             problems.append(f"intermediate_size {shape.intermediate_size} is not a multiple")
     if problems:
         raise ValueError(f"tp degree {tp} does not fit shape {shape.name}: {'; '.join(problems)}")

@@ -121,12 +121,10 @@ class Pricing:
         and its 4-bit weight format ("" for none)."""
         shape, fmt = self.shape, self.weight_format(op)
         weights = None
-        if op in GEMM_OPS or op is OpKind.MOE:
-            weights = LOW_BIT_BYTES.get(fmt, 1.0 if fmt == FP8_DTYPE else None)
-            if weights is None:
-                weights = float(shape.dtype_bytes) if op is OpKind.MOE else None
-            if weights is None:  # as it always was
-                weights = float(shape.weight_dtype_bytes)
+        if op in GEMM_OPS or op is OpKind.MOE:  # unquantised: the activations' width
+            weights = LOW_BIT_BYTES.get(fmt) or (
+                1.0 if fmt == FP8_DTYPE else float(shape.dtype_bytes)
+            )
         return {
             "weight_dtype_bytes": weights,
             "kv_dtype_bytes": float(shape.kv_dtype_bytes) if op in ATTENTION_OPS else None,

@@ -154,3 +154,10 @@ def test_mla_attention_is_priced_by_the_roofline_at_its_latent_width_and_says_so
     # decode reads one 576-wide latent row per token, not 8 heads x 2 x 128 per GPU
     latent = Pricing(mla, 2, B300).decode_attn_ms(seqs, kv)[0]
     assert latent < 0.5 * Pricing(mha, 2, B300).decode_attn_ms(seqs, kv)[0]
+
+
+def test_an_all_moe_shape_needs_no_dense_mlp_split() -> None:
+    odd = dataclasses.replace(MOE, intermediate_size=2881)  # odd: tp 2 cannot split it
+    Pricing(odd, 2, B300)  # every layer is MoE: the unused dense width is not checked
+    with pytest.raises(ValueError, match="intermediate_size"):
+        Pricing(dataclasses.replace(SHARED, intermediate_size=4097), 2, B300)  # layer 0 dense
