@@ -25,6 +25,9 @@ Kept:
 Dropped: "fp8_block" (block-scaled FP8, DeepSeek-style checkpoints: no such weight format
 in `ModelShape`), "w4a8_mxfp4_mxfp8" (an opt-in FlashInfer path), the Kimi-K3
 compressed-tensors MXFP4 Marlin rows (not gpt-oss's MXFP4 kernel), the power-law rows.
+A100 (vLLM 0.14) measured power-law routing only: no MoE rows come in from it. The
+power-law rows do price the measured Qwen3.6-35B-A3B decode steps better (routing of
+real prompts is skewed; benchmarks/bench_moe_steps.py), so `moe_samples` can read them.
 
 `moe_a2a_perf` (H100/H200/B200/B300, EP 8 on one node): DeepEP dispatch and combine by
 tokens per rank (`num_tokens`), hidden size, top-k and experts. Kept: the
