@@ -9,7 +9,7 @@ Sections (`--only steps|closed-loop|offline|online`; all by default):
   B300 at TP 1/2/4/8 (observations/aic-fpm-b300), each step priced with the B300 tables
   as the simulator prices it (a step after an idle gap with its CPU work in line): median
   |error| per step type (prefill-only, decode-only, mixed) and TP degree; target <= 5%
-  for each step type. The MoE runs of that folder are left for the MoE issue.
+  for each step type. The MoE runs of that folder: benchmarks/bench_moe_steps.py.
 - closed-loop: the 93 development runs (observations/aic-silicon-dev: vLLM 0.12.0, V1
   with synchronous scheduling, Qwen3-32B on H100, aiperf closed loops), each through the
   path users run: `servetune simulate --workload W --config C --json` in a subprocess.

@@ -20,8 +20,17 @@ see `profiler.kernels` for the tensor shapes):
 | embedding | T | h | ceil(V/t) | |
 | lm_head | m sampled rows | ceil(V/t) | h | |
 | prefill/decode/verify_attn | batch·q_len | 0 | 0 | batch_size, q_len, kv_len, heads |
+| moe | dp·T (expert group) | expert width I | h | top-k, E, MoE TP, EP (below) |
+| moe_dispatch, moe_combine | T per rank | 0 | h | top-k, E, EP (below) |
 
-Attention `kv_len` counts all keys attended, cached context plus new tokens.
+MoE rows reuse the columns: batch_size = experts per token (top-k), num_heads = routed
+experts E, tp = the MoE's tensor-split degree, num_gpus = its expert-parallel degree
+(the all-to-alls: tp = num_gpus = EP); I is the unsplit expert intermediate size.
+
+Attention `kv_len` counts all keys attended, cached context plus new tokens. A fused MoE
+rank runs E/EP experts, each I/(MoE TP) wide, over its num_tokens·top-k/EP (token,
+expert) pairs (AIConfigurator's convention; `optimizer.latency.moe`); its dtype names the
+expert weights' format (bfloat16, fp8, fp4, mxfp4, int4).
 """
 
 from __future__ import annotations
@@ -64,7 +73,8 @@ class RankDims:
 
 
 def check_tp(shape: ModelShape, tp: int) -> None:
-    """TP degree `tp` must split heads and the MLP evenly (KV heads split or replicate)."""
+    """TP degree `tp` must split heads and the dense MLP evenly (KV heads split or
+    replicate); a MoE's experts are checked against its layout (`latency.moe`)."""
     problems = []
     if tp < 1:
         problems.append("it must be >= 1")
@@ -73,7 +83,9 @@ def check_tp(shape: ModelShape, tp: int) -> None:
             problems.append(f"num_heads {shape.num_heads} is not a multiple")
         if shape.num_kv_heads % tp and tp % shape.num_kv_heads:
             problems.append(f"num_kv_heads {shape.num_kv_heads} neither divides nor is divided")
-        if shape.intermediate_size % tp:
+        moe = shape.moe
+        all_moe = moe is not None and moe.num_moe_layers(shape.num_layers) == shape.num_layers
+        if shape.intermediate_size % tp and not all_moe:  # a dense MLP somewhere
             problems.append(f"intermediate_size {shape.intermediate_size} is not a multiple")
     if problems:
         raise ValueError(f"tp degree {tp} does not fit shape {shape.name}: {'; '.join(problems)}")

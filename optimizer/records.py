@@ -103,6 +103,12 @@ class OpKind(StrEnum):
     # communicator picks by size), captured in a CUDA graph / run eagerly
     VLLM_ALL_REDUCE = "vllm_all_reduce"
     VLLM_ALL_REDUCE_EAGER = "vllm_all_reduce_eager"
+    # A fused MoE layer's routed experts (router top-k, gated expert GEMMs, weighted sum)
+    # as vLLM's FusedMoE runs them, by the tokens of its whole expert group (see dims.py)
+    MOE = "moe"
+    # Expert-parallel all-to-all: tokens sent to their experts' GPUs / results sent back
+    MOE_DISPATCH = "moe_dispatch"
+    MOE_COMBINE = "moe_combine"
     MIXED_ITERATION = "mixed_iteration"  # ground truth: one prefill chunk + batch_size decodes
 
 
@@ -126,7 +132,12 @@ class KernelSample:
 
     For per-model ops (QKV_PROJ ...), num_tokens is the token count and n/k the
     GEMM shape it implies; attention ops use batch_size, q_len, kv_len and the
-    head counts; the all-reduces use num_gpus and message_bytes.
+    head counts; the all-reduces use num_gpus and message_bytes. MoE ops reuse the
+    columns (the table in `optimizer.dims`): num_tokens = tokens of the whole expert
+    group, n = one expert's intermediate width (unsplit), k = hidden size, batch_size =
+    experts per token (top-k), num_heads = routed experts, tp = the MoE's tensor-split
+    degree, num_gpus = its expert-parallel degree; dtype names the expert weights' format
+    ("bfloat16", "fp8", "fp4" = NVFP4, "mxfp4", "int4" = weight-only INT4).
     """
 
     op: OpKind

@@ -11,10 +11,11 @@ tables must be compiled (`ModelRef.load`: unpickling a model imports
 scikit-learn), and a `TableStore` (the database, see `api.services.latency`)
 keeps compiled tables across processes and machines, keyed by everything a
 table's numbers depend on: the fitted model, the shape, the accelerator, the TP
-degree, the grid tier, the engine release's generation with its step rules and
-overheads, and the version of the pricing code itself (`pricing_version`: a hash
-of the modules that turn a model into a table), so a table compiled by another
-build of servetune, or for another engine, is never used.
+degree, the MoE layout (`ExpertLayout`: one table per layout), the grid tier, the
+engine release's generation with its step rules and overheads, and the version of
+the pricing code itself (`pricing_version`: a hash of the modules that turn a model
+into a table), so a table compiled by another build, or for another engine, is never
+used.
 
 Each table is priced as the engine release asked for (`optimizer.engines`): its
 step rules (which operators fuse, vLLM's all-reduce, CUDA-graph padding) and its
@@ -39,22 +40,24 @@ from typing import Protocol
 
 from optimizer.engines import (
     DEFAULT_RELEASE,
-    LEGACY_RULES,
-    NO_OVERHEAD,
     EngineOverhead,
     EngineRelease,
-    StepRules,
 )
 from optimizer.hardware import Accelerator, HardwareError, get_accelerator
 from optimizer.latency.base import StepLatency, TableReach
-from optimizer.latency.compose import Pricing
+from optimizer.latency.compile import (  # StepPricing, step_pricing: re-exported
+    StepPricing,  # noqa: F401
+    compile_learned,
+    compile_roofline,
+    step_pricing,  # noqa: F401
+)
 from optimizer.latency.model import LatencyModel
-from optimizer.latency.roofline import ROOFLINE_LABEL, RooflineOptions, RooflinePricer
+from optimizer.latency.moe import check_layout
+from optimizer.latency.roofline import RooflineOptions
 from optimizer.latency.table import (
     TABLE_FORMAT,
     CompiledStepLatency,
     TableGrid,
-    compile_step_latency,
 )
 from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
 from optimizer.shapes import DEFAULT_PRECISION, ModelShape, Precision
@@ -63,11 +66,16 @@ from optimizer.shapes import DEFAULT_PRECISION, ModelShape, Precision
 PRICING_MODULES = (
     "optimizer.dims",
     "optimizer.engines",
+    "optimizer.latency.compile",
     "optimizer.latency.compose",
     "optimizer.latency.features",
+    "optimizer.latency.iterations",
+    "optimizer.latency.mla",
     "optimizer.latency.model",
+    "optimizer.latency.moe",
     "optimizer.latency.roofline",
     "optimizer.latency.table",
+    "optimizer.parallel",
 )
 
 
@@ -81,89 +89,6 @@ def pricing_version() -> str:
         assert spec is not None and spec.origin is not None, name
         digest.update(Path(spec.origin).read_bytes())
     return digest.hexdigest()[:12]
-
-
-@dataclass(frozen=True, slots=True)
-class StepPricing:
-    """How one table prices steps beyond its operators' isolated timings: the step rules,
-    the kernels' scale in a sustained forward, the overhead the GPU waits for, the CPU
-    work hidden behind the GPU (async scheduling), and the engine's name."""
-
-    rules: StepRules
-    kernel_scale: float
-    overhead: EngineOverhead
-    hidden: EngineOverhead
-    engine: str
-
-
-def step_pricing(
-    model: LatencyModel | None,
-    engine: EngineRelease = DEFAULT_RELEASE,
-    overhead: EngineOverhead | None = None,
-    accelerator: Accelerator | None = None,
-) -> StepPricing:
-    """How a table of `model` prices steps. A model with its own whole-step measurements
-    (servetune's reference engine) keeps the legacy rules and its fitted constant and
-    scale; any other is priced as the engine release runs a step (`optimizer.engines`):
-    a synchronous engine's CPU work adds to each step, an asynchronous one's bounds it
-    below. `overhead`, when given, replaces both (nothing hidden)."""
-    if model is not None and model.overhead_s is not None:
-        own = EngineOverhead.constant(model.overhead_s) if overhead is None else overhead
-        return StepPricing(LEGACY_RULES, 1.0, own, NO_OVERHEAD, "servetune reference engine")
-    g = engine.generation
-    scale = g.kernel_scale(accelerator.family) if accelerator is not None else 1.0
-    if overhead is not None:
-        return StepPricing(engine.rules, scale, overhead, NO_OVERHEAD, engine.label)
-    if g.async_scheduling:
-        return StepPricing(engine.rules, scale, g.overhead, g.cpu, engine.label)
-    exposed = EngineOverhead(*(a + b for a, b in zip(astuple(g.overhead), astuple(g.cpu),
-                                                     strict=True)))  # fmt: skip
-    return StepPricing(engine.rules, scale, exposed, NO_OVERHEAD, engine.label)
-
-
-def compile_learned(
-    shape: ModelShape,
-    model: LatencyModel,
-    tp: int,
-    *,
-    engine: EngineRelease = DEFAULT_RELEASE,
-    overhead: EngineOverhead | None = None,
-    accelerator: Accelerator | None = None,
-    grid: TableGrid | None = None,
-) -> CompiledStepLatency:
-    """Compile a fitted model for one shape and TP degree (roofline for uncovered ops),
-    priced as `engine` runs a step (`step_pricing`)."""
-    acc = accelerator or get_accelerator(model.accelerator)
-    how = step_pricing(model, engine, overhead, acc)
-    pricing = Pricing(shape, tp, RooflinePricer(acc), model, how.rules, how.kernel_scale)
-    label = f"learned ({model.source})" if model.source else "learned"
-    return compile_step_latency(
-        pricing, how.overhead, label=label, is_estimate=False, grid=grid, hidden=how.hidden,
-        engine=how.engine,
-    )  # fmt: skip
-
-
-def compile_roofline(
-    shape: ModelShape,
-    accelerator: Accelerator,
-    tp: int,
-    *,
-    options: RooflineOptions | None = None,
-    grid: TableGrid | None = None,
-    engine: EngineRelease = DEFAULT_RELEASE,
-) -> CompiledStepLatency:
-    """The roofline estimate for one shape, accelerator and TP degree, priced as `engine`
-    runs a step (its overheads unless `options.overhead` names one)."""
-    options = options or RooflineOptions()
-    how = step_pricing(None, engine, options.overhead, accelerator)
-    pricing = Pricing(
-        shape, tp, RooflinePricer(accelerator, options), rules=how.rules,
-        kernel_scale=how.kernel_scale,
-    )  # fmt: skip
-    return compile_step_latency(
-        pricing, how.overhead, label=ROOFLINE_LABEL, is_estimate=True, grid=grid,
-        hidden=how.hidden, engine=how.engine,
-    )  # fmt: skip
 
 
 class ModelRef(Protocol):
@@ -223,7 +148,7 @@ class LatencyCatalog:
     num_threads: int = 1  # native (OpenMP) threads while compiling
     overhead: EngineOverhead | None = None  # for every learned table, instead of each model's
     default_grid: TableGrid = field(default_factory=TableGrid)  # when a run names no reach
-    _compiled: dict[tuple[str, int, Precision, str], CompiledStepLatency] = field(
+    _compiled: dict[tuple[str, int, Precision, str, ExpertLayout], CompiledStepLatency] = field(
         default_factory=dict
     )
     _loaded: dict[str, LatencyModel] = field(default_factory=dict)
@@ -245,9 +170,10 @@ class LatencyCatalog:
         engine: EngineRelease = DEFAULT_RELEASE,
         layout: ExpertLayout = DENSE_LAYOUT,
     ) -> StepLatency:
-        """The compiled table of `accelerator` at `tp` for the catalog's shape in
-        `precision`, priced as `engine` runs it, covering `reach` (None: the catalog's
-        default grid, the full one unless set); LookupError when none can be made."""
+        """The compiled table of `accelerator` at `tp` and `layout` for the catalog's shape
+        in `precision`, priced as `engine` runs it, covering `reach` (None: the catalog's
+        default grid, the full one unless set); LookupError when none can be made (a
+        layout that does not fit the shape included)."""
         try:
             acc = get_accelerator(accelerator)
         except HardwareError as exc:
@@ -263,7 +189,11 @@ class LatencyCatalog:
                 f"({self.shape.num_heads})"
             )
         grid = self.default_grid if reach is None else TableGrid.covering(reach)
-        return self.table(acc, tp, grid, precision, engine)
+        try:
+            check_layout(self.shape, tp, layout)
+        except ValueError as exc:
+            raise LookupError(str(exc)) from exc
+        return self.table(acc, tp, grid, precision, engine, layout)
 
     def table(
         self,
@@ -272,16 +202,17 @@ class LatencyCatalog:
         grid: TableGrid,
         precision: Precision = DEFAULT_PRECISION,
         engine: EngineRelease = DEFAULT_RELEASE,
+        layout: ExpertLayout = DENSE_LAYOUT,
     ) -> CompiledStepLatency:
-        """The table of (`acc`, `tp`, `precision`, `engine`) on at least `grid` (compiled,
-        stored or kept)."""
-        key = (acc.name, tp, precision, engine.key)
+        """The table of (`acc`, `tp`, `precision`, `engine`, `layout`) on at least `grid`
+        (compiled, stored or kept): one table per layout."""
+        key = (acc.name, tp, precision, engine.key, layout)
         have = self._compiled.get(key)
         if have is not None:
             if have.grid.union(grid) == have.grid:
                 return have
             grid = grid.union(have.grid)  # grow: the tables only get larger
-        table = self._make(acc, tp, grid, self.shape.with_precision(precision), engine)
+        table = self._make(acc, tp, grid, self.shape.with_precision(precision), engine, layout)
         self._compiled[key] = table
         return table
 
@@ -293,9 +224,11 @@ class LatencyCatalog:
         grid: TableGrid,
         shape: ModelShape,
         engine: EngineRelease = DEFAULT_RELEASE,
+        layout: ExpertLayout = DENSE_LAYOUT,
     ) -> str:
         """The table's key in the store ("" = not stored: an in-memory model): everything
-        its numbers depend on (module docstring)."""
+        its numbers depend on (module docstring), the MoE layout included (a dense
+        layout's key has no layout part, as before layouts existed)."""
         if ref is None:
             source = (
                 f"roofline-{hashlib.sha256(repr(self.roofline_options).encode()).hexdigest()[:12]}"
@@ -307,11 +240,14 @@ class LatencyCatalog:
         override = "engine" if self.overhead is None else repr(astuple(self.overhead))
         pricing = hashlib.sha256(f"{engine.key}|{override}".encode()).hexdigest()[:12]
         spec = hashlib.sha256(repr(astuple(acc)).encode()).hexdigest()[:12]  # a spec file's
-        return "|".join((
+        parts = [
             f"table-v{TABLE_FORMAT}-{pricing_version()}", source,
             f"{engine.generation.key}-{pricing}", shape.name, shape_fingerprint(shape),
             f"{acc.name}-{spec}", f"tp{tp}", grid.tier,
-        ))  # fmt: skip
+        ]  # fmt: skip
+        if layout != DENSE_LAYOUT:
+            parts.append(f"layout-{layout.key}")
+        return "|".join(parts)
 
     def _make(
         self,
@@ -320,11 +256,12 @@ class LatencyCatalog:
         grid: TableGrid,
         shape: ModelShape,
         engine: EngineRelease = DEFAULT_RELEASE,
+        layout: ExpertLayout = DENSE_LAYOUT,
     ) -> CompiledStepLatency:
         ref = self._ref(acc)
         store_key = ""
         if self.store is not None:
-            store_key = self.store_key(ref, acc, tp, grid, shape, engine)
+            store_key = self.store_key(ref, acc, tp, grid, shape, engine, layout)
         if store_key and self.store is not None:
             cached = self.store.get(store_key)
             if cached is not None:
@@ -336,7 +273,9 @@ class LatencyCatalog:
                 options = self.roofline_options
                 if self.overhead is not None:
                     options = replace(options, overhead=self.overhead)
-                table = compile_roofline(shape, acc, tp, options=options, grid=grid, engine=engine)
+                table = compile_roofline(
+                    shape, acc, tp, options=options, grid=grid, engine=engine, layout=layout
+                )
             else:
                 owner = acc.name if acc.name in self.models else acc.family
                 model = self._loaded.get(owner)
@@ -344,7 +283,7 @@ class LatencyCatalog:
                     model = self._loaded[owner] = ref.load()
                 table = compile_learned(
                     shape, model, tp, engine=engine, overhead=self.overhead, accelerator=acc,
-                    grid=grid,
+                    grid=grid, layout=layout,
                 )  # fmt: skip
         if store_key and self.store is not None:
             self.store.put(store_key, table, ref.cache_key if ref is not None else "")

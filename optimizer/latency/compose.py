@@ -31,22 +31,44 @@ the LM head and the embedding stay 16-bit, as in FP8 checkpoints. With
 `kv_cache_dtype` "fp8" every attention (prefill, decode, verify) reads an FP8
 KV cache. An FP8 operator is priced by the learned model's FP8 variant when it
 has one, else by the roofline at FP8 widths, and is then listed by
-`estimated_ops` as "<op>:fp8": a 16-bit model never prices an FP8 operator.
+`estimated_ops` as "<op>:fp8": a 16-bit model never prices an FP8 operator. The
+4-bit formats ("fp4", "mxfp4", "int4") work alike, as "<op>:fp4" etc.; a shape whose
+`quantized_scope` is "experts" (gpt-oss's MXFP4) quantises the MoE experts only.
+
+A mixture-of-experts shape (`ModelShape.moe`) is priced as vLLM runs it under the
+instance's `ExpertLayout` (`optimizer.latency.moe`): its MoE layers run the fused MoE
+operator, the router and shared experts, and the communication the layout needs; its
+dense layers, attention and everything else as above. A dense shape prices exactly as
+before (its layout is `DENSE_LAYOUT`). `sliding_window_layers` of the layers attend to
+the last `sliding_window` keys only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from optimizer.dims import GEMM_OPS, RankDims, sample_nk
 from optimizer.engines import LEGACY_RULES, StepRules
-from optimizer.latency.base import StepLoad
-from optimizer.latency.features import ALL_REDUCE_OPS, ATTENTION_OPS, OpBatch
+from optimizer.latency import moe
+from optimizer.latency.features import (
+    A2A_OPS,
+    ALL_REDUCE_OPS,
+    ATTENTION_OPS,
+    FP8_DTYPE,
+    LOW_BIT_BYTES,
+    OpBatch,
+)
+from optimizer.latency.iterations import (  # iteration_ms, iterations_ms: re-exported
+    cuda_graph_padded,
+    iteration_ms,  # noqa: F401
+    iterations_ms,  # noqa: F401
+)
+from optimizer.latency.mla import mla_heads
 from optimizer.latency.model import LatencyModel, OpModel, op_name
 from optimizer.latency.roofline import RooflinePricer
+from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
 from optimizer.records import OpKind
 from optimizer.shapes import ModelShape
 
@@ -61,49 +83,77 @@ class Pricing:
     learned: LatencyModel | None = None
     rules: StepRules = LEGACY_RULES  # how the engine runs the operators
     kernel_scale: float = 1.0  # the engine's kernels in a sustained forward against the tables'
+    # How a MoE shape's experts are split (dp attention ranks, expert parallelism).
+    layout: ExpertLayout = DENSE_LAYOUT
+    # How the dp ranks' tokens reach the experts (`moe.ALL2ALL_BACKENDS`; vLLM's default).
+    all2all: str = moe.DEFAULT_ALL2ALL
     # One rank's share of the shape, in the profiler's per-op conventions (derived).
     dims: RankDims = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # RankDims.of checks that tp splits heads, KV heads and the MLP evenly.
         object.__setattr__(self, "dims", RankDims.of(self.shape, self.tp))
+        moe.check_layout(self.shape, self.tp, self.layout)
+        if self.all2all not in moe.ALL2ALL_BACKENDS:
+            raise ValueError(f"all2all {self.all2all!r}: expected one of {moe.ALL2ALL_BACKENDS}")
 
     # -- which source prices an operator ------------------------------------------
+    def weight_format(self, op: OpKind) -> str:
+        """The format `op` runs in for this shape: "", "fp8" or a 4-bit weight format (the
+        projections' and the experts' weights; attention's KV cache; see the docstring)."""
+        shape = self.shape
+        if op in GEMM_OPS:  # the projections; not the LM head
+            if getattr(shape, "quantized_scope", "linear") == "experts":
+                return ""
+            return "" if shape.quantization == "none" else shape.quantization
+        if op is OpKind.MOE:
+            return "" if shape.quantization == "none" else shape.quantization
+        if op in ATTENTION_OPS:
+            return FP8_DTYPE if shape.kv_cache_dtype == "fp8" else ""
+        return ""
+
     def is_fp8(self, op: OpKind) -> bool:
         """Whether `op` runs in FP8 for this shape (see the module docstring)."""
-        if op in GEMM_OPS:  # the projections; not the LM head
-            return self.shape.quantization == "fp8"
-        if op in ATTENTION_OPS:
-            return self.shape.kv_cache_dtype == "fp8"
-        return False
+        return self.weight_format(op) == FP8_DTYPE
 
-    def _widths(self, op: OpKind) -> dict[str, float | None]:
-        """The element sizes `op` moves its weights or KV cache at (None: activations')."""
-        shape = self.shape
+    def _widths(self, op: OpKind) -> dict[str, object]:
+        """The element sizes `op` moves its weights or KV cache at (None: activations')
+        and its 4-bit weight format ("" for none)."""
+        shape, fmt = self.shape, self.weight_format(op)
+        weights = None
+        if op in GEMM_OPS or op is OpKind.MOE:  # unquantised: the activations' width
+            weights = LOW_BIT_BYTES.get(fmt) or (
+                1.0 if fmt == FP8_DTYPE else float(shape.dtype_bytes)
+            )
         return {
-            "weight_dtype_bytes": float(shape.weight_dtype_bytes) if op in GEMM_OPS else None,
+            "weight_dtype_bytes": weights,
             "kv_dtype_bytes": float(shape.kv_dtype_bytes) if op in ATTENTION_OPS else None,
+            "weight_format": fmt if fmt in LOW_BIT_BYTES else "",
         }
 
-    def _learned(self, op: OpKind, fp8: bool) -> OpModel | None:
+    def _learned(self, op: OpKind, fmt: str) -> OpModel | None:
         if self.learned is None:
             return None
-        return self.learned.op_model(op, fp8)
+        return self.learned.op_model(op, fmt)
 
     def _source(self, op: OpKind) -> tuple[OpKind, OpModel | None]:
         """(op kind to price with, learned model in the op's format or None for the
         roofline)."""
-        fp8 = self.is_fp8(op)
-        own = self._learned(op, fp8)
+        fmt = self.weight_format(op)
+        own = self._learned(op, fmt)
         if op in GEMM_OPS or op is OpKind.LM_HEAD:
             if own is not None and self.shape.name in own.models:
                 return op, own
-            generic = self._learned(OpKind.GEMM, fp8)
+            generic = self._learned(OpKind.GEMM, fmt)
             if generic is not None:
                 return OpKind.GEMM, generic
             return op, own  # another shape's per-model GEMM: n/k features still apply
         if op in ALL_REDUCE_OPS and own is not None and self.tp not in own.num_gpus:
             return op, None
+        if op in ATTENTION_OPS and self.shape.mla is not None:
+            return op, None  # MLA: the roofline at its latent dimensions (`mla`)
+        if op in A2A_OPS and own is not None and self.layout.ep_size(self.tp) not in own.num_gpus:
+            return op, None  # measured at other EP sizes only
         return op, own
 
     def all_reduce_kinds(self) -> tuple[OpKind, OpKind]:
@@ -118,13 +168,18 @@ class Pricing:
         return OpKind.ALL_REDUCE, OpKind.ALL_REDUCE
 
     def estimated_ops(self) -> tuple[str, ...]:
-        """Operators priced by the roofline for this shape and TP degree (FP8 ones as
-        "<op>:fp8")."""
+        """Operators priced by the roofline for this shape and TP degree (quantised ones as
+        "<op>:fp8", "<op>:fp4" ...), and the parts of a MoE shape priced by assumption
+        alone (`moe.estimated_parts`)."""
         ops = [*GEMM_OPS, OpKind.LM_HEAD, OpKind.NORM, OpKind.ADD, OpKind.ACTIVATION]
         ops += [OpKind.ROPE, OpKind.EMBEDDING, OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN]
-        if self.tp > 1:
+        if self.tp > 1 or self.layout.num_gpus(self.tp) > 1:
             ops += sorted(set(self.all_reduce_kinds()))
-        return tuple(op_name(op, self.is_fp8(op)) for op in ops if self._source(op)[1] is None)
+        ops += moe.priced_ops(self)
+        names = [op_name(op, self.weight_format(op)) for op in ops if self._source(op)[1] is None]
+        if self.shape.mla is not None:
+            names = [f"{n}:mla" if n.split(":")[0] in ATTENTION_NAMES else n for n in names]
+        return (*names, *moe.estimated_parts(self))
 
     @property
     def scale(self) -> float:
@@ -156,19 +211,43 @@ class Pricing:
         if rules.cuda_graph_tokens:
             m = cuda_graph_padded(m, rules.cuda_graph_tokens)
         nk = self._nk
-        layer = sum(self.price_ms(op, num_tokens=m, **nk(op)) for op in (*GEMM_OPS, OpKind.ROPE))
+        once = self.price_ms(OpKind.EMBEDDING, num_tokens=m, **nk(OpKind.EMBEDDING))
+        once = once + self.price_ms(OpKind.NORM, num_tokens=m, **nk(OpKind.NORM))
+        spec = self.shape.moe
+        if spec is None:
+            return self.shape.num_layers * self.layer_ms(m) + once
+        num_moe = spec.num_moe_layers(self.shape.num_layers)
+        moe_layer = self.layer_ms(m, mlp=False) + moe.moe_block_ms(self, m)
+        total = num_moe * moe_layer
+        num_dense = self.shape.num_layers - num_moe
+        if num_dense:
+            total = total + num_dense * self.layer_ms(m)
+        return total + once
+
+    def layer_ms(self, m: np.ndarray, mlp: bool = True, tp_reduces: int = 2) -> np.ndarray:
+        """One layer's token-parallel work over `m` (padded) tokens: projections, RoPE,
+        elementwise ops, `tp_reduces` TP all-reduces and, with `mlp`, the dense MLP (a MoE
+        layer's experts are `moe.moe_block_ms`)."""
+        rules = self.rules
+        nk = self._nk
+        ops = (*GEMM_OPS, OpKind.ROPE) if mlp else (*GEMM_OPS[:2], OpKind.ROPE)
+        layer = sum(self.price_ms(op, num_tokens=m, **nk(op)) for op in ops)
         norm_n = nk(OpKind.NORM)["n"]
         act_n = nk(OpKind.ACTIVATION)["n"]
         if rules.fused_elementwise:
             # add + RMSNorm (reads x and the residual, writes both) twice; SiLU-and-mul
             # (reads the gate and up halves, writes one)
             add_norm = self.price_ms(OpKind.NORM, num_tokens=m, n=2 * norm_n, k=0)
-            layer = layer + self.price_ms(OpKind.ACTIVATION, num_tokens=m, n=1.5 * act_n, k=0)
+            if mlp:
+                layer = layer + self.price_ms(OpKind.ACTIVATION, num_tokens=m, n=1.5 * act_n, k=0)
         else:
             add_norm = self.price_ms(OpKind.NORM, num_tokens=m, n=norm_n, k=0)
             add_norm = add_norm + self.price_ms(OpKind.ADD, num_tokens=m, **nk(OpKind.ADD))
-            layer = layer + self.price_ms(OpKind.ACTIVATION, num_tokens=m, **nk(OpKind.ACTIVATION))
-        if self.tp > 1:
+            if mlp:
+                layer = layer + self.price_ms(
+                    OpKind.ACTIVATION, num_tokens=m, **nk(OpKind.ACTIVATION)
+                )
+        if self.tp > 1 and tp_reduces:
             msg = m * self.shape.hidden_size * self.shape.dtype_bytes
             graph, eager = self.all_reduce_kinds()
             common = {"num_gpus": self.tp, "message_bytes": msg, "num_tokens": m}
@@ -187,11 +266,8 @@ class Pricing:
                 fused = self.one_shot_all_reduce_ms(msg, graph)
                 reduce = np.where(msg <= one_shot, fused, reduce)
                 add_norm = np.where(msg <= limit, 0.0, add_norm)
-            layer = layer + 2 * reduce
-        layer = layer + 2 * add_norm
-        once = self.price_ms(OpKind.EMBEDDING, num_tokens=m, **nk(OpKind.EMBEDDING))
-        once = once + self.price_ms(OpKind.NORM, num_tokens=m, **nk(OpKind.NORM))
-        return self.shape.num_layers * layer + once
+            layer = layer + tp_reduces * reduce
+        return layer + 2 * add_norm
 
     def one_shot_all_reduce_ms(self, message_bytes: np.ndarray, kind: OpKind) -> np.ndarray:
         """An all-reduce priced by `kind`'s measured latency and bandwidth alone: its time
@@ -210,45 +286,75 @@ class Pricing:
         m = np.asarray(num_logits, dtype=np.float64)
         return self.price_ms(OpKind.LM_HEAD, num_tokens=m, **self._nk(OpKind.LM_HEAD))
 
-    def _heads(self) -> dict[str, object]:
+    def _heads(self, decode: bool = False) -> dict[str, object]:
+        if self.shape.mla is not None:
+            return mla_heads(self.shape, self.tp, decode)
         d = self.dims
         return {"num_heads": d.heads, "num_kv_heads": d.kv_heads, "head_dim": d.head_dim}
 
-    def prefill_attn_ms(self, q_len: np.ndarray, kv_len: np.ndarray) -> np.ndarray:
-        """One chunk of q_len queries over kv_len keys (kv includes the chunk), all layers."""
-        q = np.asarray(q_len, dtype=np.float64)
-        kv = np.maximum(np.asarray(kv_len, dtype=np.float64), q)
+    def _prefill_layer_ms(self, q: np.ndarray, kv: np.ndarray) -> np.ndarray:
         model = self._source(OpKind.PREFILL_ATTN)[1]
         if model is not None and model.square_attention:
             # Measured without a cached prefix: price the square problem of equal work.
             q = kv = np.sqrt(np.maximum(q * (2.0 * kv - q + 1.0), 1.0))
-        per = self.price_ms(
+        return self.price_ms(
             OpKind.PREFILL_ATTN, batch_size=1, q_len=q, kv_len=kv, num_tokens=q, **self._heads()
         )
-        return self.shape.num_layers * per
+
+    def prefill_attn_ms(self, q_len: np.ndarray, kv_len: np.ndarray) -> np.ndarray:
+        """One chunk of q_len queries over kv_len keys (kv includes the chunk), all layers.
+
+        A sliding-window layer (window W) is priced as q / W pieces of W queries
+        over 2W keys when the chunk is longer than W, else as the chunk over at most
+        q + W keys (the keys its queries can see)."""
+        q = np.asarray(q_len, dtype=np.float64)
+        kv = np.maximum(np.asarray(kv_len, dtype=np.float64), q)
+        window = self.shape.sliding_window_layers
+        full = self.shape.num_layers - window
+        if not window:
+            return full * self._prefill_layer_ms(q, kv)
+        w = float(self.shape.sliding_window)
+        q_w = np.minimum(q, w)
+        pieces = np.maximum(q / w, 1.0)
+        windowed = pieces * self._prefill_layer_ms(q_w, np.minimum(kv, q_w + w))
+        return full * self._prefill_layer_ms(q, kv) + window * windowed
 
     def decode_attn_ms(
         self, num_seqs: np.ndarray, kv_mean: np.ndarray, decode_q: int = 1
     ) -> np.ndarray:
-        """`num_seqs` decoding sequences of mean KV length `kv_mean`, all layers.
+        """`num_seqs` decoding sequences of mean KV length `kv_mean`, all layers (a
+        sliding-window layer reads at most its window of keys).
 
         Verification (decode_q = K+1) scales the measured decode kernel by the
         roofline's ratio of K+1 to 1 query positions.
         """
         b = np.maximum(np.asarray(num_seqs, dtype=np.float64), 1.0)
         kv = np.maximum(np.asarray(kv_mean, dtype=np.float64), 1.0)
+        window = self.shape.sliding_window_layers
+        full, per = self.shape.num_layers - window, self._decode_layer_ms(b, kv, decode_q)
+        if not window:
+            return full * per
+        kv_w = np.minimum(kv, float(self.shape.sliding_window))
+        return full * per + window * self._decode_layer_ms(b, kv_w, decode_q)
+
+    def _decode_layer_ms(self, b: np.ndarray, kv: np.ndarray, decode_q: int) -> np.ndarray:
         per = self.price_ms(
-            OpKind.DECODE_ATTN, q_len=1, batch_size=b, kv_len=kv, num_tokens=b, **self._heads()
+            OpKind.DECODE_ATTN,
+            q_len=1,
+            batch_size=b,
+            kv_len=kv,
+            num_tokens=b,
+            **self._heads(decode=True),
         )
         if decode_q > 1:
             per = per * self.verify_ratio(b, kv, decode_q)
-        return self.shape.num_layers * per
+        return per
 
     def verify_ratio(self, num_seqs: np.ndarray, kv_mean: np.ndarray, decode_q: int) -> np.ndarray:
         """Roofline cost of decode_q query positions relative to one (16-bit queries, the
         shape's KV format)."""
         common = {"batch_size": num_seqs, "kv_len": kv_mean, "num_tokens": num_seqs}
-        common |= self._heads()
+        common |= self._heads(decode=True)
         # The KV width relative to 16-bit queries: 2.0 (as it always was) unless FP8.
         kv = 2.0 * self.shape.kv_dtype_bytes / self.shape.dtype_bytes
         one = OpBatch.make(OpKind.DECODE_ATTN, 2.0, kv_dtype_bytes=kv, q_len=1, **common)
@@ -256,52 +362,5 @@ class Pricing:
         return self.roofline.predict_ms(many) / self.roofline.predict_ms(one)
 
 
+ATTENTION_NAMES = frozenset(op.value for op in ATTENTION_OPS)
 ONE_SHOT_SPAN_BYTES = 1 << 28  # where the bandwidth of a measured all-reduce is read
-
-
-def cuda_graph_padded(num_tokens: np.ndarray, limit: int) -> np.ndarray:
-    """Token counts padded as vLLM pads a step to its CUDA-graph capture sizes (1, 2, 4,
-    then every 8 up to 256, every 16 up to 512); beyond `limit` a step runs eagerly."""
-    m = np.asarray(num_tokens, dtype=np.float64)
-    small = np.where(m <= 2, np.maximum(m, 1.0), np.where(m <= 4, 4.0, np.ceil(m / 8) * 8))
-    padded = np.where(m <= 256, small, np.ceil(m / 16) * 16)
-    return np.where(m <= limit, np.minimum(padded, max(limit, 1)), m)
-
-
-def iteration_ms(pricing: Pricing, load: StepLoad, overhead_s: float) -> float:
-    """Exact (unquantised) step time in ms; slow path for validation and calibration."""
-    total = float(pricing.dense_ms(np.array([load.num_tokens]))[0])
-    if load.num_logits > 0:
-        total += float(pricing.lm_head_ms(np.array([load.num_logits]))[0])
-    if load.prefill_q:
-        total += float(
-            pricing.prefill_attn_ms(np.array(load.prefill_q), np.array(load.prefill_kv)).sum()
-        )
-    if load.num_decode_seqs > 0:
-        mean_kv = load.decode_kv_tokens / load.num_decode_seqs
-        total += float(
-            pricing.decode_attn_ms(
-                np.array([load.num_decode_seqs]), np.array([mean_kv]), load.decode_q
-            )[0]
-        )
-    return total + 1e3 * overhead_s
-
-
-def iterations_ms(pricing: Pricing, loads: Sequence[StepLoad], overhead_s: float) -> np.ndarray:
-    """`iteration_ms` of many loads at once: one prediction call per operator, not per load."""
-    n = len(loads)
-    total = pricing.dense_ms(np.array([ld.num_tokens for ld in loads], dtype=np.float64))
-    logits = np.array([ld.num_logits for ld in loads], dtype=np.float64)
-    if (logits > 0).any():
-        total[logits > 0] += pricing.lm_head_ms(logits[logits > 0])
-    owner = np.array([i for i, ld in enumerate(loads) for _ in ld.prefill_q], dtype=np.int64)
-    if owner.size:
-        q = np.array([v for ld in loads for v in ld.prefill_q], dtype=np.float64)
-        kv = np.array([v for ld in loads for v in ld.prefill_kv], dtype=np.float64)
-        total += np.bincount(owner, pricing.prefill_attn_ms(q, kv), minlength=n)
-    for dq in sorted({ld.decode_q for ld in loads if ld.num_decode_seqs > 0}):
-        rows = [i for i, ld in enumerate(loads) if ld.num_decode_seqs > 0 and ld.decode_q == dq]
-        seqs = np.array([loads[i].num_decode_seqs for i in rows], dtype=np.float64)
-        kv_sum = np.array([loads[i].decode_kv_tokens for i in rows], dtype=np.float64)
-        total[rows] += pricing.decode_attn_ms(seqs, kv_sum / seqs, dq)
-    return total + 1e3 * overhead_s

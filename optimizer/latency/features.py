@@ -22,6 +22,14 @@ model holds its FP8 operators apart from its 16-bit ones
 formulas compute exactly (bit for bit) what every stored model was fitted on,
 so the feature versions below are unchanged by them.
 
+MoE (`OpKind.MOE`, vLLM's fused MoE layer; fields as in `optimizer.dims`): its work is
+that of the routed tokens' gated expert GEMMs on one rank (`_moe_work`), its bytes those
+of the local experts' weights the tokens touch; FP8 and the 4-bit weight formats
+(`LOW_BIT_BYTES`, named by `OpBatch.weight_format`) are variants of their own, as FP8
+GEMMs are (`op_format`). MoE dispatch / combine (expert-parallel all-to-all) move each
+token's hidden state to or from its experts' ranks. These ops are new: no stored model
+holds them, so the feature versions are unchanged by them.
+
 The residual's feature set is versioned (`FEATURE_VERSION`): a fitted model
 records the version it was trained on and is always priced with it, so models
 stored before a feature was added keep their meaning.
@@ -60,10 +68,19 @@ ATTENTION_OPS = frozenset({OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.VERIF
 ALL_REDUCE_OPS = frozenset(
     {OpKind.ALL_REDUCE, OpKind.VLLM_ALL_REDUCE, OpKind.VLLM_ALL_REDUCE_EAGER}
 )
-MODELLED_OPS = GEMM_OPS | ELEMENTWISE_OPS | ATTENTION_OPS | ALL_REDUCE_OPS
+MOE_OPS = frozenset({OpKind.MOE})
+A2A_OPS = frozenset({OpKind.MOE_DISPATCH, OpKind.MOE_COMBINE})
+MODELLED_OPS = GEMM_OPS | ELEMENTWISE_OPS | ATTENTION_OPS | ALL_REDUCE_OPS | MOE_OPS | A2A_OPS
+WEIGHT_OPS = GEMM_OPS | MOE_OPS  # operators whose weights have a format
 
 FP8_DTYPE = "fp8"  # KernelSample.dtype of FP8 GEMMs (weights) and FP8-KV attention
-FP8_OPS = GEMM_OPS | ATTENTION_OPS  # operators that have FP8 variants
+FP8_OPS = WEIGHT_OPS | ATTENTION_OPS  # operators that have FP8 variants
+# 4-bit weight formats (KernelSample.dtype of such MoE / GEMM samples) and the bytes one
+# weight moves with its scales: "fp4" NVFP4 (E2M1, one FP8 scale per 16: 0.5 + 1/16),
+# "mxfp4" OCP MX FP4 as gpt-oss ships it (one E8M0 scale per 32: 0.5 + 1/32), "int4"
+# weight-only INT4 (compressed-tensors WNA16, one bf16 scale per group of 128: 0.5 + 2/128).
+LOW_BIT_BYTES = {"fp4": 0.5625, "mxfp4": 0.53125, "int4": 0.515625}
+WEIGHT_FORMATS = ("", FP8_DTYPE, *LOW_BIT_BYTES)  # "": the activations' own width
 _DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0, "fp8": 1.0}
 _FP8_ACTIVATION_BYTES = 2.0  # FP8 samples keep 16-bit activations (and attention queries)
 _ARRAYS = (
@@ -78,6 +95,7 @@ _ARRAYS = (
     "head_dim",
     "num_gpus",
     "message_bytes",
+    "tp",  # the MoE's tensor-split degree (KernelSample.tp; unused by the other ops)
 )
 
 
@@ -110,14 +128,23 @@ class OpBatch:
     head_dim: np.ndarray
     num_gpus: np.ndarray
     message_bytes: np.ndarray
+    tp: np.ndarray
     dtype_bytes: float = 2.0
     weight_dtype_bytes: float | None = None  # None: dtype_bytes (resolved on construction)
     kv_dtype_bytes: float | None = None  # None: dtype_bytes (resolved on construction)
+    # A 4-bit weight format of LOW_BIT_BYTES ("fp4", "mxfp4", "int4"); "" for the others,
+    # whose format the widths tell (FP8: 1-byte weights or KV cache).
+    weight_format: str = ""
 
     def __post_init__(self) -> None:
         for name in ("weight_dtype_bytes", "kv_dtype_bytes"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, float(self.dtype_bytes))
+        if self.weight_format and self.weight_format not in LOW_BIT_BYTES:
+            raise FeatureError(
+                f"{self.op}: weight_format {self.weight_format!r}: expected one of "
+                f"{sorted(LOW_BIT_BYTES)} or ''"
+            )
 
     def __len__(self) -> int:
         return int(self.num_tokens.shape[0])
@@ -130,6 +157,7 @@ class OpBatch:
         *,
         weight_dtype_bytes: float | None = None,
         kv_dtype_bytes: float | None = None,
+        weight_format: str = "",
         **params: object,
     ) -> OpBatch:
         """Broadcast scalars/arrays given by name; parameters not given are zero."""
@@ -144,6 +172,7 @@ class OpBatch:
             dtype_bytes=dtype_bytes,
             weight_dtype_bytes=weight_dtype_bytes,
             kv_dtype_bytes=kv_dtype_bytes,
+            weight_format=weight_format,
         )
 
     @classmethod
@@ -157,9 +186,15 @@ class OpBatch:
                 f"{op}: samples mix dtypes {sorted(dtypes)}; fit one dtype at a time"
             )
         dtype = dtypes.pop()
+        cols = {name: np.fromiter((getattr(s, name) for s in rows), np.float64) for name in _ARRAYS}
+        if dtype in LOW_BIT_BYTES:
+            if op not in WEIGHT_OPS:
+                raise FeatureError(f"{op}: dtype {dtype!r} is a weight format (GEMM, MoE only)")
+            return cls(op, dtype_bytes=_FP8_ACTIVATION_BYTES,
+                       weight_dtype_bytes=LOW_BIT_BYTES[dtype], weight_format=dtype,
+                       **cols)  # fmt: skip
         if dtype not in _DTYPE_BYTES:
             raise FeatureError(f"{op}: unknown dtype {dtype!r}; expected one of {_DTYPE_BYTES}")
-        cols = {name: np.fromiter((getattr(s, name) for s in rows), np.float64) for name in _ARRAYS}
         if dtype != FP8_DTYPE:
             return cls(op, dtype_bytes=_DTYPE_BYTES[dtype], **cols)
         if op not in FP8_OPS:
@@ -171,7 +206,7 @@ class OpBatch:
         return cls(
             op,
             dtype_bytes=_FP8_ACTIVATION_BYTES,
-            weight_dtype_bytes=fp8 if op in GEMM_OPS else None,
+            weight_dtype_bytes=fp8 if op in WEIGHT_OPS else None,
             kv_dtype_bytes=fp8 if op in ATTENTION_OPS else None,
             **cols,
         )
@@ -184,14 +219,45 @@ class OpBatch:
 
 
 def is_fp8(batch: OpBatch) -> bool:
-    """Whether `batch` is an FP8 variant: a GEMM with 1-byte weights or an attention over
-    a 1-byte KV cache (priced by FP8 models only, never by 16-bit ones)."""
+    """Whether `batch` is an FP8 variant: a GEMM or MoE with 1-byte weights or an attention
+    over a 1-byte KV cache (priced by FP8 models only, never by 16-bit ones)."""
     fp8 = _DTYPE_BYTES[FP8_DTYPE]
-    if batch.op in GEMM_OPS:
-        return batch.weight_dtype_bytes == fp8
+    if batch.op in WEIGHT_OPS:
+        return batch.weight_dtype_bytes == fp8 and not batch.weight_format
     if batch.op in ATTENTION_OPS:
         return batch.kv_dtype_bytes == fp8
     return False
+
+
+def op_format(batch: OpBatch) -> str:
+    """The format variant `batch` is priced by: "" (the activations' width), "fp8", or a
+    4-bit weight format; each is fitted and priced apart."""
+    if batch.weight_format:
+        return batch.weight_format
+    return FP8_DTYPE if is_fp8(batch) else ""
+
+
+def moe_pairs_per_rank(batch: OpBatch) -> np.ndarray:
+    """(token, expert) pairs one rank of a fused MoE computes: num_tokens x top-k spread
+    evenly over the EP group (balanced routing)."""
+    return batch.num_tokens * batch.batch_size / np.maximum(batch.num_gpus, 1.0)
+
+
+def _moe_work(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
+    """A fused MoE layer on one rank: gated expert GEMMs (gate + up 2n/tp wide, down n/tp)
+    over its pairs; bytes = the weights of the local experts those pairs touch (at most
+    one expert per pair) at the weight width, plus the tokens in, the pairs' activations
+    and the tokens out at the activation width."""
+    dt, w = batch.dtype_bytes, batch.weight_dtype_bytes
+    ep, tp = np.maximum(batch.num_gpus, 1.0), np.maximum(batch.tp, 1.0)
+    width = batch.n / tp
+    pairs = moe_pairs_per_rank(batch)
+    local = batch.num_heads / ep
+    touched = np.minimum(local, np.maximum(pairs, 1.0))
+    flops = 2.0 * pairs * batch.k * 3.0 * width
+    moved = w * touched * 3.0 * width * batch.k
+    moved = moved + dt * (2.0 * batch.num_tokens * batch.k + pairs * (batch.k + 3.0 * width))
+    return flops, moved
 
 
 def work(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
@@ -220,6 +286,14 @@ def work(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
     if op in ALL_REDUCE_OPS:
         g = np.maximum(batch.num_gpus, 2.0)
         return np.zeros_like(batch.message_bytes), batch.message_bytes * 2.0 * (g - 1.0) / g
+    if op in MOE_OPS:
+        return _moe_work(batch)
+    if op in A2A_OPS:
+        # each token goes to (or comes back from) the ranks of its top-k experts, at most
+        # min(top-k, EP) of them, all but 1/EP of it over the link; hidden x 16-bit values
+        g = np.maximum(batch.num_gpus, 2.0)
+        sent = batch.num_tokens * np.minimum(batch.batch_size, g) * batch.k * dt * (g - 1.0) / g
+        return np.zeros_like(sent), sent
     raise FeatureError(f"op {op.value!r} has no latency features")
 
 
@@ -268,6 +342,27 @@ def feature_matrix(batch: OpBatch, version: int = FEATURE_VERSION) -> np.ndarray
         ]
     elif batch.op in ALL_REDUCE_OPS:
         cols = [np.log2(np.maximum(batch.message_bytes, 1.0)), batch.num_gpus]
+    elif batch.op in MOE_OPS:
+        pairs = moe_pairs_per_rank(batch)
+        local = batch.num_heads / np.maximum(batch.num_gpus, 1.0)
+        cols = [
+            np.log2(np.maximum(batch.num_tokens, 1.0)),
+            np.log2(np.maximum(batch.n / np.maximum(batch.tp, 1.0), 1.0)),
+            np.log2(np.maximum(batch.k, 1.0)),
+            np.log2(np.maximum(batch.batch_size, 1.0)),
+            np.log2(np.maximum(local, 1.0)),
+            np.log2(np.maximum(pairs / np.maximum(local, 1.0), 1.0 / 64)),  # pairs per expert
+            np.log2(np.maximum(batch.num_gpus, 1.0)),
+            np.log2(np.maximum(batch.tp, 1.0)),
+        ]
+    elif batch.op in A2A_OPS:
+        cols = [
+            np.log2(np.maximum(batch.num_tokens, 1.0)),
+            np.log2(np.maximum(batch.k, 1.0)),
+            np.log2(np.maximum(batch.batch_size, 1.0)),
+            np.log2(np.maximum(batch.num_heads, 1.0)),
+            batch.num_gpus,
+        ]
     else:
         cols = [np.log2(np.maximum(batch.num_tokens, 1.0)), np.log2(np.maximum(batch.n, 1.0))]
         if version >= 2:

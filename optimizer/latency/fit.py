@@ -43,17 +43,23 @@ def fit_latency_model(
     with threadpool_limits(limits=options.num_threads):
         ops: dict[OpKind, OpModel] = {}
         fp8_ops: dict[OpKind, OpModel] = {}
-        for (op, fp8), (batch, t) in group_samples(samples).items():
+        low_bit: dict[tuple[OpKind, str], OpModel] = {}
+        for (op, fmt), (batch, t) in group_samples(samples).items():
             if len(batch) >= MIN_SAMPLES:
-                fitted = fit_op_model(batch, t, options, models_of(samples, (op, fp8)))
-                (fp8_ops if fp8 else ops)[op] = fitted
-        if not ops and not fp8_ops:
+                fitted = fit_op_model(batch, t, options, models_of(samples, (op, fmt)))
+                if fmt == "":
+                    ops[op] = fitted
+                elif fmt == "fp8":
+                    fp8_ops[op] = fitted
+                else:
+                    low_bit[op, fmt] = fitted
+        if not ops and not fp8_ops and not low_bit:
             raise LatencyModelError(
                 f"{accelerator}: no operator has {MIN_SAMPLES}+ samples of a modelled kind "
                 f"({len(samples)} samples in all); a profile taken with `--grid quick` is a "
                 "smoke test too small to fit: profile with `--grid default`"
             )
-        model = LatencyModel(accelerator, source, ops, fp8_ops=fp8_ops)
+        model = LatencyModel(accelerator, source, ops, fp8_ops=fp8_ops, low_bit_ops=low_bit)
         mixed = [s for s in samples if s.op is OpKind.MIXED_ITERATION]
         if not mixed:
             return model

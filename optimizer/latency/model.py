@@ -32,10 +32,11 @@ import numpy as np
 from optimizer.latency.features import (
     FEATURE_VERSION,
     FP8_DTYPE,
+    LOW_BIT_BYTES,
     MODELLED_OPS,
     OpBatch,
     feature_matrix,
-    is_fp8,
+    op_format,
     work,
 )
 from optimizer.records import KernelSample, OpKind
@@ -45,9 +46,10 @@ if TYPE_CHECKING:  # scipy and scikit-learn are imported by the fitting function
 
 MIN_SAMPLES = 8
 
-# An operator's samples of one format: (op, fp8). fp8: FP8 weights (GEMMs) or an FP8 KV
-# cache (attention), i.e. KernelSample.dtype == "fp8"; else the profile's own dtype.
-OpGroup = tuple[OpKind, bool]
+# An operator's samples of one format: (op, format). format "fp8": FP8 weights (GEMMs,
+# MoE) or an FP8 KV cache (attention), i.e. KernelSample.dtype == "fp8"; a 4-bit weight
+# format of `features.LOW_BIT_BYTES` ("fp4", "mxfp4", "int4"); "" the profile's own dtype.
+OpGroup = tuple[OpKind, str]
 
 
 class LatencyModelError(ValueError):
@@ -82,11 +84,18 @@ class OpModel:
     square_attention: bool = False  # prefill samples all had kv_len == q_len (no cached prefix)
     feature_version: int = FEATURE_VERSION  # residual's feature set (features.FEATURE_VERSION)
     fp8: bool = False  # fitted on FP8 samples (FP8 weights / FP8 KV cache)
+    weight_format: str = ""  # fitted on 4-bit weights of this format ("fp4", "mxfp4", "int4")
+
+    @property
+    def format(self) -> str:
+        """The variant's format: "", "fp8" or a 4-bit weight format."""
+        return self.weight_format or (FP8_DTYPE if self.fp8 else "")
 
     @property
     def name(self) -> str:
-        """The operator and, for an FP8 variant, ":fp8" (as hold-out metrics name it)."""
-        return op_name(self.op, self.fp8)
+        """The operator and, for a quantised variant, ":fp8" / ":fp4" ... (as hold-out
+        metrics name it)."""
+        return op_name(self.op, self.format)
 
     def base_ms(self, batch: OpBatch) -> np.ndarray:
         flops, moved = work(batch)
@@ -95,10 +104,10 @@ class OpModel:
     def predict_ms(self, batch: OpBatch) -> np.ndarray:
         if batch.op != self.op:
             raise LatencyModelError(f"model of {self.op.value!r} asked to price {batch.op.value!r}")
-        if is_fp8(batch) != self.fp8:
+        if op_format(batch) != self.format:
             raise LatencyModelError(
-                f"model of {self.name!r} asked to price {op_name(batch.op, is_fp8(batch))!r}: "
-                "FP8 and 16-bit variants are fitted and priced apart"
+                f"model of {self.name!r} asked to price {op_name(batch.op, op_format(batch))!r}: "
+                "16-bit, FP8 and 4-bit variants are fitted and priced apart"
             )
         base = self.base_ms(batch)
         if self.residual is None or len(batch) == 0:
@@ -129,6 +138,8 @@ class LatencyModel:
     num_mixed: int = 0  # mixed iterations the overhead was fitted on
     op_scale: float = 1.0
     fp8_ops: dict[OpKind, OpModel] = field(default_factory=dict)
+    # 4-bit weight variants (MoE, GEMMs) by (op, format of features.LOW_BIT_BYTES)
+    low_bit_ops: dict[tuple[OpKind, str], OpModel] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.op_scale) and self.op_scale > 0):
@@ -136,32 +147,41 @@ class LatencyModel:
                 f"{self.accelerator}: op_scale must be > 0, got {self.op_scale}"
             )
 
-    def op_model(self, op: OpKind, fp8: bool = False) -> OpModel | None:
-        """The fitted model of `op` in the given format (None: not fitted)."""
-        return (self.fp8_ops if fp8 else self.ops).get(op)
+    def op_model(self, op: OpKind, fmt: bool | str = False) -> OpModel | None:
+        """The fitted model of `op` in format `fmt` (True or "fp8": FP8; a 4-bit weight
+        format; False or "": the profile's own dtype); None: not fitted."""
+        if fmt in LOW_BIT_BYTES:
+            return self.low_bit_ops.get((op, str(fmt)))
+        return (self.fp8_ops if fmt in (True, FP8_DTYPE) else self.ops).get(op)
 
-    def has(self, op: OpKind, fp8: bool = False) -> bool:
-        return self.op_model(op, fp8) is not None
+    def has(self, op: OpKind, fmt: bool | str = False) -> bool:
+        return self.op_model(op, fmt) is not None
+
+    def all_op_models(self) -> tuple[OpModel, ...]:
+        return (*self.ops.values(), *self.fp8_ops.values(), *self.low_bit_ops.values())
 
     def op_names(self) -> tuple[str, ...]:
-        """Every fitted operator, FP8 variants as "<op>:fp8"."""
-        return tuple(m.name for m in (*self.ops.values(), *self.fp8_ops.values()))
+        """Every fitted operator, quantised variants as "<op>:fp8", "<op>:fp4" ..."""
+        return tuple(m.name for m in self.all_op_models())
 
     def predict_ms(self, batch: OpBatch) -> np.ndarray:
         """`batch` priced by the model of its op and format (FP8 batches by FP8 models
-        only; LatencyModelError when that one is not fitted)."""
-        fp8 = is_fp8(batch)
-        model = self.op_model(batch.op, fp8)
+        only, 4-bit ones by their format's; LatencyModelError when that one is not fitted)."""
+        fmt = op_format(batch)
+        model = self.op_model(batch.op, fmt)
         if model is None:
             raise LatencyModelError(
-                f"no fitted model of {op_name(batch.op, fp8)!r} for {self.accelerator}; "
+                f"no fitted model of {op_name(batch.op, fmt)!r} for {self.accelerator}; "
                 f"have {sorted(self.op_names())}"
             )
         return model.predict_ms(batch)
 
 
-def op_name(op: OpKind, fp8: bool) -> str:
-    return f"{op.value}:{FP8_DTYPE}" if fp8 else op.value
+def op_name(op: OpKind, fmt: bool | str) -> str:
+    """`op`'s value, with ":<format>" for a quantised variant (True means "fp8")."""
+    if fmt is True:
+        fmt = FP8_DTYPE
+    return f"{op.value}:{fmt}" if fmt else op.value
 
 
 def _fit_base(batch: OpBatch, t: np.ndarray) -> np.ndarray:
@@ -215,16 +235,19 @@ def fit_op_model(
         num_gpus=tuple(sorted({int(g) for g in batch.num_gpus if g > 0})),
         square_attention=bool(np.all(batch.q_len == batch.kv_len)),
         feature_version=options.feature_version,
-        fp8=is_fp8(batch),
+        fp8=op_format(batch) == FP8_DTYPE,
+        weight_format=batch.weight_format,
     )
 
 
 def sample_group(sample: KernelSample) -> OpGroup:
-    return sample.op, sample.dtype == FP8_DTYPE
+    if sample.dtype == FP8_DTYPE or sample.dtype in LOW_BIT_BYTES:
+        return sample.op, sample.dtype
+    return sample.op, ""
 
 
 def group_samples(samples: Sequence[KernelSample]) -> dict[OpGroup, tuple[OpBatch, np.ndarray]]:
-    """Samples of every modelled operator, per (operator, fp8) group (16-bit first), as
+    """Samples of every modelled operator, per (operator, format) group (16-bit first), as
     (parameters, median latency ms). Each group is one format; the 16-bit group still
     refuses a mix of dtypes (bfloat16 with float16)."""
     rows_of: dict[OpGroup, list[KernelSample]] = {}
@@ -232,7 +255,7 @@ def group_samples(samples: Sequence[KernelSample]) -> dict[OpGroup, tuple[OpBatc
         if s.op in MODELLED_OPS:
             rows_of.setdefault(sample_group(s), []).append(s)
     out: dict[OpGroup, tuple[OpBatch, np.ndarray]] = {}
-    for group in sorted(rows_of, key=lambda g: (g[1], g[0])):
+    for group in sorted(rows_of, key=lambda g: (g[1] != "", g[1], g[0])):
         rows = rows_of[group]
         out[group] = (OpBatch.from_samples(group[0], rows), np.array([s.median_ms for s in rows]))
     return out

@@ -17,7 +17,9 @@ Version 3 was extended, compatibly and without a new number, by an optional
 payload without it (every one written before FP8 variants existed) loads with
 none, its FP8 operators then priced by the roofline; a reader that predates
 the part ignores it, pricing FP8 as it always did. A new number would only
-have made such payloads unreadable to those readers for no gain.
+have made such payloads unreadable to those readers for no gain. A second optional
+part, `low_bit_ops`, holds the 4-bit weight variants (MoE, GEMMs) the same way, each row
+prefixed by its format ("fp4", "mxfp4", "int4").
 """
 
 from __future__ import annotations
@@ -53,15 +55,30 @@ def _rows(ops: dict[OpKind, OpModel]) -> list[tuple]:
     ]
 
 
-def _op_models(rows: list[tuple], version: int, fp8: bool) -> dict[OpKind, OpModel]:
+def _op_models(
+    rows: list[tuple], version: int, fp8: bool, weight_format: str = ""
+) -> dict[OpKind, OpModel]:
     ops = {}
     for value, coef, residual, dtype_bytes, num, models, gpus, square, *rest in rows:
         op = OpKind(value)
         features = int(rest[0]) if version >= 3 else 1
         ops[op] = OpModel(
-            op, coef, residual, dtype_bytes, num, models, gpus, square, features, fp8=fp8
-        )
+            op, coef, residual, dtype_bytes, num, models, gpus, square, features, fp8=fp8,
+            weight_format=weight_format,
+        )  # fmt: skip
     return ops
+
+
+def _low_bit_rows(model: LatencyModel) -> list[tuple]:
+    return [(fmt, *_rows({op: m})[0]) for (op, fmt), m in model.low_bit_ops.items()]
+
+
+def _low_bit_models(rows: list[tuple], version: int) -> dict[tuple[OpKind, str], OpModel]:
+    out = {}
+    for fmt, *row in rows:
+        for op, m in _op_models([tuple(row)], version, fp8=False, weight_format=fmt).items():
+            out[op, fmt] = m
+    return out
 
 
 def dump_model(model: LatencyModel) -> bytes:
@@ -75,6 +92,8 @@ def dump_model(model: LatencyModel) -> bytes:
     }
     if model.fp8_ops:
         parts["fp8_ops"] = _rows(model.fp8_ops)
+    if model.low_bit_ops:
+        parts["low_bit_ops"] = _low_bit_rows(model)
     return _MAGIC + pickle.dumps((PAYLOAD_SCHEMA_VERSION, parts), protocol=5)
 
 
@@ -99,12 +118,12 @@ def load_model(payload: bytes, schema_version: int = PAYLOAD_SCHEMA_VERSION) -> 
         num_mixed=int(parts.get("num_mixed", 0)),
         op_scale=float(parts["op_scale"]) if version >= 3 else 1.0,
         fp8_ops=_op_models(parts.get("fp8_ops", []), version, fp8=True),
+        low_bit_ops=_low_bit_models(parts.get("low_bit_ops", []), version),
     )
 
 
 def feature_names(model: LatencyModel) -> tuple[str, ...]:
     """What the model was fitted on, for the stored record (FP8 variants as "<op>:fp8")."""
     return tuple(
-        f"{m.name}:flops,bytes,log-shape v{m.feature_version}"
-        for m in (*model.ops.values(), *model.fp8_ops.values())
+        f"{m.name}:flops,bytes,log-shape v{m.feature_version}" for m in model.all_op_models()
     )

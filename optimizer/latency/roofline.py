@@ -12,7 +12,13 @@ Number formats come with the batch (`features.work`): FP8 weights move 1 byte
 each, an FP8 KV cache 1 byte per element. An FP8 GEMM computes at the
 accelerator's `fp8_tflops` when it has FP8 tensor cores, else at its bf16 peak
 (an A100 runs FP8 checkpoints weight-only: weights stored in FP8, multiplied in
-16 bits). Attention over an FP8 KV cache computes at the bf16 peak (only its
+16 bits). A fused MoE layer (`OpKind.MOE`) is priced alike from its routed tokens'
+expert GEMMs and the expert weights they touch (`features.work`). Its 4-bit weight
+formats move their packed widths with scales (`features.LOW_BIT_BYTES`); NVFP4 ("fp4",
+W4A4) computes at twice the FP8 peak on Blackwell (B200/B300: FP4 tensor cores), else at
+the FP8 peak; MXFP4 and INT4 as vLLM runs them here are weight-only (dequantised to
+16 bits: the bf16 peak). Expert-parallel dispatch / combine cost their link bytes like
+an all-reduce. Attention over an FP8 KV cache computes at the bf16 peak (only its
 bytes shrink): a conservative choice, as FlashAttention-3 may run its FP8 path.
 """
 
@@ -24,10 +30,20 @@ import numpy as np
 
 from optimizer.engines import EngineOverhead
 from optimizer.hardware import Accelerator
-from optimizer.latency.features import ALL_REDUCE_OPS, GEMM_OPS, MODELLED_OPS, OpBatch, is_fp8, work
+from optimizer.latency.features import (
+    A2A_OPS,
+    ALL_REDUCE_OPS,
+    MODELLED_OPS,
+    WEIGHT_OPS,
+    OpBatch,
+    is_fp8,
+    work,
+)
 from optimizer.records import OpKind
 
 ROOFLINE_LABEL = "roofline estimate"
+FP4_FAMILIES = ("b200", "b300")  # accelerators with FP4 tensor cores (NVIDIA Blackwell)
+FP4_OVER_FP8 = 2.0  # their dense FP4 peak over the FP8 one (vendor figures)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +85,18 @@ class RooflinePricer:
         """The compute peak `batch` runs at: FP8 tensor cores for an FP8 GEMM when the
         accelerator has them, else the bf16 peak."""
         acc = self.accelerator
-        if batch.op in GEMM_OPS and is_fp8(batch) and acc.fp8_tflops is not None:
+        if batch.op not in WEIGHT_OPS or acc.fp8_tflops is None:
+            return acc.flops_per_s
+        if is_fp8(batch):
             return acc.fp8_tflops * 1e12
+        if batch.weight_format == "fp4":
+            return acc.fp8_tflops * 1e12 * (FP4_OVER_FP8 if acc.family in FP4_FAMILIES else 1.0)
         return acc.flops_per_s
 
     def predict_ms(self, batch: OpBatch) -> np.ndarray:
         flops, moved = work(batch)
         o, acc = self.options, self.accelerator
-        if batch.op in ALL_REDUCE_OPS:
+        if batch.op in ALL_REDUCE_OPS or batch.op in A2A_OPS:
             link = acc.link_gb_s * 1e9 * o.link_efficiency
             return o.all_reduce_latency_ms + 1e3 * moved / link
         compute_s = flops / (self.peak_flops_per_s(batch) * o.compute_efficiency)

@@ -116,6 +116,7 @@ class CompiledStepLatency:
     # lasts at least this long (zero: a synchronous engine, all of it in `overhead`).
     hidden: EngineOverhead = NO_OVERHEAD
     engine: str = ""  # how it was priced, e.g. "vLLM 0.20, V1 with async scheduling"
+    layout: str = ""  # the MoE layout it was priced for (`ExpertLayout.key`; "" dense)
 
     # -- scalar path ---------------------------------------------------------------
     def _tokens(self, table: list[float], n: int) -> float:
@@ -323,6 +324,7 @@ def compile_step_latency(
         precision=shape.precision.label,
         hidden=hidden,
         engine=engine,
+        layout=pricing.layout.key,
     )
 
 
@@ -330,7 +332,8 @@ _TABLES = ("dense_ms", "lm_head_ms", "prefill_ms")
 # Of table_to_bytes (bump when the document's layout changes; what a table's numbers
 # depend on is in its store key, `catalog.LatencyCatalog`). 2: tables honour the shape's
 # precision (FP8 GEMMs, FP8 KV cache) and record it. 4: the hidden (async) CPU work and
-# the engine release.
+# the engine release. Format 4 gained an optional "layout" entry (the MoE layout's key;
+# absent: "", the dense layout), compatibly: documents without it read as before.
 TABLE_FORMAT = 4
 
 
@@ -354,6 +357,8 @@ def table_to_bytes(table: CompiledStepLatency) -> bytes:
         "hidden": asdict(table.hidden),
         "engine": table.engine,
     }
+    if table.layout:
+        meta["layout"] = table.layout
     arrays = {name: np.asarray(getattr(table, name), dtype=np.float64) for name in _TABLES}
     arrays["decode_ms"] = np.asarray(table.decode_ms, dtype=np.float64)
     buf = io.BytesIO()
@@ -387,5 +392,6 @@ def table_from_bytes(data: bytes) -> CompiledStepLatency:
         precision=meta["precision"],
         hidden=EngineOverhead(**meta["hidden"]),
         engine=meta["engine"],
+        layout=meta.get("layout", ""),
         **arrays,
     )

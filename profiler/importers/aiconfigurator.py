@@ -7,6 +7,9 @@ Layout read (newest version folder of each table):
   <gpu>/comm/nccl/<ver>/nccl_perf.parquet            collectives, message_size in elements
   <gpu>/comm/vllm/<ver>/custom_allreduce_perf.parquet vLLM's own all-reduce (optional)
   <gpu>/<gpu>.yaml                                   system spec (memory, preferred NCCL)
+  <gpu>/moe/vllm/<ver>/moe_perf.parquet              fused MoE layer (optional)
+  <gpu>/comm/vllm/<ver>/moe_a2a_perf.parquet         EP all-to-all (optional)
+  (the MoE tables: `profiler.importers.aiconfigurator_moe`, which says what it keeps)
 
 Filters (a bf16 model with a bf16 KV cache, plus the FP8 variants vLLM runs for
 FP8 checkpoints and `--kv-cache-dtype fp8`):
@@ -21,7 +24,10 @@ FP8 checkpoints and `--kv-cache-dtype fp8`):
   weights, CUTLASS/DeepGEMM/FlashInfer kernels), which vLLM uses only for
   checkpoints that declare `weight_block_size` (DeepSeek-V3 style, Qwen's own
   Qwen3-*-FP8), on their own grid of shapes; the model has no block-scaled
-  format yet. A100 tables hold bf16 GEMMs only (no FP8 tensor cores).
+  format yet. A100 tables hold bf16 GEMMs only (no FP8 tensor cores). "nvfp4"
+  (B200/B300: W4A4 NVFP4 GEMMs, FP8 scales per 16 weights, what vLLM runs for
+  ModelOpt / compressed-tensors NVFP4 checkpoints) -> dtype "fp4", the 4-bit variant
+  `ModelShape` quantization "fp4" prices its projections with.
 - Attention: `attn_dtype` "bfloat16"/"float16" with `kv_cache_dtype` either
   16-bit (dtype = attn_dtype) or "fp8" (dtype "fp8": for an
   attention sample the dtype names the KV-cache format; queries and output
@@ -61,10 +67,12 @@ from profiler.importers._common import (
     read_parquet,
     version_key,
 )
+from profiler.importers.aiconfigurator_moe import moe_a2a_samples, moe_samples
 
 SIXTEEN_BIT = ("bfloat16", "float16")
 FP8 = "fp8"  # KernelSample.dtype of FP8 GEMMs and of attention over an FP8 KV cache
-GEMM_DTYPES = ("bfloat16", FP8)  # gemm_dtype values kept ("fp8_block" dropped)
+# gemm_dtype values kept ("fp8_block" dropped) -> KernelSample.dtype
+GEMM_DTYPES = {"bfloat16": "bfloat16", FP8: FP8, "nvfp4": "fp4"}
 GEMM_COLUMNS = ("gemm_dtype", "m", "n", "k", "latency")
 ATTN_COLUMNS = (
     "batch_size",
@@ -116,9 +124,9 @@ def _read_spec(folder: Path) -> dict:
 
 
 def _gemm_samples(path: Path) -> list[KernelSample]:
-    df = read_parquet(path, GEMM_COLUMNS).filter(pl.col("gemm_dtype").is_in(GEMM_DTYPES))
+    df = read_parquet(path, GEMM_COLUMNS).filter(pl.col("gemm_dtype").is_in(list(GEMM_DTYPES)))
     return [
-        KernelSample(OpKind.GEMM, lat, lat, lat, dtype=dtype, num_tokens=m, n=n, k=k)
+        KernelSample(OpKind.GEMM, lat, lat, lat, dtype=GEMM_DTYPES[dtype], num_tokens=m, n=n, k=k)
         for m, n, k, lat, dtype in df.select("m", "n", "k", "latency", "gemm_dtype").iter_rows()
     ]
 
@@ -213,8 +221,8 @@ def _vllm_all_reduce_samples(root: Path) -> list[KernelSample]:
 
 
 def import_aiconfigurator(folder: Path, gpu: str | None = None) -> ImportedProfile:
-    """Import one AIConfigurator GPU folder (GEMM, attention and, if present, NCCL and
-    vLLM's all-reduce)."""
+    """Import one AIConfigurator GPU folder (GEMM, attention and, if present, NCCL, vLLM's
+    all-reduce, the fused MoE layer and the EP all-to-all)."""
     if not folder.is_dir():
         raise ProfileImportError(
             f"{folder}: expected an AIConfigurator GPU folder (e.g. .../aiconfigurator/h100_sxm)"
@@ -229,6 +237,8 @@ def import_aiconfigurator(folder: Path, gpu: str | None = None) -> ImportedProfi
     samples += _attention_samples(gen_path, OpKind.DECODE_ATTN)
     samples += _nccl_samples(folder / "comm" / "nccl", spec)
     samples += _vllm_all_reduce_samples(folder / "comm" / "vllm")
+    samples += moe_samples(folder)
+    samples += moe_a2a_samples(folder)
     if not samples:
         raise ProfileImportError(f"{folder}: no bf16/fp16 or fp8 rows found in the tables")
     device_name = str(read_parquet(gemm_path, ("device",))["device"][0])

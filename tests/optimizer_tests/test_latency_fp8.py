@@ -147,7 +147,7 @@ def test_fp8_samples_fit_their_own_variant_and_price_only_fp8(synthetic) -> None
     with pytest.raises(LatencyModelError, match="fitted and priced apart"):
         both.ops[OpKind.GEMM].predict_ms(fp8_batch)
     groups = group_samples(_gemm_samples(np.random.default_rng(1), 20, "fp8"))
-    assert list(groups) == [(OpKind.GEMM, True)] and groups[(OpKind.GEMM, True)][0].k.size == 20
+    assert list(groups) == [(OpKind.GEMM, "fp8")] and groups[(OpKind.GEMM, "fp8")][0].k.size == 20
 
 
 def test_fp8_is_a_gemm_or_kv_format_only() -> None:

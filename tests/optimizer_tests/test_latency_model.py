@@ -48,7 +48,7 @@ def _ape(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
 def test_synthetic_gemm_interpolates_and_extrapolates() -> None:
     rng = np.random.default_rng(1)
     model = fit_latency_model(_gemm_samples(rng, 3000), accelerator="h100", options=FAST)
-    test = group_samples(_gemm_samples(np.random.default_rng(2), 500))[(OpKind.GEMM, False)]
+    test = group_samples(_gemm_samples(np.random.default_rng(2), 500))[(OpKind.GEMM, "")]
     ape = _ape(model.predict_ms(test[0]), test[1])
     assert np.median(ape) < 3.0 and np.percentile(ape, 90) < 10.0
     # 4x beyond the largest m seen: the roofline base keeps growing with work
