@@ -103,7 +103,7 @@ class Pricing:
         projections' and the experts' weights; attention's KV cache; see the docstring)."""
         shape = self.shape
         if op in GEMM_OPS:  # the projections; not the LM head
-            if getattr(shape, "quantized_scope", "linear") == "experts":
+            if shape.quantized_scope == "experts":
                 return ""
             return "" if shape.quantization == "none" else shape.quantization
         if op is OpKind.MOE:
