@@ -4,7 +4,7 @@ shared data README says what `latency_ms` is), each step priced as the simulator
 it with the B300 tables (the per-step check of `benchmarks/bench_devset.py`, mirrored:
 the same reader, step pricing and error summary). Usage:
 
-    .venv/bin/python benchmarks/bench_moe_steps.py [--routing balanced|power_law_1.2|both]
+    .venv/bin/python benchmarks/bench_moe_steps.py [--routing DISTRIBUTION|all]
 
 Runs: `fpm_upfront_qwen36_moe_full_once_*` (TP 1/2/4/8 without EP, `tpN_ep1`, and with
 --enable-expert-parallel, `tpN_epN`; tp8_ep1 recorded no steps) and
@@ -24,9 +24,10 @@ and sequence; 2 KiB of KV per token and layer), an approximation stated here, no
 measured. Their projections are priced as the full-attention layers' (narrower than
 DeltaNet's), their convolution and gating not at all.
 
-Routing: AIConfigurator measured the fused MoE with balanced routing (the import keeps
-it) and with power-law skews; `--routing` picks which rows the MoE op is fitted on (both:
-one report each), to show how far routing skew moves the decode steps.
+Routing: AIConfigurator measured the fused MoE with balanced routing and two power-law
+skews; the import keeps power_law_1.01, AIConfigurator's own default. `--routing` picks
+which rows the MoE op is fitted on (all: one report each), to show how far routing skew
+moves the steps.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from optimizer.validation.forward_passes import (
     read_forward_pass_metrics,
     summarize_phases,
 )
+from profiler.importers.aiconfigurator_moe import DEFAULT_MOE_DISTRIBUTION, MOE_DISTRIBUTIONS
 
 RUNS = SHARED / "observations" / "aic-fpm-b300"
 UPFRONT = RUNS / "fpm_upfront_qwen36_moe_full_once_20260613_201336"
@@ -76,7 +78,7 @@ def folders() -> Iterator[tuple[Path, int, ExpertLayout]]:
         yield d, tp, ExpertLayout(ep // tp, True)
 
 
-def fit_b300(routing: str = "balanced", max_iter: int = 100) -> LatencyModel:
+def fit_b300(routing: str = DEFAULT_MOE_DISTRIBUTION, max_iter: int = 100) -> LatencyModel:
     """The B300 tables fitted as `servetune profile import` + fit does, the MoE op on
     `routing`'s rows."""
     from profiler.importers import ImportFormat, import_profile
@@ -84,7 +86,7 @@ def fit_b300(routing: str = "balanced", max_iter: int = 100) -> LatencyModel:
 
     folder = AICONFIGURATOR / "b300_sxm"
     samples = import_profile(folder, ImportFormat.AICONFIGURATOR).samples
-    if routing != "balanced":
+    if routing != DEFAULT_MOE_DISTRIBUTION:
         samples = [s for s in samples if s.op is not OpKind.MOE] + moe_samples(folder, routing)
     return fit_latency_model(samples, accelerator="b300", options=FitOptions(max_iter=max_iter))
 
@@ -127,10 +129,9 @@ def _by_phase(errors: list[PhaseError]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--routing", default="both",
-                        choices=["balanced", "power_law_1.2", "both"])  # fmt: skip
+    parser.add_argument("--routing", default="all", choices=[*MOE_DISTRIBUTIONS, "all"])
     args = parser.parse_args()
-    for routing in ("balanced", "power_law_1.2") if args.routing == "both" else (args.routing,):
+    for routing in MOE_DISTRIBUTIONS if args.routing == "all" else (args.routing,):
         report(routing)
 
 

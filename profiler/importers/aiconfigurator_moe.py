@@ -11,8 +11,12 @@ the `kernel_source` that ran it. `num_tokens` is the tokens of the whole expert 
 before routing (all EP ranks' tokens): one rank runs its num_experts / ep experts, each
 inter_size / moe_tp wide, over its share of the num_tokens x topk (token, expert) pairs.
 Kept:
-- `distribution == "balanced"` (tokens spread evenly over the experts; the power-law
-  rows measure skewed routing, which the model does not price);
+- `distribution == "power_law_1.01"`: routing skewed as real prompts route, the
+  distribution AIConfigurator itself prices vLLM's MoE with by default (its
+  ModelConfig.workload_distribution "power_law" reads these rows), and the only one
+  every GPU folder holds (A100's vLLM 0.14 table has no "balanced" rows). "balanced"
+  (tokens spread evenly: every expert busy, an upper bound on the weights a small
+  batch reads) and "power_law_1.2" stay readable for comparisons;
 - `moe_dtype` "bfloat16" -> dtype "bfloat16", "fp8" (per-tensor FP8, ModelOpt) -> "fp8",
   "nvfp4" (W4A4 NVFP4, Blackwell) -> "fp4", "w4a16_mxfp4" of gpt-oss's kernel
   (`vllm_gptossmxfp4moe_*`: OAI Triton on Hopper, FlashInfer TRT-LLM MXFP4 x BF16 on
@@ -24,10 +28,9 @@ Kept:
   so no choice between kernels is made here.
 Dropped: "fp8_block" (block-scaled FP8, DeepSeek-style checkpoints: no such weight format
 in `ModelShape`), "w4a8_mxfp4_mxfp8" (an opt-in FlashInfer path), the Kimi-K3
-compressed-tensors MXFP4 Marlin rows (not gpt-oss's MXFP4 kernel), the power-law rows.
-A100 (vLLM 0.14) measured power-law routing only: no MoE rows come in from it. The
-power-law rows do price the measured Qwen3.6-35B-A3B decode steps better (routing of
-real prompts is skewed; benchmarks/bench_moe_steps.py), so `moe_samples` can read them.
+compressed-tensors MXFP4 Marlin rows (not gpt-oss's MXFP4 kernel), the other two
+distributions (`moe_samples` reads them on request; benchmarks/bench_moe_steps.py
+compares them).
 
 `moe_a2a_perf` (H100/H200/B200/B300, EP 8 on one node): DeepEP dispatch and combine by
 tokens per rank (`num_tokens`), hidden size, top-k and experts. Kept: the
@@ -103,10 +106,13 @@ def _newest(root: Path, table: str) -> Path | None:
 MOE_DISTRIBUTIONS = ("balanced", "power_law_1.01", "power_law_1.2")
 
 
-def moe_samples(folder: Path, distribution: str = "balanced") -> list[KernelSample]:
+DEFAULT_MOE_DISTRIBUTION = "power_law_1.01"  # AIConfigurator's default ("power_law")
+
+
+def moe_samples(folder: Path, distribution: str = DEFAULT_MOE_DISTRIBUTION) -> list[KernelSample]:
     """The fused MoE rows of one GPU folder (none when it has no moe table), of one
-    routing `distribution` (the import keeps "balanced"; the skewed ones are for
-    comparisons such as benchmarks/bench_moe_steps.py)."""
+    routing `distribution` (the import keeps DEFAULT_MOE_DISTRIBUTION; the others are
+    for comparisons such as benchmarks/bench_moe_steps.py)."""
     if distribution not in MOE_DISTRIBUTIONS:
         raise ProfileImportError(
             f"MoE distribution {distribution!r}: expected one of {MOE_DISTRIBUTIONS}"

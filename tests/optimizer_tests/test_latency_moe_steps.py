@@ -31,11 +31,11 @@ QWEN36_MOE = ModelShape(
 
 @pytest.mark.shared_data
 def test_b300_tables_price_the_moe_steps_within_the_measured_bounds(shared_data) -> None:
-    """Measured (balanced routing, the import's): prefill 66.1%, decode 28.7%, mixed 38.9%
-    median |error|, far from the 10% target: the Gated DeltaNet layers are not modelled
-    (prefill and mixed steps cost 2-3x what is priced) and real routing is skewed (decode
-    steps touch fewer experts than balanced routing; see the benchmark). The bounds keep
-    what the code meets so that a regression shows."""
+    """Measured (power_law_1.01 routing, the import's): prefill 66.8%, decode 8.1%, mixed
+    40.9% median |error|. Decode meets the 10% target; prefill and mixed are far from it:
+    the Gated DeltaNet layers are not modelled (prefill and mixed steps cost 2-3x what is
+    priced; see the benchmark). The bounds keep what the code meets so that a regression
+    shows (balanced routing gave decode 28.7%)."""
     from profiler.importers import ImportFormat, import_profile
 
     folder = shared_data / "profiles" / "aiconfigurator" / "b300_sxm"
@@ -52,7 +52,7 @@ def test_b300_tables_price_the_moe_steps_within_the_measured_bounds(shared_data)
     steps = read_forward_pass_metrics(run / "fpm_metrics_detail.csv")
     errors = {e.phase: e for e in phase_errors(steps, lambda s: price_step_s(table, s))}
     assert set(errors) == set(StepPhase)
-    bounds = {StepPhase.PREFILL: 0.70, StepPhase.DECODE: 0.32, StepPhase.MIXED: 0.43}
+    bounds = {StepPhase.PREFILL: 0.70, StepPhase.DECODE: 0.10, StepPhase.MIXED: 0.43}
     for phase, e in errors.items():
         assert e.median_abs_error <= bounds[phase], (phase, e)
     assert errors[StepPhase.PREFILL].median_error < 0  # the unpriced DeltaNet layers

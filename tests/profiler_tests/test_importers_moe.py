@@ -19,26 +19,32 @@ def _folder(shared_data: Path, gpu: str) -> Path:
     return shared_data / "profiles" / "aiconfigurator" / gpu
 
 
-def test_b300_moe_rows_keep_balanced_routing_and_the_supported_formats(shared_data) -> None:
+def test_b300_moe_rows_keep_aiconfigurators_routing_and_the_supported_formats(
+    shared_data,
+) -> None:
     samples = moe_samples(_folder(shared_data, "b300_sxm"))
     formats = Counter(s.dtype for s in samples)
-    # fp8_block, w4a8_mxfp4_mxfp8, Kimi's MXFP4 Marlin rows and skewed routing dropped
-    assert formats == {"fp4": 5084, "bfloat16": 4780, "fp8": 4080, "mxfp4": 648, "int4": 351}
+    # fp8_block, w4a8_mxfp4_mxfp8, Kimi's MXFP4 Marlin rows and the other two routing
+    # distributions (balanced, power_law_1.2) dropped: power_law_1.01 kept
+    assert formats == {"fp4": 5292, "bfloat16": 4678, "fp8": 4079, "mxfp4": 648, "int4": 351}
     row = next(
         s for s in samples
         if s.dtype == "bfloat16" and (s.num_tokens, s.k, s.n, s.batch_size, s.num_heads)
         == (16384, 2048, 512, 8, 256) and (s.tp, s.num_gpus) == (1, 256)
     )  # fmt: skip
-    assert row.median_ms == pytest.approx(0.086619, rel=1e-5)  # the parquet row
+    assert row.median_ms == pytest.approx(0.113126, rel=1e-5)  # the power_law_1.01 row
     keys = Counter((s.dtype, s.num_tokens, s.n, s.k, s.batch_size, s.num_heads, s.tp,
                     s.num_gpus) for s in samples)  # fmt: skip
     assert max(keys.values()) == 1  # one kernel per row key
 
 
-def test_skewed_routing_is_there_for_comparisons_only(shared_data) -> None:
+def test_other_routings_are_there_for_comparisons_only(shared_data) -> None:
     folder = _folder(shared_data, "b300_sxm")
     skewed = moe_samples(folder, "power_law_1.2")
     assert skewed and len(skewed) != len(moe_samples(folder))
+    # A100's vLLM 0.14 table measured skewed routing only: the default brings it in.
+    assert moe_samples(folder.parent / "a100_sxm", "balanced") == []
+    assert len(moe_samples(folder.parent / "a100_sxm")) == 3180
     with pytest.raises(ProfileImportError, match="distribution"):
         moe_samples(folder, "zipf")
 
