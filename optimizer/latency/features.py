@@ -243,17 +243,31 @@ def moe_pairs_per_rank(batch: OpBatch) -> np.ndarray:
     return batch.num_tokens * batch.batch_size / np.maximum(batch.num_gpus, 1.0)
 
 
+def expected_experts_touched(
+    num_local: np.ndarray, num_tokens: np.ndarray, top_k: np.ndarray, num_experts: np.ndarray
+) -> np.ndarray:
+    """Distinct experts of a rank's `num_local` that `num_tokens` tokens reach, each routed
+    at random to `top_k` distinct experts of all `num_experts`: an expert is missed by one
+    token with probability 1 - k/E, so num_local x (1 - (1 - k/E)^T), at least 1."""
+    e = np.maximum(np.asarray(num_experts, dtype=np.float64), 1.0)
+    share = np.clip(np.asarray(top_k, dtype=np.float64) / e, 0.0, 1.0)
+    t = np.maximum(np.asarray(num_tokens, dtype=np.float64), 1.0)
+    missed = np.where(share >= 1.0, 0.0, np.exp(t * np.log1p(-np.minimum(share, 1.0 - 1e-12))))
+    return np.maximum(np.asarray(num_local, dtype=np.float64) * (1.0 - missed), 1.0)
+
+
 def _moe_work(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
     """A fused MoE layer on one rank: gated expert GEMMs (gate + up 2n/tp wide, down n/tp)
-    over its pairs; bytes = the weights of the local experts those pairs touch (at most
-    one expert per pair) at the weight width, plus the tokens in, the pairs' activations
-    and the tokens out at the activation width."""
+    over its pairs; bytes = the weights of the local experts those pairs touch at the
+    weight width (`expected_experts_touched`: about T x k x local / E for few tokens, every
+    local expert for many), plus the tokens in, the pairs' activations and the tokens out
+    at the activation width."""
     dt, w = batch.dtype_bytes, batch.weight_dtype_bytes
     ep, tp = np.maximum(batch.num_gpus, 1.0), np.maximum(batch.tp, 1.0)
     width = batch.n / tp
     pairs = moe_pairs_per_rank(batch)
     local = batch.num_heads / ep
-    touched = np.minimum(local, np.maximum(pairs, 1.0))
+    touched = expected_experts_touched(local, batch.num_tokens, batch.batch_size, batch.num_heads)
     flops = 2.0 * pairs * batch.k * 3.0 * width
     moved = w * touched * 3.0 * width * batch.k
     moved = moved + dt * (2.0 * batch.num_tokens * batch.k + pairs * (batch.k + 3.0 * width))

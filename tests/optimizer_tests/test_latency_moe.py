@@ -161,3 +161,16 @@ def test_an_all_moe_shape_needs_no_dense_mlp_split() -> None:
     Pricing(odd, 2, B300)  # every layer is MoE: the unused dense width is not checked
     with pytest.raises(ValueError, match="intermediate_size"):
         Pricing(dataclasses.replace(SHARED, intermediate_size=4097), 2, B300)  # layer 0 dense
+
+
+def test_experts_touched_by_random_routing_worked_by_hand() -> None:
+    """Top-8 of 128 experts, all local: 1 token reaches exactly 8 (distinct by routing);
+    16 tokens reach 128 x (1 - (120/128)^16) = 128 x (1 - 0.35607) = 82.42; 4,096 tokens
+    reach all 128. EP 8 (16 local experts): 1 token reaches 16 x 8/128 = 1 expert of the
+    rank on average (at least 1 counted), 16 tokens 16 x 0.64393 = 10.30."""
+    from optimizer.latency.features import expected_experts_touched
+
+    local = np.array([128.0, 128.0, 128.0, 16.0, 16.0])
+    tokens = np.array([1.0, 16.0, 4096.0, 1.0, 16.0])
+    got = expected_experts_touched(local, tokens, np.full(5, 8.0), np.full(5, 128.0))
+    assert got == pytest.approx([8.0, 82.423, 128.0, 1.0, 10.303], abs=1e-3)
