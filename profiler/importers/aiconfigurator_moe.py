@@ -17,7 +17,9 @@ Kept:
   every GPU folder holds (A100's vLLM 0.14 table has no "balanced" rows). "balanced"
   (tokens spread evenly: every expert busy, an upper bound on the weights a small
   batch reads) and "power_law_1.2" stay readable for comparisons;
-- `moe_dtype` "bfloat16" -> dtype "bfloat16", "fp8" (per-tensor FP8, ModelOpt) -> "fp8",
+- `moe_dtype` "bfloat16" -> dtype "bfloat16", "fp8_block" (128x128 block-scaled FP8,
+  what the FP8 MoE checkpoints run: DeepSeek-V3/R1, Kimi-K2, Qwen3-*-FP8, MiniMax-M2;
+  `ModelShape` quantization "fp8" counts them) -> "fp8",
   "nvfp4" (W4A4 NVFP4, Blackwell) -> "fp4", "w4a16_mxfp4" of gpt-oss's kernel
   (`vllm_gptossmxfp4moe_*`: OAI Triton on Hopper, FlashInfer TRT-LLM MXFP4 x BF16 on
   Blackwell) -> "mxfp4", "int4_wo" (compressed-tensors WNA16 Marlin) -> "int4".
@@ -26,8 +28,10 @@ Kept:
   that dtype, GPU and split (e.g. bf16: Triton `TritonExperts` on Hopper, FlashInfer
   TRT-LLM `TrtLlmBf16Experts` on Blackwell, FlashInfer CUTLASS for the MiniMax shape),
   so no choice between kernels is made here.
-Dropped: "fp8_block" (block-scaled FP8, DeepSeek-style checkpoints: no such weight format
-in `ModelShape`), "w4a8_mxfp4_mxfp8" (an opt-in FlashInfer path), the Kimi-K3
+Dropped: "fp8" (per-tensor FP8 experts, ModelOpt's: one FP8 MoE variant is kept, the
+block-scaled one the published FP8 MoE checkpoints use; the per-tensor rows lack
+DeepSeek's and Kimi's dims, so a fit on them priced DeepSeek-V3's FP8 experts 3x slower
+than bf16), "w4a8_mxfp4_mxfp8" (an opt-in FlashInfer path), the Kimi-K3
 compressed-tensors MXFP4 Marlin rows (not gpt-oss's MXFP4 kernel), the other two
 distributions (`moe_samples` reads them on request; benchmarks/bench_moe_steps.py
 compares them).
@@ -53,7 +57,7 @@ from profiler.importers._common import ProfileImportError, read_parquet, version
 
 MOE_DTYPES = {
     "bfloat16": "bfloat16",
-    "fp8": "fp8",
+    "fp8_block": "fp8",
     "nvfp4": "fp4",
     "w4a16_mxfp4": "mxfp4",
     "int4_wo": "int4",
