@@ -366,7 +366,11 @@ class Pricing:
 
     def verify_ratio(self, num_seqs: np.ndarray, kv_mean: np.ndarray, decode_q: int) -> np.ndarray:
         """Roofline cost of decode_q query positions relative to one (16-bit queries, the
-        shape's KV format)."""
+        shape's KV format); for the measured MLA block, the block's."""
+        block = mla.block_models(self)
+        if block is not None:  # the measured MLA block's own ratio (`mla`)
+            one = mla.module_decode_ms(self, block[1], num_seqs, kv_mean, 1)
+            return mla.module_decode_ms(self, block[1], num_seqs, kv_mean, decode_q) / one
         common = {"batch_size": num_seqs, "kv_len": kv_mean, "num_tokens": num_seqs}
         common |= self._heads(decode=True)
         # The KV width relative to 16-bit queries: 2.0 (as it always was) unless FP8.

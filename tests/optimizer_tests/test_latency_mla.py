@@ -100,6 +100,9 @@ def test_deepseek_attention_is_priced_by_the_measured_block(fp8_blocks) -> None:
     assert "prefill_attn:mla" in roofline.estimated_ops()
     # verification: K+1 query positions per sequence priced as K+1 decoding sequences
     assert p.decode_attn_ms(seqs, kv, decode_q=3) == pytest.approx(p.decode_attn_ms(3 * seqs, kv))
+    # and so does the ratio the compiled tables scale decode by
+    ratio = p.verify_ratio(seqs, kv, 3)
+    assert p.decode_attn_ms(seqs, kv) * ratio == pytest.approx(p.decode_attn_ms(3 * seqs, kv))
 
 
 def test_the_block_holds_the_projections_so_they_are_not_priced_twice(fp8_blocks) -> None:
