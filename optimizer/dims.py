@@ -22,6 +22,8 @@ see `profiler.kernels` for the tensor shapes):
 | prefill/decode/verify_attn | batch·q_len | 0 | 0 | batch_size, q_len, kv_len, heads |
 | moe | dp·T (expert group) | expert width I | h | top-k, E, MoE TP, EP (below) |
 | moe_dispatch, moe_combine | T per rank | 0 | h | top-k, E, EP (below) |
+| mla_prefill(_fp8kv) | batch·q_len | kv_lora_rank | h | batch, q_len = kv_len, heads, d (below) |
+| mla_decode(_fp8kv) | batch | kv_lora_rank | h | batch, q_len = 1, kv_len, heads, d (below) |
 
 MoE rows reuse the columns: batch_size = experts per token (top-k), num_heads = routed
 experts E, tp = the MoE's tensor-split degree, num_gpus = its expert-parallel degree
@@ -31,6 +33,13 @@ Attention `kv_len` counts all keys attended, cached context plus new tokens. A f
 rank runs E/EP experts, each I/(MoE TP) wide, over its num_tokens·top-k/EP (token,
 expert) pairs (AIConfigurator's convention; `optimizer.latency.moe`); its dtype names the
 expert weights' format (bfloat16, fp8, fp4, mxfp4, int4).
+
+The MLA ops are vLLM's whole multi-head latent attention block of one rank (q/kv
+projections, RoPE, latent attention, o_proj; `optimizer.latency.mla_module`) at
+heads = a/t per GPU: n, k and head_dim (qk_nope + qk_rope) record the measured layer's
+dims (DeepSeek-V3: 512, 7168, 192), dtype the projections' weight format (bfloat16, fp8 =
+block-scaled FP8, fp4) and the _fp8kv ops an FP8 KV cache; prefill rows have no cached
+prefix (kv_len = q_len); decode kv_len counts the cached keys plus the new token's.
 """
 
 from __future__ import annotations

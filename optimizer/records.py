@@ -109,6 +109,13 @@ class OpKind(StrEnum):
     # Expert-parallel all-to-all: tokens sent to their experts' GPUs / results sent back
     MOE_DISPATCH = "moe_dispatch"
     MOE_COMBINE = "moe_combine"
+    # vLLM's whole multi-head latent attention block (DeepseekV2MLAAttention: q/kv
+    # projections, RoPE, attention, output projection) at a 16-bit or an FP8 KV cache,
+    # prefill (no cached prefix) and decode; fields in `optimizer.dims`
+    MLA_PREFILL = "mla_prefill"
+    MLA_DECODE = "mla_decode"
+    MLA_PREFILL_FP8KV = "mla_prefill_fp8kv"
+    MLA_DECODE_FP8KV = "mla_decode_fp8kv"
     MIXED_ITERATION = "mixed_iteration"  # ground truth: one prefill chunk + batch_size decodes
 
 
@@ -138,6 +145,11 @@ class KernelSample:
     experts per token (top-k), num_heads = routed experts, tp = the MoE's tensor-split
     degree, num_gpus = its expert-parallel degree; dtype names the expert weights' format
     ("bfloat16", "fp8", "fp4" = NVFP4, "mxfp4", "int4" = weight-only INT4).
+    MLA block ops (MLA_PREFILL, MLA_DECODE and their _FP8KV twins over an FP8 KV cache)
+    use batch_size, q_len, kv_len, num_tokens = batch_size x q_len and num_heads (per
+    GPU) as attention does, n = kv_lora_rank, k = hidden size and head_dim = the
+    query/key head width (qk_nope + qk_rope) of the measured layer; dtype names the
+    projections' weight format ("bfloat16", "fp8" = 128x128 block-scaled FP8, "fp4").
     """
 
     op: OpKind

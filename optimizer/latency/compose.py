@@ -41,6 +41,11 @@ operator, the router and shared experts, and the communication the layout needs;
 dense layers, attention and everything else as above. A dense shape prices exactly as
 before (its layout is `DENSE_LAYOUT`). `sliding_window_layers` of the layers attend to
 the last `sliding_window` keys only.
+
+A multi-head latent attention shape (`ModelShape.mla`) is priced as `optimizer.latency.mla`
+says: by vLLM's measured MLA block when the model has it for the shape's dims and formats
+(the block then holds the layer's q/kv projections, RoPE and o_proj), else by the
+roofline at its latent dimensions.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ import numpy as np
 
 from optimizer.dims import GEMM_OPS, RankDims, sample_nk
 from optimizer.engines import LEGACY_RULES, StepRules
-from optimizer.latency import moe
+from optimizer.latency import mla, moe
 from optimizer.latency.features import (
     A2A_OPS,
     ALL_REDUCE_OPS,
@@ -65,7 +70,6 @@ from optimizer.latency.iterations import (  # iteration_ms, iterations_ms: re-ex
     iteration_ms,  # noqa: F401
     iterations_ms,  # noqa: F401
 )
-from optimizer.latency.mla import mla_heads
 from optimizer.latency.model import LatencyModel, OpModel, op_name
 from optimizer.latency.roofline import RooflinePricer
 from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
@@ -176,6 +180,8 @@ class Pricing:
         if self.tp > 1 or self.layout.num_gpus(self.tp) > 1:
             ops += sorted(set(self.all_reduce_kinds()))
         ops += moe.priced_ops(self)
+        if mla.block_models(self) is not None:  # priced by the measured MLA block
+            ops = [op for op in ops if op not in mla.BLOCK_OPS | mla.BLOCK_ATTENTION]
         names = [op_name(op, self.weight_format(op)) for op in ops if self._source(op)[1] is None]
         if self.shape.mla is not None:
             names = [f"{n}:mla" if n.split(":")[0] in ATTENTION_NAMES else n for n in names]
@@ -231,6 +237,8 @@ class Pricing:
         rules = self.rules
         nk = self._nk
         ops = (*GEMM_OPS, OpKind.ROPE) if mlp else (*GEMM_OPS[:2], OpKind.ROPE)
+        if mla.block_models(self) is not None:  # the MLA block prices them (`mla`)
+            ops = tuple(op for op in ops if op not in mla.BLOCK_OPS)
         layer = sum(self.price_ms(op, num_tokens=m, **nk(op)) for op in ops)
         norm_n = nk(OpKind.NORM)["n"]
         act_n = nk(OpKind.ACTIVATION)["n"]
@@ -288,11 +296,14 @@ class Pricing:
 
     def _heads(self, decode: bool = False) -> dict[str, object]:
         if self.shape.mla is not None:
-            return mla_heads(self.shape, self.tp, decode)
+            return mla.mla_heads(self.shape, self.tp, decode)
         d = self.dims
         return {"num_heads": d.heads, "num_kv_heads": d.kv_heads, "head_dim": d.head_dim}
 
     def _prefill_layer_ms(self, q: np.ndarray, kv: np.ndarray) -> np.ndarray:
+        block = mla.block_models(self)
+        if block is not None:
+            return mla.module_prefill_ms(self, block[0], q, kv)
         model = self._source(OpKind.PREFILL_ATTN)[1]
         if model is not None and model.square_attention:
             # Measured without a cached prefix: price the square problem of equal work.
@@ -338,6 +349,9 @@ class Pricing:
         return full * per + window * self._decode_layer_ms(b, kv_w, decode_q)
 
     def _decode_layer_ms(self, b: np.ndarray, kv: np.ndarray, decode_q: int) -> np.ndarray:
+        block = mla.block_models(self)
+        if block is not None:
+            return mla.module_decode_ms(self, block[1], b, kv, decode_q)
         per = self.price_ms(
             OpKind.DECODE_ATTN,
             q_len=1,
@@ -352,7 +366,11 @@ class Pricing:
 
     def verify_ratio(self, num_seqs: np.ndarray, kv_mean: np.ndarray, decode_q: int) -> np.ndarray:
         """Roofline cost of decode_q query positions relative to one (16-bit queries, the
-        shape's KV format)."""
+        shape's KV format); for the measured MLA block, the block's."""
+        block = mla.block_models(self)
+        if block is not None:  # the measured MLA block's own ratio (`mla`)
+            one = mla.module_decode_ms(self, block[1], num_seqs, kv_mean, 1)
+            return mla.module_decode_ms(self, block[1], num_seqs, kv_mean, decode_q) / one
         common = {"batch_size": num_seqs, "kv_len": kv_mean, "num_tokens": num_seqs}
         common |= self._heads(decode=True)
         # The KV width relative to 16-bit queries: 2.0 (as it always was) unless FP8.

@@ -27,8 +27,10 @@ that of the routed tokens' gated expert GEMMs on one rank (`_moe_work`), its byt
 of the local experts' weights the tokens touch; FP8 and the 4-bit weight formats
 (`LOW_BIT_BYTES`, named by `OpBatch.weight_format`) are variants of their own, as FP8
 GEMMs are (`op_format`). MoE dispatch / combine (expert-parallel all-to-all) move each
-token's hidden state to or from its experts' ranks. These ops are new: no stored model
-holds them, so the feature versions are unchanged by them.
+token's hidden state to or from its experts' ranks. vLLM's whole MLA block (`MLA_OPS`,
+`optimizer.latency.mla_module`) has the work of its projections and latent attention and
+attention's shape features; its weight format is its variant, its KV format its op. These
+ops are new: no stored model holds them, so the feature versions are unchanged by them.
 
 The residual's feature set is versioned (`FEATURE_VERSION`): a fitted model
 records the version it was trained on and is always priced with it, so models
@@ -45,10 +47,11 @@ stored before a feature was added keep their meaning.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from optimizer.latency.mla_module import MLA_DECODE_OPS, MLA_FP8KV_OPS, MLA_OPS, module_work
 from optimizer.records import KernelSample, OpKind
 
 GEMM_OPS = frozenset(
@@ -71,7 +74,8 @@ ALL_REDUCE_OPS = frozenset(
 MOE_OPS = frozenset({OpKind.MOE})
 A2A_OPS = frozenset({OpKind.MOE_DISPATCH, OpKind.MOE_COMBINE})
 MODELLED_OPS = GEMM_OPS | ELEMENTWISE_OPS | ATTENTION_OPS | ALL_REDUCE_OPS | MOE_OPS | A2A_OPS
-WEIGHT_OPS = GEMM_OPS | MOE_OPS  # operators whose weights have a format
+MODELLED_OPS |= MLA_OPS
+WEIGHT_OPS = GEMM_OPS | MOE_OPS | MLA_OPS  # operators whose weights have a format
 
 FP8_DTYPE = "fp8"  # KernelSample.dtype of FP8 GEMMs (weights) and FP8-KV attention
 FP8_OPS = WEIGHT_OPS | ATTENTION_OPS  # operators that have FP8 variants
@@ -177,6 +181,11 @@ class OpBatch:
 
     @classmethod
     def from_samples(cls, op: OpKind, samples: Sequence[KernelSample]) -> OpBatch:
+        batch = cls._from_rows(op, samples)
+        return replace(batch, kv_dtype_bytes=1.0) if op in MLA_FP8KV_OPS else batch
+
+    @classmethod
+    def _from_rows(cls, op: OpKind, samples: Sequence[KernelSample]) -> OpBatch:
         rows = [s for s in samples if s.op == op]
         if not rows:
             raise FeatureError(f"no samples of op {op.value!r}")
@@ -302,6 +311,8 @@ def work(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros_like(batch.message_bytes), batch.message_bytes * 2.0 * (g - 1.0) / g
     if op in MOE_OPS:
         return _moe_work(batch)
+    if op in MLA_OPS:
+        return module_work(batch)
     if op in A2A_OPS:
         # each token goes to (or comes back from) the ranks of its top-k experts, at most
         # min(top-k, EP) of them, all but 1/EP of it over the link; hidden x 16-bit values
@@ -315,9 +326,9 @@ def token_count(batch: OpBatch) -> np.ndarray:
     """The size axis an extrapolation hold-out withholds the top of."""
     if batch.op in ALL_REDUCE_OPS:
         return batch.message_bytes
-    if batch.op is OpKind.PREFILL_ATTN:
+    if batch.op is OpKind.PREFILL_ATTN or batch.op in MLA_OPS - MLA_DECODE_OPS:
         return batch.batch_size * batch.q_len
-    if batch.op in ATTENTION_OPS:
+    if batch.op in ATTENTION_OPS or batch.op in MLA_DECODE_OPS:
         return batch.batch_size * batch.kv_len
     return batch.num_tokens
 
@@ -345,7 +356,7 @@ def feature_matrix(batch: OpBatch, version: int = FEATURE_VERSION) -> np.ndarray
             _pad_ratio(m, 128.0),
             _pad_ratio(m, 256.0),
         ]
-    elif batch.op in ATTENTION_OPS:
+    elif batch.op in ATTENTION_OPS or batch.op in MLA_OPS:
         cols = [
             np.log2(np.maximum(batch.batch_size, 1.0)),
             np.log2(np.maximum(batch.q_len, 1.0)),

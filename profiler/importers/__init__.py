@@ -5,14 +5,16 @@ Two sources are understood (DOMAIN.md §9, ../shared/data/README.md):
 - NVIDIA AIConfigurator's Parquet performance database, one folder per GPU
   (`.../aiconfigurator/h100_sxm`): generic GEMMs by (m, n, k), context
   (prefill) and generation (decode) attention, NCCL and vLLM all-reduces, the fused
-  MoE layer and DeepEP's all-to-all (`aiconfigurator_moe`).
+  MoE layer and DeepEP's all-to-all (`aiconfigurator_moe`), and vLLM's whole MLA block
+  (`aiconfigurator_mla`).
 - Vidur's per-operator CSVs (`mlp.csv`, `attention.csv`, `all_reduce.csv`), a
   single file or a folder searched recursively.
 
 Both map onto `optimizer.records.KernelSample` so the latency model trains on
 imported and self-measured profiles alike. 16-bit rows are kept, plus the
 quantised formats vLLM runs (FP8 GEMMs and KV cache, FP8 and 4-bit MoE experts,
-NVFP4 GEMMs); see each module for the exact filter. This package never imports torch.
+NVFP4 GEMMs, the MLA block's FP8 / NVFP4 projections); see each module for the exact
+filter. This package never imports torch.
 """
 
 from __future__ import annotations

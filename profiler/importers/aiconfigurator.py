@@ -10,6 +10,8 @@ Layout read (newest version folder of each table):
   <gpu>/moe/vllm/<ver>/moe_perf.parquet              fused MoE layer (optional)
   <gpu>/comm/vllm/<ver>/moe_a2a_perf.parquet         EP all-to-all (optional)
   (the MoE tables: `profiler.importers.aiconfigurator_moe`, which says what it keeps)
+  <gpu>/mla/vllm/<ver>/mla_{context,generation}_module_perf.parquet  vLLM's whole MLA
+  block (optional; `profiler.importers.aiconfigurator_mla`, which says what it keeps)
 
 Filters (a bf16 model with a bf16 KV cache, plus the FP8 variants vLLM runs for
 FP8 checkpoints and `--kv-cache-dtype fp8`):
@@ -67,6 +69,7 @@ from profiler.importers._common import (
     read_parquet,
     version_key,
 )
+from profiler.importers.aiconfigurator_mla import mla_samples
 from profiler.importers.aiconfigurator_moe import moe_a2a_samples, moe_samples
 
 SIXTEEN_BIT = ("bfloat16", "float16")
@@ -222,7 +225,7 @@ def _vllm_all_reduce_samples(root: Path) -> list[KernelSample]:
 
 def import_aiconfigurator(folder: Path, gpu: str | None = None) -> ImportedProfile:
     """Import one AIConfigurator GPU folder (GEMM, attention and, if present, NCCL, vLLM's
-    all-reduce, the fused MoE layer and the EP all-to-all)."""
+    all-reduce, the fused MoE layer, the EP all-to-all and the MLA block)."""
     if not folder.is_dir():
         raise ProfileImportError(
             f"{folder}: expected an AIConfigurator GPU folder (e.g. .../aiconfigurator/h100_sxm)"
@@ -239,6 +242,7 @@ def import_aiconfigurator(folder: Path, gpu: str | None = None) -> ImportedProfi
     samples += _vllm_all_reduce_samples(folder / "comm" / "vllm")
     samples += moe_samples(folder)
     samples += moe_a2a_samples(folder)
+    samples += mla_samples(folder)
     if not samples:
         raise ProfileImportError(f"{folder}: no bf16/fp16 or fp8 rows found in the tables")
     device_name = str(read_parquet(gemm_path, ("device",))["device"][0])

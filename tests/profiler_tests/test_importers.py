@@ -31,7 +31,8 @@ def test_aiconfigurator_h100_ops_and_filters(h100) -> None:
     assert set(counts) == {
         OpKind.GEMM, OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.ALL_REDUCE,
         OpKind.VLLM_ALL_REDUCE, OpKind.VLLM_ALL_REDUCE_EAGER, OpKind.MOE,
-        OpKind.MOE_DISPATCH, OpKind.MOE_COMBINE,
+        OpKind.MOE_DISPATCH, OpKind.MOE_COMBINE, OpKind.MLA_PREFILL, OpKind.MLA_DECODE,
+        OpKind.MLA_PREFILL_FP8KV, OpKind.MLA_DECODE_FP8KV,
     }  # fmt: skip
     # vLLM's all-reduce: 23 message sizes at 2, 4 and 8 GPUs, in a CUDA graph and eagerly
     assert counts[OpKind.VLLM_ALL_REDUCE] == counts[OpKind.VLLM_ALL_REDUCE_EAGER] == 69
