@@ -170,6 +170,8 @@ def _labels(line: str, pos: int, where: str) -> tuple[Labels, int]:
         if key in pairs:
             raise ExpositionSyntaxError(f"{where}: label {key} given twice")
         pairs[key] = "".join(chars)
+        while pos < len(line) and line[pos] in " \t":
+            pos += 1
         if pos < len(line) and line[pos] == ",":
             pos += 1
         elif pos >= len(line) or line[pos] != "}":
