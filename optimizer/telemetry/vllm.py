@@ -268,7 +268,12 @@ class _Selector:
             le = s.label("le")
             if le is None:
                 raise TelemetryError(f"{self._source}: a {name}_bucket series has no le label")
-            bound = math.inf if le == "+Inf" else float(le)
+            try:
+                bound = math.inf if le == "+Inf" else float(le)
+            except ValueError:
+                raise TelemetryError(
+                    f'{self._source}: {name}_bucket{{le="{le}"}}: expected a number or +Inf'
+                ) from None
             by_le[bound] = by_le.get(bound, 0.0) + s.value
         bounds = tuple(sorted(by_le))
         return Histogram(

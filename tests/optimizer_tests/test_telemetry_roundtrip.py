@@ -23,6 +23,7 @@ from optimizer.telemetry import (
     read_vllm,
     reconstruct_workload,
 )
+from optimizer.telemetry.reconstruct import scale_to_window
 from optimizer.telemetry.synthetic import VllmTraffic, render_vllm_page
 from optimizer.workload import LognormalLength, Workload, synthetic_workload
 
@@ -107,3 +108,14 @@ def test_a_slower_deployment_is_predicted_slower() -> None:
     rebuilt = reconstruct_workload(window, seed=0)
     slow = compare(window, rebuilt, simulate(rebuilt.rate_scaled(3.0), cfg, latency))
     assert slow.e2e.predicted.p90 > slow.e2e.observed.p90 * 1.25
+
+
+def test_a_capped_replay_scales_its_counts_to_the_window() -> None:
+    cfg, latency, _, _, window = _setup()
+    capped = reconstruct_workload(window, seed=0, max_requests=500)
+    result = simulate(capped, cfg, latency)
+    report = compare(window, capped, result)
+    assert (report.num_requests, report.num_simulated) == (2000, 500)
+    assert scale_to_window(3.0, window, capped) == 12.0  # 3 x 2000 / 500
+    expected = float(result.num_preemptions.sum()) * 4
+    assert report.num_preemptions.predicted == expected

@@ -12,6 +12,7 @@ from optimizer.telemetry import (
     EmptyWindowError,
     ForeignEngineError,
     MissingMetricError,
+    TelemetryError,
     WindowError,
     observed_window,
     parse_exposition,
@@ -148,3 +149,17 @@ def test_engines_are_summed() -> None:
     read = _read(two, "AFTER")
     assert read.num_requests_success == 8 and read.ttft.count == 8
     assert read.kv_cache_usage == 0.25  # a fraction: the mean over engines, not the sum
+
+
+def test_a_bucket_bound_that_is_not_a_number_is_an_error() -> None:
+    page = render_vllm_page(_traffic(3)).replace('le="0.001"', 'le="fast"')
+    with pytest.raises(TelemetryError, match=r'_bucket\{le="fast"\}: expected a number or \+Inf'):
+        _read(page, "AFTER")
+
+
+def test_the_itl_name_must_not_change_between_scrapes() -> None:
+    t = _traffic(5)
+    before = _read(render_vllm_page(t, itl_name=names.ITL_OLD), "BEFORE")
+    after = _read(render_vllm_page(t.plus(t)), "AFTER")
+    with pytest.raises(MissingMetricError, match="BEFORE has vllm:time_per_output_token_seconds"):
+        observed_window(before, after, 60.0)
