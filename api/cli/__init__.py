@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "explain": ("api.cli.tune", "explain", False),
     "simulate": ("api.cli.simulate", "simulate", False),
     "validate": ("api.cli.validate", "validate", False),
+    "observe": ("api.cli.observe", "observe", False),
     "observations": ("api.cli.observations", "app", True),
     "calibrate": ("api.cli.observations", "calibrate", False),
 }

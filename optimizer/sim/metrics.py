@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -180,6 +180,9 @@ class SimulationResult:
     kv_transfer_s: float = 0.0  # total link time of PD KV transfers
     latency_is_estimate: bool = False  # some role was priced by a roofline, not measurements
     num_tokens_emitted: int = 0  # output tokens the instances produced (conservation check)
+    # ITL gaps (s) and how many tokens waited each one: `itl` is their weighted percentiles
+    itl_gaps_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    itl_gap_weights: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def num_completed(self) -> int:
@@ -320,6 +323,7 @@ def build_result(
                 rec.leaked_blocks,
             )
         )
+    itl_gaps, itl_weights = np.concatenate(itl_vals), np.concatenate(itl_w)
     phases = PhaseBreakdown(
         num_steps=counts["pre"] + counts["dec"] + counts["mix"],
         prefill_only_gpu_s=ph["pre"],
@@ -346,7 +350,7 @@ def build_result(
         num_preemptions=np.asarray(log.num_preemptions, dtype=np.int64)[w:],
         ttft=Percentiles.of(ttft),
         tpot=Percentiles.of(tpot),
-        itl=Percentiles.of(np.concatenate(itl_vals), np.concatenate(itl_w)),
+        itl=Percentiles.of(itl_gaps, itl_weights),
         e2e=Percentiles.of(e2e),
         queueing=Percentiles.of(queueing),
         makespan_s=makespan,
@@ -362,6 +366,8 @@ def build_result(
         kv_transfer_s=kv_transfer_s,
         latency_is_estimate=latency_is_estimate,
         num_tokens_emitted=log.tokens_emitted,
+        itl_gaps_s=itl_gaps,
+        itl_gap_weights=itl_weights,
     )
     if slo is None:
         return result

@@ -1,0 +1,144 @@
+"""`servetune observe`: two scrapes of a vLLM server's /metrics, the window's traffic
+rebuilt and simulated under the deployed config, observed against predicted."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from api.cli.common import console, fail
+from api.cli.simulate import load_config, resolve_latency
+
+if TYPE_CHECKING:
+    from optimizer.telemetry import ObservationReport, VllmScrape
+
+
+def _read_scrape(path: Path, which: str, model_name: str | None) -> VllmScrape:
+    from optimizer.telemetry import TelemetryError, parse_exposition, read_vllm
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"--scrape {path} ({which}): cannot read it: {exc}")
+    source = f"{which} ({path.name})"
+    try:
+        return read_vllm(parse_exposition(text, source=source), source=which,
+                         model_name=model_name)  # fmt: skip
+    except TelemetryError as exc:
+        fail(str(exc))
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value * 1e3:,.1f}"
+
+
+def _num(value: float | None, fmt: str = ",.1f") -> str:
+    return "-" if value is None or math.isnan(value) else format(value, fmt)
+
+
+def report_rows(report: ObservationReport) -> list[tuple[str, str, str]]:
+    """(figure, observed, predicted) rows of the table."""
+    rows = []
+    for label, c in (("TTFT", report.ttft), ("ITL", report.itl), ("E2E", report.e2e)):
+        o, p = c.observed, c.predicted
+        rows.append((f"{label} ms p50 / p90 / p99", f"{_ms(o.p50)} / {_ms(o.p90)} / {_ms(o.p99)}",
+                     f"{_ms(p.p50)} / {_ms(p.p90)} / {_ms(p.p99)}"))  # fmt: skip
+        rows.append((f"{label} ms mean", _ms(c.observed_mean_s), _ms(c.predicted_mean_s)))
+    kv, queue = report.kv_cache_usage, report.queue_mean_s
+    rows += [
+        ("queue time ms mean", _ms(queue.observed), _ms(queue.predicted)),
+        ("KV-cache usage (AFTER gauge / simulated mean)", _num(kv.observed, ".1%"),
+         _num(kv.predicted, ".1%")),
+        ("preemptions in the window", _num(report.num_preemptions.observed, ",.0f"),
+         _num(report.num_preemptions.predicted, ",.0f")),
+        ("prompt tokens mean (exact / rebuilt)", _num(report.mean_prompt_tokens.observed),
+         _num(report.mean_prompt_tokens.predicted)),
+        ("output tokens mean (exact / rebuilt)", _num(report.mean_output_tokens.observed),
+         _num(report.mean_output_tokens.predicted)),
+        ("requests the config cannot hold", "-", f"{report.num_rejected:,}"),
+    ]  # fmt: skip
+    return rows
+
+
+def observe(
+    scrape: Annotated[
+        list[Path],
+        typer.Option(help="a vLLM /metrics page saved as text; give two: BEFORE, then AFTER"),
+    ],
+    window_s: Annotated[float, typer.Option(help="seconds between the two scrapes")],
+    config: Annotated[Path, typer.Option(help="the deployed ServingConfig as YAML or JSON")],
+    model_name: Annotated[
+        str | None,
+        typer.Option(help="read only series with this model_name label (default: all)"),
+    ] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(
+            help="bound of the token histograms' +Inf bucket (default: the config's "
+            "max_model_len, else 2x the largest finite bucket)"
+        ),
+    ] = None,
+    latency_model: Annotated[
+        int | None,
+        typer.Option(
+            help="stored latency model id (default: as `tune` prices: the newest fitted model "
+            "per accelerator, else the roofline estimate)"
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of the rebuilt arrivals and lengths")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+) -> None:
+    """Compare a running vLLM server's metrics over a window with the simulator's
+    prediction for its config."""
+    from optimizer.sim import SimulationError, simulate
+    from optimizer.telemetry import TelemetryError, compare, observed_window, reconstruct_workload
+
+    if len(scrape) != 2:
+        fail(f"--scrape: expected two files (BEFORE, then AFTER), got {len(scrape)}")
+    if not (math.isfinite(window_s) and window_s > 0):
+        fail(f"--window-s must be a positive number of seconds, got {window_s:g}")
+    if max_model_len is not None and max_model_len <= 0:
+        fail(f"--max-model-len must be a positive number of tokens, got {max_model_len}")
+    cfg = load_config(config)
+    before = _read_scrape(scrape[0], "BEFORE", model_name)
+    after = _read_scrape(scrape[1], "AFTER", model_name)
+    try:
+        window = observed_window(before, after, window_s)
+        workload = reconstruct_workload(
+            window, seed=seed, max_model_len=max_model_len or cfg.max_model_len
+        )
+    except TelemetryError as exc:
+        fail(str(exc))
+    latency, label = resolve_latency(cfg.model, latency_model)
+    try:
+        result = simulate(workload, cfg, latency, seed=seed)
+    except (SimulationError, LookupError, ValueError) as exc:
+        fail(str(exc))
+    report = compare(window, workload, result)
+    priced_as = cfg.engine_release.label
+    if as_json:
+        out = report.to_dict()
+        out |= {"latency": label, "priced_as": priced_as, "config": cfg.to_dict(),
+                "latency_is_estimate": result.latency_is_estimate}  # fmt: skip
+        typer.echo(json.dumps(out, indent=2))
+        return
+    capped = (
+        f", {report.num_simulated:,} replayed" if report.num_simulated < report.num_requests else ""
+    )
+    title = (
+        f"{report.num_requests:,} requests in {report.window_s:g} s "
+        f"({report.request_rate:.2f} req/s{capped}) on {cfg.mode.value} ({result.num_gpus} GPUs), "
+        f"latency: {label}; priced as {priced_as}"
+    )
+    table = Table("figure", "observed", "predicted", title=title)
+    for row in report_rows(report):
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"ITL read from {report.itl.metric}; quantiles interpolated in its buckets")
+    if result.latency_is_estimate:
+        console.print("[yellow]figures priced by a roofline estimate, not measured kernels[/]")
