@@ -156,7 +156,7 @@ def show(model_id: Annotated[int, typer.Argument(help="latency model id")]) -> N
         ("shape", info.shape_name or "-"),
         ("profile run", "-" if info.profile_run_id is None else str(info.profile_run_id)),
         ("tp degrees", ",".join(str(t) for t in info.tp_degrees)),
-        ("operators", ", ".join(op.value for op in fitted.ops)),
+        ("operators", ", ".join(fitted.op_names())),  # FP8 and 4-bit variants too
         ("per-iteration overhead", overhead),
         (
             "operators in a forward",
