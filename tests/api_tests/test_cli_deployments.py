@@ -14,6 +14,14 @@ from tests.api_tests.test_api_deployments import _scrapes
 from tests.api_tests.test_cli_observe import CONFIG
 
 
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables one line per row whatever the terminal (xdist workers may set COLUMNS)."""
+    from api.cli.common import console
+
+    monkeypatch.setattr(console, "_width", 240)
+
+
 @pytest.fixture
 def scrapes(tmp_path: Path) -> tuple[Path, Path]:
     before, after = tmp_path / "before.prom", tmp_path / "after.prom"
