@@ -16,6 +16,7 @@ from api.metrics import Metrics, MetricsMiddleware
 from api.problems import install_problem_handlers
 from api.reads import Reader
 from api.routes import (
+    deployments,
     health,
     jobs,
     keys,
@@ -103,6 +104,10 @@ def create_app(
             {"name": "recommendations", "description": "The newest tuned config per deployment"},
             {"name": "schedules", "description": "Re-tuning on an interval, cron or drift"},
             {
+                "name": "deployments",
+                "description": "Configs running in production and their observed windows",
+            },
+            {
                 "name": "profiles",
                 "description": "GPU kernel measurements, shared by all projects (import: admin)",
             },
@@ -120,7 +125,10 @@ def create_app(
     app.state.key_cache = KeyCache(settings.key_cache_s)
     app.state.fit_lock = threading.Lock()  # one latency-model fit at a time per process
     install_problem_handlers(app)
-    routers = (health, traces, jobs, recommendations, schedules, profiles, latency_models, keys, ui)
+    routers = (
+        health, traces, jobs, recommendations, schedules, deployments, profiles,
+        latency_models, keys, ui,
+    )  # fmt: skip
     for module in routers:
         app.include_router(module.router)
     _serve_openapi_encoded(app)

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.schemas import FieldError, Problem
 from optimizer.traces.errors import MAX_ECHO_ITEMS, MAX_MESSAGE_CHARS, clip
+from storage.deployments import DeploymentNotFound
 from storage.jobs import JobNotFound
 from storage.keys import KeyNotFound
 from storage.latency_models import LatencyModelNotFound
@@ -39,6 +40,7 @@ NOT_FOUND_ERRORS = (
     RecommendationNotFound,
     ProfileRunNotFound,
     LatencyModelNotFound,
+    DeploymentNotFound,
 )
 
 

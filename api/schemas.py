@@ -7,7 +7,7 @@ the dataclasses they are; only shapes that exist solely in the API live here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -120,6 +120,44 @@ class ScheduleCreate(StrictBody):
         "length figures moved beyond drift_threshold since the current recommendation",
     )
     drift_threshold: float = Field(0.2, gt=0, le=10, description="relative change, 0.2 = 20%")
+
+
+_PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+
+
+class PrometheusFields(StrictBody):
+    """Where a deployment's metrics are (stored; read by a later slice)."""
+
+    prometheus_url: str | None = Field(
+        None, max_length=500, examples=["http://prometheus:9090"],
+        description="http(s) base URL of the Prometheus HTTP API",
+    )  # fmt: skip
+    label_selector: str | None = Field(
+        None, max_length=1000, examples=['{job="vllm", namespace="prod"}'],
+        description="a label matcher in braces selecting the deployment's series",
+    )  # fmt: skip
+
+
+class DeploymentCreate(PrometheusFields):
+    """A config running in production (engine and version: `config.engine`,
+    `config.engine_version`)."""
+
+    name: str = Field(min_length=1, max_length=200, pattern=_PRINTABLE, examples=["prod-chat"])
+    config: dict[str, Any] = Field(
+        description="the deployed ServingConfig, as `ServingConfig.to_dict()` and the CLI's "
+        "YAML (schema_version optional)",
+        examples=[{"model": "llama-3.1-8b", "replica": {"accelerator": "h100", "tp": 1},
+                   "num_replicas": 2}],
+    )  # fmt: skip
+
+
+class RecommendationDeploy(PrometheusFields):
+    """Mark a stored recommendation as deployed (every field optional)."""
+
+    name: str | None = Field(
+        None, min_length=1, max_length=200, pattern=_PRINTABLE,
+        description="default: recommendation-<id>",
+    )  # fmt: skip
 
 
 class JobResultOut(BaseModel):

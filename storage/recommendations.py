@@ -72,6 +72,20 @@ def save_recommendation(
     return _info(row)
 
 
+_RECOMMENDATIONS = RecommendationRow.__table__
+_BY_ID = sa.select(_RECOMMENDATIONS).where(_RECOMMENDATIONS.c.id == sa.bindparam("id"))
+
+
+def get_recommendation(
+    session: Session, recommendation_id: int, *, project: str | None = None
+) -> RecommendationInfo:
+    """One stored recommendation (another project's is not found)."""
+    row = session.connection().execute(_BY_ID, {"id": recommendation_id}).first()
+    if row is None or (project is not None and row.project != project):
+        raise RecommendationNotFound(f"recommendation {recommendation_id} not found")
+    return _info(row)
+
+
 def latest_recommendation(
     session: Session, *, project: str, where: DeploymentFilter = DeploymentFilter()
 ) -> RecommendationInfo:

@@ -1,7 +1,8 @@
-"""Records of the service's own tables: API keys, jobs, schedules, recommendations.
+"""Records of the service's own tables: API keys, jobs, schedules, recommendations,
+deployments.
 
-Frozen dataclasses returned by storage/keys.py, jobs.py, schedules.py and
-recommendations.py; ORM rows never leave `storage/`.
+Frozen dataclasses returned by storage/keys.py, jobs.py, schedules.py,
+recommendations.py and deployments.py; ORM rows never leave `storage/`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from optimizer.config import ServingConfig
 from optimizer.search import Recommendation, TuneProgress, TuneRequest
 
 
@@ -141,3 +143,42 @@ class RecommendationInfo:
     created_at: datetime
     recommendation: Recommendation
     window: WindowSummary | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """A config running in production. Its engine and version are `config.engine` and
+    `config.engine_version`, its GPUs `config.num_gpus`. `prometheus_url` and
+    `label_selector` say where its metrics are (stored now; read by a later slice)."""
+
+    id: int
+    project: str
+    name: str
+    config: ServingConfig
+    created_at: datetime
+    recommendation_id: int | None = None  # the stored recommendation it was deployed from
+    prometheus_url: str | None = None  # http(s) base URL of the Prometheus HTTP API
+    label_selector: str | None = None  # a `{...}` label matcher, e.g. '{job="vllm"}'
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentObservation:
+    """One window of a deployment's metrics against the simulator's prediction.
+
+    `report` is `ObservationReport.to_dict()` (docs/observe.md); the p90s (seconds) and
+    the rate are copied out of it into columns of their own."""
+
+    id: int
+    deployment_id: int
+    created_at: datetime
+    window_s: float
+    before_sha256: str  # of the two scrapes' text
+    after_sha256: str
+    latency: str  # what priced the prediction
+    priced_as: str  # the engine release whose step rules priced it
+    request_rate: float  # finished requests/s in the window
+    ttft_p90_observed_s: float | None
+    ttft_p90_predicted_s: float | None
+    itl_p90_observed_s: float | None
+    itl_p90_predicted_s: float | None
+    report: dict[str, Any]

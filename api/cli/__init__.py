@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "simulate": ("api.cli.simulate", "simulate", False),
     "validate": ("api.cli.validate", "validate", False),
     "observe": ("api.cli.observe", "observe", False),
+    "deployments": ("api.cli.deployments", "app", True),
     "observations": ("api.cli.observations", "app", True),
     "calibrate": ("api.cli.observations", "calibrate", False),
 }

@@ -1,5 +1,6 @@
 """`servetune observe`: two scrapes of a vLLM server's /metrics, the window's traffic
-rebuilt and simulated under the deployed config, observed against predicted."""
+rebuilt and simulated under the deployed config, observed against predicted; with
+`--deployment ID` the stored deployment's config, and the observation is stored with it."""
 
 from __future__ import annotations
 
@@ -11,26 +12,37 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from api.cli.common import console, fail
+from api.cli.common import console, fail, session
 from api.cli.simulate import load_config, resolve_latency
 
 if TYPE_CHECKING:
-    from optimizer.telemetry import ObservationReport, VllmScrape
+    from api.services.observe import Scrape
+    from optimizer.config import ServingConfig
+    from optimizer.telemetry import ObservationReport
 
 
-def _read_scrape(path: Path, which: str, model_name: str | None) -> VllmScrape:
-    from optimizer.telemetry import TelemetryError, parse_exposition, read_vllm
+def _read_scrape(path: Path, which: str, model_name: str | None) -> Scrape:
+    from api.services.observe import read_scrape
+    from optimizer.telemetry import TelemetryError
 
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         fail(f"--scrape {path} ({which}): cannot read it: {exc}")
-    source = f"{which} ({path.name})"
     try:
-        return read_vllm(parse_exposition(text, source=source), source=which,
-                         model_name=model_name)  # fmt: skip
+        return read_scrape(text, which, path.name, model_name=model_name)
     except TelemetryError as exc:
         fail(str(exc))
+
+
+def _deployed_config(deployment_id: int) -> ServingConfig:
+    from storage.deployments import DeploymentNotFound, get_deployment
+
+    try:
+        with session() as s:
+            return get_deployment(s, deployment_id).config
+    except DeploymentNotFound as exc:
+        fail(f"--deployment: {exc} (see `servetune deployments list`)")
 
 
 def _ms(value: float | None) -> str:
@@ -71,7 +83,16 @@ def observe(
         typer.Option(help="a vLLM /metrics page saved as text; give two: BEFORE, then AFTER"),
     ],
     window_s: Annotated[float, typer.Option(help="seconds between the two scrapes")],
-    config: Annotated[Path, typer.Option(help="the deployed ServingConfig as YAML or JSON")],
+    config: Annotated[
+        Path | None, typer.Option(help="the deployed ServingConfig as YAML or JSON")
+    ] = None,
+    deployment: Annotated[
+        int | None,
+        typer.Option(
+            help="a stored deployment's id (`servetune deployments create`) instead of "
+            "--config: its config is used and the observation is stored with it"
+        ),
+    ] = None,
     model_name: Annotated[
         str | None,
         typer.Option(help="read only series with this model_name label (default: all)"),
@@ -94,9 +115,9 @@ def observe(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """Compare a running vLLM server's metrics over a window with the simulator's
-    prediction for its config."""
-    from optimizer.sim import SimulationError, simulate
-    from optimizer.telemetry import TelemetryError, compare, observed_window, reconstruct_workload
+    prediction for its config (and store it with --deployment)."""
+    from api.services.observe import ObserveError, observe, store
+    from optimizer.telemetry import TelemetryError
 
     if len(scrape) != 2:
         fail(f"--scrape: expected two files (BEFORE, then AFTER), got {len(scrape)}")
@@ -104,27 +125,27 @@ def observe(
         fail(f"--window-s must be a positive number of seconds, got {window_s:g}")
     if max_model_len is not None and max_model_len <= 0:
         fail(f"--max-model-len must be a positive number of tokens, got {max_model_len}")
-    cfg = load_config(config)
+    if (config is None) == (deployment is None):
+        fail("give exactly one of --config (a file) or --deployment (a stored deployment's id)")
+    cfg = load_config(config) if config is not None else _deployed_config(deployment)
     before = _read_scrape(scrape[0], "BEFORE", model_name)
     after = _read_scrape(scrape[1], "AFTER", model_name)
-    try:
-        window = observed_window(before, after, window_s)
-        workload = reconstruct_workload(
-            window, seed=seed, max_model_len=max_model_len or cfg.max_model_len
-        )
-    except TelemetryError as exc:
-        fail(str(exc))
     latency, label = resolve_latency(cfg.model, latency_model)
     try:
-        result = simulate(workload, cfg, latency, seed=seed)
-    except (SimulationError, LookupError, ValueError) as exc:
+        observed = observe(before, after, window_s, cfg, latency, label,
+                           max_model_len=max_model_len, seed=seed)  # fmt: skip
+    except (TelemetryError, ObserveError) as exc:
         fail(str(exc))
-    report = compare(window, workload, result)
-    priced_as = cfg.engine_release.label
+    stored = None
+    if deployment is not None:
+        with session() as s:
+            stored = store(s, deployment, observed)
+    report, result, priced_as = observed.report, observed.result, observed.priced_as
     if as_json:
-        out = report.to_dict()
-        out |= {"latency": label, "priced_as": priced_as, "config": cfg.to_dict(),
-                "latency_is_estimate": result.latency_is_estimate}  # fmt: skip
+        out = observed.document()
+        out |= {"config": cfg.to_dict(), "latency_is_estimate": result.latency_is_estimate}
+        if stored is not None:
+            out |= {"deployment_id": deployment, "observation_id": stored.id}
         typer.echo(json.dumps(out, indent=2))
         return
     capped = (
@@ -142,3 +163,5 @@ def observe(
     console.print(f"ITL read from {report.itl.metric}; quantiles interpolated in its buckets")
     if result.latency_is_estimate:
         console.print("[yellow]figures priced by a roofline estimate, not measured kernels[/]")
+    if stored is not None:
+        console.print(f"stored observation {stored.id} of deployment {deployment}")

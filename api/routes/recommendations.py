@@ -1,19 +1,21 @@
 """/v1/recommendations: the latest recommendation for a deployment (dashboards and deploy
-scripts poll it: it carries an ETag and answers If-None-Match with 304)."""
+scripts poll it: it carries an ETag and answers If-None-Match with 304), and marking one
+as deployed (a stored deployment of its config, `api.routes.deployments`)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from api.deps import MAX_ID, NAME_PATTERN, PrincipalDep, ReaderDep
+from api.deps import MAX_ID, NAME_PATTERN, IdPath, PrincipalDep, ReaderDep, SessionDep
 from api.problems import ApiError
 from api.reads import encode_json, polled_json
-from api.schemas import Problem
-from storage.recommendations import DeploymentFilter, latest_recommendation
-from storage.service_records import RecommendationInfo
+from api.routes.deployments import save_deployment
+from api.schemas import Problem, RecommendationDeploy
+from storage.recommendations import DeploymentFilter, get_recommendation, latest_recommendation
+from storage.service_records import Deployment, RecommendationInfo
 
 router = APIRouter(prefix="/v1/recommendations", tags=["recommendations"])
 
@@ -73,3 +75,33 @@ async def latest(
         )
     )
     return polled_json(request, body)
+
+
+@router.post(
+    "/{recommendation_id}/deploy",
+    status_code=201,
+    response_model=Deployment,
+    summary="Mark a recommendation as deployed: a deployment of its config",
+    responses={
+        401: {"model": Problem, "description": "missing or unknown API key"},
+        404: {"model": Problem, "description": "no such recommendation in this project"},
+        422: {"model": Problem, "description": "an invalid field"},
+    },
+)
+def deploy(
+    recommendation_id: IdPath,
+    session: SessionDep,
+    principal: PrincipalDep,
+    response: Response,
+    spec: Annotated[RecommendationDeploy | None, Body()] = None,
+) -> Deployment:
+    """Stores a deployment of the recommended config with `recommendation_id` set."""
+    spec = spec or RecommendationDeploy()
+    rec = get_recommendation(session, recommendation_id, project=principal.project)
+    info = save_deployment(
+        session, principal.project, name=spec.name or f"recommendation-{rec.id}",
+        config=rec.recommendation.config, prometheus_url=spec.prometheus_url,
+        label_selector=spec.label_selector, recommendation_id=rec.id,
+    )  # fmt: skip
+    response.headers["Location"] = f"/v1/deployments/{info.id}"
+    return info

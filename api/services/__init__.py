@@ -10,6 +10,8 @@ tests and benchmarks all call these functions.
 - `api.services.archives`: an uploaded profile archive unpacked safely.
 - `api.services.latency`: which latency model prices a run (stored fitted models,
   calibrations, the roofline), and fitting a stored profile into a stored model.
+- `api.services.observe`: two scrapes of a vLLM server's /metrics against the
+  simulator's prediction for its config, and storing it with a deployment.
 - `api.services.tuning`: a tuning job — load the trace, run or resume the Optuna
   study, store the outcome.
 - `api.services.validation`: the simulator against the reference engine on this

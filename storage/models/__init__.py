@@ -1,6 +1,7 @@
 """ORM tables, one module per concept. Rows never leave `storage/`."""
 
 from storage.models.base import Base
+from storage.models.deployments import DeploymentObservationRow, DeploymentRow
 from storage.models.latency_models import LatencyModelRow, LatencyTableRow
 from storage.models.profiles import KernelSampleRow, ProfileRunRow
 from storage.models.service import ApiKeyRow, JobRow, RecommendationRow, ScheduleRow
@@ -12,6 +13,8 @@ __all__ = [
     "ApiKeyRow",
     "Base",
     "CalibrationRow",
+    "DeploymentObservationRow",
+    "DeploymentRow",
     "JobRow",
     "KernelSampleRow",
     "LatencyModelRow",

@@ -33,6 +33,12 @@ def _seed(service: Service, tmp_path: Path) -> dict[str, int]:
         json={"interval_s": 3600, "params": {**PARAMS, "stream": "prod"}},
     )
     assert schedule.status_code == 201, schedule.text
+    deployment = service.client.post(
+        "/v1/deployments",
+        headers=service.auth(service.key_a),
+        json={"name": "prod", "config": {"model": "llama-3.1-8b", "replica": {"tp": 1}}},
+    )
+    assert deployment.status_code == 201, deployment.text
     engine = make_engine(service.url)
     with session_scope(engine) as s:
         run = create_profile_run(
@@ -44,6 +50,7 @@ def _seed(service: Service, tmp_path: Path) -> dict[str, int]:
         "trace_id": trace_id,
         "job_id": job_id,
         "schedule_id": schedule.json()["id"],
+        "deployment_id": deployment.json()["id"],
         "run_id": run.id,
         "model_id": model.id,
     }
