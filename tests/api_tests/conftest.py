@@ -29,6 +29,15 @@ def cli_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 @pytest.fixture
+def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's tables one line per row whatever the terminal (xdist workers and narrow
+    terminals set COLUMNS, which wraps rows a test reads)."""
+    from api.cli.common import console
+
+    monkeypatch.setattr(console, "_width", 240)
+
+
+@pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
 

@@ -13,13 +13,7 @@ from api.cli import app
 from tests.api_tests.test_api_deployments import _scrapes
 from tests.api_tests.test_cli_observe import CONFIG
 
-
-@pytest.fixture(autouse=True)
-def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tables one line per row whatever the terminal (xdist workers may set COLUMNS)."""
-    from api.cli.common import console
-
-    monkeypatch.setattr(console, "_width", 240)
+pytestmark = pytest.mark.usefixtures("wide_console")
 
 
 @pytest.fixture

@@ -15,6 +15,8 @@ from optimizer.telemetry.synthetic import VllmTraffic, render_vllm_page
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "examples" / "colocated-h100.yaml"
 
+pytestmark = pytest.mark.usefixtures("wide_console")
+
 
 def _traffic(n: int, seed: int) -> VllmTraffic:
     rng = np.random.default_rng(seed)
