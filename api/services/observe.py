@@ -1,6 +1,9 @@
 """A window of a vLLM server's metrics against the prediction for its config: two
 scrapes read, the window's traffic rebuilt and simulated, observed against predicted.
-`servetune observe` and POST /v1/deployments/{id}/observations both run it.
+`servetune observe` and POST /v1/deployments/{id}/observations both run it. The two
+scrapes are saved pages (`read_scrape`) or a deployment's Prometheus server
+(`read_prometheus`: the window's increases as AFTER against a zero BEFORE, so the
+window is built by the same `observed_window`).
 
 Errors: a scrape or window the telemetry refuses raises its `TelemetryError`; a config
 that cannot run the rebuilt traffic raises `ObserveError`. Both carry the message
@@ -10,15 +13,18 @@ users see.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from api.services.prometheus import read_window
 from optimizer.config import ServingConfig
 from optimizer.latency.base import LatencySource
 from optimizer.sim import SimulationError, SimulationResult, simulate
 from optimizer.telemetry import (
+    Histogram,
     ObservationReport,
     VllmScrape,
     compare,
@@ -62,6 +68,40 @@ def read_scrape(text: str, which: str, filename: str, *, model_name: str | None 
     exposition = parse_exposition(text, source=f"{which} ({filename})")
     metrics = read_vllm(exposition, source=which, model_name=model_name)
     return Scrape(metrics, hashlib.sha256(text.encode("utf-8")).hexdigest())
+
+
+def read_prometheus(
+    url: str, selector: str, window_s: float, end: datetime, *, model_name: str | None = None
+) -> tuple[Scrape, Scrape]:
+    """The window up to `end` from Prometheus, as (BEFORE, AFTER): AFTER holds each
+    cumulative series' `increase()` over the window and the gauges at `end`, BEFORE the
+    same series at zero. `sha256`s: of what was asked (BEFORE) and what was answered.
+    Raises `PrometheusError` (unreachable, a refused query, no series) or the telemetry's
+    `TelemetryError`."""
+    window = read_window(url, selector, window_s, end)
+    metrics = read_vllm(window.exposition, source=f"Prometheus {selector}", model_name=model_name)
+
+    def zero(h: Histogram | None) -> Histogram | None:
+        return None if h is None else Histogram(h.upper_bounds, (0.0,) * len(h.cumulative), 0, 0)
+
+    def zero_count(value: float | None) -> float | None:
+        return None if value is None else 0.0
+
+    before = replace(
+        metrics, ttft=zero(metrics.ttft), itl=zero(metrics.itl), e2e=zero(metrics.e2e),
+        prompt_tokens=zero(metrics.prompt_tokens), queue=zero(metrics.queue),
+        generation_tokens=zero(metrics.generation_tokens), num_requests_success=0.0,
+        num_prompt_tokens=zero_count(metrics.num_prompt_tokens),
+        num_generation_tokens=zero_count(metrics.num_generation_tokens),
+        num_preemptions=zero_count(metrics.num_preemptions),
+        prefix_cache_queries=zero_count(metrics.prefix_cache_queries),
+        prefix_cache_hits=zero_count(metrics.prefix_cache_hits),
+    )  # fmt: skip
+
+    def sha(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    return Scrape(before, sha(window.queries)), Scrape(metrics, sha(window.answers))
 
 
 def observe(
