@@ -1,6 +1,8 @@
 """`servetune observe`: two scrapes of a vLLM server's /metrics, the window's traffic
 rebuilt and simulated under the deployed config, observed against predicted; with
-`--deployment ID` the stored deployment's config, and the observation is stored with it."""
+`--deployment ID` the stored deployment's config, and the observation is stored with it.
+`--deployment ID --window 1h [--at TIME]` reads the window from the deployment's
+Prometheus server instead of two saved pages."""
 
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from api.cli.simulate import load_config, resolve_latency
 
 if TYPE_CHECKING:
     from api.services.observe import Scrape
-    from optimizer.config import ServingConfig
     from optimizer.telemetry import ObservationReport
+    from storage.service_records import Deployment
 
 
 def _read_scrape(path: Path, which: str, model_name: str | None) -> Scrape:
@@ -35,14 +37,39 @@ def _read_scrape(path: Path, which: str, model_name: str | None) -> Scrape:
         fail(str(exc))
 
 
-def _deployed_config(deployment_id: int) -> ServingConfig:
+def _deployment(deployment_id: int) -> Deployment:
     from storage.deployments import DeploymentNotFound, get_deployment
 
     try:
         with session() as s:
-            return get_deployment(s, deployment_id).config
+            return get_deployment(s, deployment_id)
     except DeploymentNotFound as exc:
         fail(f"--deployment: {exc} (see `servetune deployments list`)")
+
+
+def _from_prometheus(
+    deployed: Deployment, window: str, at: str | None, model_name: str | None
+) -> tuple[Scrape, Scrape, float]:
+    from api.services.observe import read_prometheus
+    from api.services.prometheus import PrometheusError, parse_time, parse_window
+    from optimizer.telemetry import TelemetryError
+
+    if deployed.prometheus_url is None or deployed.label_selector is None:
+        fail(
+            f"deployment {deployed.id} has no stored Prometheus URL and label selector (create "
+            "it with --prometheus-url and --selector), so --window cannot read it; give two "
+            "--scrape files and --window-s instead"
+        )
+    try:
+        window_s, end = parse_window(window), parse_time(at)
+    except ValueError as exc:
+        fail(str(exc))
+    try:
+        before, after = read_prometheus(deployed.prometheus_url, deployed.label_selector,
+                                        window_s, end, model_name=model_name)  # fmt: skip
+    except (PrometheusError, TelemetryError) as exc:
+        fail(str(exc))
+    return before, after, window_s
 
 
 def _ms(value: float | None) -> str:
@@ -79,10 +106,21 @@ def report_rows(report: ObservationReport) -> list[tuple[str, str, str]]:
 
 def observe(
     scrape: Annotated[
-        list[Path],
+        list[Path] | None,
         typer.Option(help="a vLLM /metrics page saved as text; give two: BEFORE, then AFTER"),
-    ],
-    window_s: Annotated[float, typer.Option(help="seconds between the two scrapes")],
+    ] = None,
+    window_s: Annotated[float | None, typer.Option(help="seconds between the two scrapes")] = None,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            help="with --deployment and no --scrape: read the window (30s, 10m, 1h, 1d) from "
+            "the deployment's Prometheus server"
+        ),
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(help="with --window: the window's end, RFC 3339 or unix seconds (now)"),
+    ] = None,
     config: Annotated[
         Path | None, typer.Option(help="the deployed ServingConfig as YAML or JSON")
     ] = None,
@@ -119,17 +157,26 @@ def observe(
     from api.services.observe import ObserveError, observe, store
     from optimizer.telemetry import TelemetryError
 
-    if len(scrape) != 2:
-        fail(f"--scrape: expected two files (BEFORE, then AFTER), got {len(scrape)}")
-    if not (math.isfinite(window_s) and window_s > 0):
-        fail(f"--window-s must be a positive number of seconds, got {window_s:g}")
     if max_model_len is not None and max_model_len <= 0:
         fail(f"--max-model-len must be a positive number of tokens, got {max_model_len}")
     if (config is None) == (deployment is None):
         fail("give exactly one of --config (a file) or --deployment (a stored deployment's id)")
-    cfg = load_config(config) if config is not None else _deployed_config(deployment)
-    before = _read_scrape(scrape[0], "BEFORE", model_name)
-    after = _read_scrape(scrape[1], "AFTER", model_name)
+    deployed = _deployment(deployment) if deployment is not None else None
+    cfg = load_config(config) if config is not None else deployed.config
+    if window is not None or at is not None:
+        if scrape or window_s is not None or deployed is None or window is None:
+            fail("--window [--at] reads a deployment's Prometheus server: give it with "
+                 "--deployment and without --scrape or --window-s")  # fmt: skip
+        before, after, window_s = _from_prometheus(deployed, window, at, model_name)
+    else:
+        if len(scrape or ()) != 2:
+            fail(f"--scrape: expected two files (BEFORE, then AFTER), got {len(scrape or ())}"
+                 " (or --deployment ID --window 1h to read its Prometheus server)")  # fmt: skip
+        if window_s is None or not (math.isfinite(window_s) and window_s > 0):
+            shown = "none" if window_s is None else f"{window_s:g}"
+            fail(f"--window-s must be a positive number of seconds, got {shown}")
+        before = _read_scrape(scrape[0], "BEFORE", model_name)
+        after = _read_scrape(scrape[1], "AFTER", model_name)
     latency, label = resolve_latency(cfg.model, latency_model)
     try:
         observed = observe(before, after, window_s, cfg, latency, label,

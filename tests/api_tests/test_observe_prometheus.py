@@ -1,0 +1,314 @@
+"""`servetune observe --deployment ID --window W` against a real Prometheus server.
+
+A stdlib HTTP thread serves a fake vLLM /metrics page (`render_vllm_page`) whose
+counters grow with wall time at RATE requests per second; Debian's `prometheus` binary,
+started here on a free port with its own config and data dir, scrapes it every second.
+The tests skip with a visible reason when the binary is absent, and fail instead when
+SERVETUNE_REQUIRE_PROMETHEUS=1 (CI). Tests of errors that need no server run always.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from api.cli import app
+from optimizer.telemetry.synthetic import VllmTraffic, render_vllm_page
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "examples" / "colocated-h100.yaml"
+RATE = 20.0  # requests per second the fake server finishes
+NUM_REQUESTS = 4000  # enough for 200 s at RATE
+SCRAPE_INTERVAL_S = 1.0
+RESET_S = 4.0  # the second fake server (job vllm-resetting) restarts this often
+WINDOW_S = 10.0
+
+pytestmark = pytest.mark.usefixtures("wide_console")
+
+
+def _traffic(n: int, seed: int) -> VllmTraffic:
+    rng = np.random.default_rng(seed)
+    ttft = rng.uniform(0.02, 0.2, n)
+    itl = rng.uniform(0.006, 0.03, n)
+    out = rng.integers(20, 200, n)
+    return VllmTraffic(
+        ttft_s=ttft, e2e_s=ttft + itl * (out - 1), queue_s=rng.uniform(0.0, 0.01, n),
+        prompt_tokens=rng.integers(100, 1500, n), output_tokens=out,
+        itl_gaps_s=itl, itl_gap_weights=(out - 1).astype(float), num_preemptions=0,
+    )  # fmt: skip
+
+
+def _first(t: VllmTraffic, n: int) -> VllmTraffic:
+    return VllmTraffic(
+        t.ttft_s[:n], t.e2e_s[:n], t.queue_s[:n], t.prompt_tokens[:n], t.output_tokens[:n],
+        t.itl_gaps_s[:n], t.itl_gap_weights[:n], 0,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class FakeVllm:
+    url: str
+    started: float  # time.time() at which the counters were zero
+
+    def served(self, at: float) -> int:
+        """Requests finished by `at` (unix seconds), as the page shows them then."""
+        return min(NUM_REQUESTS, max(0, int(RATE * (at - self.started))))
+
+    def served_resetting(self, at: float) -> int:
+        """What the restarting server's counters show at `at`: zero every RESET_S s."""
+        return int(RATE * ((at - self.started) % RESET_S))
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusServer:
+    url: str
+    fake: FakeVllm
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=2) as response:
+        return response.read()
+
+
+@pytest.fixture(scope="module")
+def fake_vllm() -> Iterator[FakeVllm]:
+    traffic = _traffic(NUM_REQUESTS, 0)
+    started = time.time()
+    fake = None
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            now = time.time()
+            n = fake.served_resetting(now) if self.path == "/resetting" else fake.served(now)
+            body = render_vllm_page(_first(traffic, n)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    fake = FakeVllm(f"127.0.0.1:{server.server_address[1]}", started)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield fake
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def prometheus(fake_vllm: FakeVllm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Prometheus process scraping `fake_vllm` every second; its base URL."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        if os.environ.get("SERVETUNE_REQUIRE_PROMETHEUS", "") in ("1", "true", "yes"):
+            pytest.fail("Prometheus required (SERVETUNE_REQUIRE_PROMETHEUS=1) but no prometheus "
+                        "binary on PATH (Debian: apt-get install prometheus)")  # fmt: skip
+        pytest.skip("no prometheus binary on PATH (apt-get install prometheus; set "
+                    "SERVETUNE_REQUIRE_PROMETHEUS=1 to make this a failure)")  # fmt: skip
+    home = tmp_path_factory.mktemp("prometheus")
+    (home / "prometheus.yml").write_text(
+        f"global:\n  scrape_interval: {SCRAPE_INTERVAL_S:g}s\n"
+        f"  scrape_timeout: {SCRAPE_INTERVAL_S:g}s\n"
+        "scrape_configs:\n  - job_name: vllm\n    static_configs:\n"
+        f"      - targets: ['{fake_vllm.url}']\n"
+        "  - job_name: vllm-resetting\n    metrics_path: /resetting\n    static_configs:\n"
+        f"      - targets: ['{fake_vllm.url}']\n"
+    )
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (home / "prometheus.log").open("wb")
+    process = subprocess.Popen(
+        [binary, f"--config.file={home / 'prometheus.yml'}", f"--storage.tsdb.path={home / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                query = urllib.parse.quote('up{job="vllm"}')
+                up = json.loads(_get(f"{url}/api/v1/query?query={query}"))["data"]["result"]
+                if up and up[0]["value"][1] == "1":
+                    break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"Prometheus did not start scraping: {(home / 'prometheus.log')}"
+                            f"\n{(home / 'prometheus.log').read_text()[-2000:]}")  # fmt: skip
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def _deployment(runner: CliRunner, url: str, selector: str = '{job="vllm"}') -> str:
+    out = runner.invoke(app, ["deployments", "create", "--name", "prod", "--config", str(CONFIG),
+                              "--prometheus-url", url, "--selector", selector])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    from api.cli.common import session
+    from storage.deployments import list_deployments
+
+    with session() as s:
+        return str(list_deployments(s)[0].id)
+
+
+def _wait_for_data(seconds: float, prometheus: str) -> None:
+    """Until Prometheus holds `seconds` of samples (plus two scrapes)."""
+    wait = _first_sample(prometheus) + seconds + 2 * SCRAPE_INTERVAL_S - time.time()
+    if wait > 0:
+        time.sleep(wait)
+
+
+def _first_sample(prometheus: str) -> float:
+    query = urllib.parse.quote('vllm:request_success_total{job="vllm",finished_reason="stop"}[1m]')
+    for _ in range(20):
+        result = json.loads(_get(f"{prometheus}/api/v1/query?query={query}"))["data"]["result"]
+        if result:
+            return float(result[0]["values"][0][0])
+        time.sleep(0.5)
+    raise AssertionError("Prometheus holds no vllm series after 10 s")
+
+
+def test_observe_window_from_prometheus(
+    cli_db: str, runner: CliRunner, prometheus: str, fake_vllm: FakeVllm
+) -> None:
+    deployment = _deployment(runner, prometheus)
+    _wait_for_data(WINDOW_S, prometheus)
+    end = time.time() - 0.5
+    out = runner.invoke(app, ["observe", "--deployment", deployment, "--window", "10s",
+                              "--at", f"{end:.3f}", "--json"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    served = fake_vllm.served(end) - fake_vllm.served(end - WINDOW_S)
+    assert served == pytest.approx(RATE * WINDOW_S, abs=1)
+    # increase() extrapolates the window's first and last samples to its edges: within
+    # one scrape interval's requests of what the fake server finished in the window.
+    assert abs(data["num_requests"] - served) <= RATE * SCRAPE_INTERVAL_S
+    assert data["window_s"] == WINDOW_S
+    assert data["ttft"]["observed"]["p50"] == pytest.approx(0.11, abs=0.04)
+    assert data["kv_cache_usage"]["observed"] == 0.25  # the gauge at the window's end
+    from api.cli.common import session
+    from storage.deployments import list_observations
+
+    with session() as s:
+        (stored,) = list_observations(s, int(deployment))
+    assert stored.id == data["observation_id"] and stored.window_s == WINDOW_S
+    assert stored.report["num_requests"] == data["num_requests"]
+    assert stored.request_rate == pytest.approx(data["num_requests"] / WINDOW_S)
+
+
+def test_counter_resets_inside_the_window(
+    cli_db: str, runner: CliRunner, prometheus: str, fake_vllm: FakeVllm
+) -> None:
+    """increase() adds across restarts; two raw instants would see a fall (or too little)."""
+    deployment = _deployment(runner, prometheus, '{job="vllm-resetting"}')
+    _wait_for_data(WINDOW_S, prometheus)
+    end = time.time() - 0.5
+    out = runner.invoke(app, ["observe", "--deployment", deployment, "--window", "10s",
+                              "--at", f"{end:.3f}", "--json"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    num_resets = int((end - fake_vllm.started) // RESET_S) - int(
+        (end - WINDOW_S - fake_vllm.started) // RESET_S
+    )
+    assert num_resets >= 2
+    finished = RATE * WINDOW_S  # the server finished requests throughout
+    # Lost per reset: what finished between the last scrape before it and the reset.
+    lost = num_resets * RATE * SCRAPE_INTERVAL_S
+    num_requests = json.loads(out.output)["num_requests"]
+    assert finished - lost - RATE * SCRAPE_INTERVAL_S <= num_requests <= finished + RATE
+
+
+def test_window_shorter_than_two_scrapes(cli_db: str, runner: CliRunner, prometheus: str) -> None:
+    deployment = _deployment(runner, prometheus)
+    _wait_for_data(2, prometheus)
+    out = runner.invoke(app, ["observe", "--deployment", deployment, "--window", "0.5s"])
+    assert out.exit_code == 2
+    assert "does the window span two scrapes?" in " ".join(out.output.split())
+
+
+def test_window_longer_than_the_data(cli_db: str, runner: CliRunner, prometheus: str) -> None:
+    deployment = _deployment(runner, prometheus)
+    out = runner.invoke(app, ["observe", "--deployment", deployment, "--window", "1h"])
+    assert out.exit_code == 2
+    assert "is longer than the data Prometheus at" in out.output
+    assert "oldest sample in the window" in out.output
+
+
+def test_selector_matching_nothing(cli_db: str, runner: CliRunner, prometheus: str) -> None:
+    deployment = _deployment(runner, prometheus, '{job="nope"}')
+    out = runner.invoke(app, ["observe", "--deployment", deployment, "--window", "10s"])
+    assert out.exit_code == 2
+    assert 'no vllm:request_success_total series match {job="nope"} at' in out.output
+    assert "is the selector right and is Prometheus scraping the server?" in out.output
+
+
+def test_query_error_is_prometheus_own(cli_db: str, runner: CliRunner, prometheus: str) -> None:
+    deployment = _deployment(runner, prometheus, '{job=~"("}')
+    out = runner.invoke(app, ["observe", "--deployment", deployment, "--window", "10s"])
+    assert out.exit_code == 2
+    assert f"Prometheus at {prometheus} refused" in out.output
+    assert "missing closing )" in out.output  # Prometheus's own error text (Go regexp)
+
+
+def test_unreachable_names_the_url(cli_db: str, runner: CliRunner) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    deployment = _deployment(runner, url)
+    out = runner.invoke(app, ["observe", "--deployment", deployment, "--window", "10s"])
+    assert out.exit_code == 2
+    assert f"Prometheus at {url} is unreachable" in out.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--window", "10"], "expected a positive duration such as 30s, 10m, 1h, 1d"),
+        (["--window", "0s"], "expected a positive duration"),
+        (["--window", "1h", "--at", "yesterday"], "expected an RFC 3339 time"),
+        (["--window", "1h", "--window-s", "60"], "without --scrape or --window-s"),
+    ],
+)
+def test_window_arguments_refused(
+    cli_db: str, runner: CliRunner, args: list[str], message: str
+) -> None:
+    deployment = _deployment(runner, "http://127.0.0.1:9")
+    out = runner.invoke(app, ["observe", "--deployment", deployment, *args])
+    assert out.exit_code == 2 and message in " ".join(out.output.split()), out.output
+
+
+def test_deployment_without_prometheus(cli_db: str, runner: CliRunner) -> None:
+    out = runner.invoke(app, ["deployments", "create", "--name", "p", "--config", str(CONFIG)])
+    assert out.exit_code == 0, out.output
+    out = runner.invoke(app, ["observe", "--deployment", "1", "--window", "10s"])
+    assert out.exit_code == 2
+    assert "has no stored Prometheus URL and label selector" in " ".join(out.output.split())
