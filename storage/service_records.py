@@ -149,7 +149,7 @@ class RecommendationInfo:
 class Deployment:
     """A config running in production. Its engine and version are `config.engine` and
     `config.engine_version`, its GPUs `config.num_gpus`. `prometheus_url` and
-    `label_selector` say where its metrics are (stored now; read by a later slice)."""
+    `label_selector` say where its metrics are (read by `servetune observe --window`)."""
 
     id: int
     project: str

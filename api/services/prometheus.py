@@ -72,20 +72,24 @@ def parse_window(text: str) -> float:
 
 
 def parse_time(text: str | None, *, now: datetime | None = None) -> datetime:
-    """RFC 3339 (`2026-12-01T16:00:00Z`; UTC if no offset), unix seconds, or None: now."""
+    """RFC 3339 (`2026-12-01T16:00:00Z`; UTC if no offset), unix seconds, or None: now.
+    A time after `now` is refused: Prometheus holds nothing there yet."""
+    now = now or datetime.now(UTC)
     if text is None:
-        return now or datetime.now(UTC)
+        return now
     try:
-        return datetime.fromtimestamp(float(text), UTC)
-    except (ValueError, OverflowError):
-        pass
-    try:
-        at = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(
-            f"--at {text!r}: expected an RFC 3339 time (2026-12-01T16:00:00Z) or unix seconds"
-        ) from None
-    return at if at.tzinfo else at.replace(tzinfo=UTC)
+        at = datetime.fromtimestamp(float(text), UTC)
+    except (ValueError, OverflowError, OSError):
+        try:
+            at = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(
+                f"--at {text!r}: expected an RFC 3339 time (2026-12-01T16:00:00Z) or unix seconds"
+            ) from None
+        at = at if at.tzinfo else at.replace(tzinfo=UTC)
+    if at > now:
+        raise ValueError(f"--at {_show(at)} is in the future (now {_show(now)})")
+    return at
 
 
 def _show(at: datetime) -> str:

@@ -20,6 +20,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -28,6 +29,7 @@ import pytest
 from typer.testing import CliRunner
 
 from api.cli import app
+from api.services.prometheus import parse_time, parse_window
 from optimizer.telemetry.synthetic import VllmTraffic, render_vllm_page
 
 REPO = Path(__file__).resolve().parents[2]
@@ -295,6 +297,7 @@ def test_unreachable_names_the_url(cli_db: str, runner: CliRunner) -> None:
         (["--window", "10"], "expected a positive duration such as 30s, 10m, 1h, 1d"),
         (["--window", "0s"], "expected a positive duration"),
         (["--window", "1h", "--at", "yesterday"], "expected an RFC 3339 time"),
+        (["--window", "1h", "--at", "2999-01-01T00:00:00Z"], "is in the future"),
         (["--window", "1h", "--window-s", "60"], "without --scrape or --window-s"),
     ],
 )
@@ -312,3 +315,20 @@ def test_deployment_without_prometheus(cli_db: str, runner: CliRunner) -> None:
     out = runner.invoke(app, ["observe", "--deployment", "1", "--window", "10s"])
     assert out.exit_code == 2
     assert "has no stored Prometheus URL and label selector" in " ".join(out.output.split())
+
+
+def test_parse_window_and_time() -> None:
+    assert [parse_window(w) for w in ("30s", "10m", "1h", "1d", "0.5s")] == [
+        30.0, 600.0, 3600.0, 86400.0, 0.5,
+    ]  # fmt: skip
+    now = datetime(2026, 12, 1, 17, 0, tzinfo=UTC)
+    assert parse_time(None, now=now) == now
+    assert parse_time("2026-12-01T16:00:00Z", now=now) == datetime(2026, 12, 1, 16, tzinfo=UTC)
+    assert parse_time("2026-12-01T16:00:00", now=now) == datetime(2026, 12, 1, 16, tzinfo=UTC)
+    assert parse_time("2026-12-01T17:30:00+01:00", now=now) == now - timedelta(minutes=30)
+    assert parse_time(f"{now.timestamp() - 60:.0f}", now=now) == datetime(
+        2026, 12, 1, 16, 59, tzinfo=UTC
+    )
+    for bad in ("1w", "-5s", "10", "5 minutes", "0m"):
+        with pytest.raises(ValueError, match="expected a positive duration"):
+            parse_window(bad)
