@@ -24,6 +24,7 @@ from optimizer.config import ServingConfig
 from optimizer.latency.base import LatencySource
 from optimizer.sim import SimulationError, SimulationResult, simulate
 from optimizer.telemetry import (
+    EmptyWindowError,
     Histogram,
     ObservationReport,
     VllmScrape,
@@ -33,6 +34,7 @@ from optimizer.telemetry import (
     read_vllm,
     reconstruct_workload,
 )
+from optimizer.telemetry.vllm import REQUEST_SUCCESS
 from storage.deployments import save_observation
 from storage.service_records import DeploymentObservation
 
@@ -80,6 +82,12 @@ def read_prometheus(
     `TelemetryError`."""
     window = read_window(url, selector, window_s, end)
     metrics = read_vllm(window.exposition, source=f"Prometheus {selector}", model_name=model_name)
+    if round(metrics.num_requests_success) <= 0:
+        raise EmptyWindowError(
+            f"no request finished in the window (the increase of {REQUEST_SUCCESS}{selector} "
+            f"over {window_s:g} s to {end.isoformat(timespec='seconds')} is "
+            f"{metrics.num_requests_success:g}); choose a window with traffic"
+        )
 
     def zero(h: Histogram | None) -> Histogram | None:
         return None if h is None else Histogram(h.upper_bounds, (0.0,) * len(h.cumulative), 0, 0)

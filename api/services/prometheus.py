@@ -130,11 +130,14 @@ class _Client:
                 f"Prometheus at {self.url} answered {promql} with something not JSON: is "
                 "that URL a Prometheus server's base URL?"
             ) from None
-        if doc.get("status") != "success":
+        if not isinstance(doc, dict) or doc.get("status") != "success":
+            error = doc.get("error", doc) if isinstance(doc, dict) else doc
+            raise PrometheusError(f"Prometheus at {self.url} refused {promql}: {error}")
+        result = (doc.get("data") or {}).get("result")
+        if not isinstance(result, list):
             raise PrometheusError(
-                f"Prometheus at {self.url} refused {promql}: {doc.get('error', doc)}"
+                f"Prometheus at {self.url} answered {promql} without a data.result list"
             )
-        result = doc["data"]["result"]
         self.log.append((promql, ts, result))
         return result
 

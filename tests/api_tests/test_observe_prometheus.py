@@ -102,7 +102,9 @@ def fake_vllm() -> Iterator[FakeVllm]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             now = time.time()
-            n = fake.served_resetting(now) if self.path == "/resetting" else fake.served(now)
+            n = {"/resetting": fake.served_resetting(now), "/idle": 0}.get(
+                self.path, fake.served(now)
+            )
             body = render_vllm_page(_first(traffic, n)).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -139,6 +141,8 @@ def prometheus(fake_vllm: FakeVllm, tmp_path_factory: pytest.TempPathFactory) ->
         "scrape_configs:\n  - job_name: vllm\n    static_configs:\n"
         f"      - targets: ['{fake_vllm.url}']\n"
         "  - job_name: vllm-resetting\n    metrics_path: /resetting\n    static_configs:\n"
+        f"      - targets: ['{fake_vllm.url}']\n"
+        "  - job_name: vllm-idle\n    metrics_path: /idle\n    static_configs:\n"
         f"      - targets: ['{fake_vllm.url}']\n"
     )
     port = _free_port()
@@ -257,6 +261,15 @@ def test_window_shorter_than_two_scrapes(cli_db: str, runner: CliRunner, prometh
     out = runner.invoke(app, ["observe", "--deployment", deployment, "--window", "0.5s"])
     assert out.exit_code == 2
     assert "does the window span two scrapes?" in " ".join(out.output.split())
+
+
+def test_window_without_traffic(cli_db: str, runner: CliRunner, prometheus: str) -> None:
+    deployment = _deployment(runner, prometheus, '{job="vllm-idle"}')
+    _wait_for_data(3, prometheus)
+    out = runner.invoke(app, ["observe", "--deployment", deployment, "--window", "3s"])
+    assert out.exit_code == 2
+    assert 'no request finished in the window (the increase of vllm:request_success_total{job="' \
+        in " ".join(out.output.split())  # fmt: skip
 
 
 def test_window_longer_than_the_data(cli_db: str, runner: CliRunner, prometheus: str) -> None:
