@@ -7,7 +7,9 @@ jobs (fake outcomes: no search is run; some failed) with their recommendations,
 and a cancelled one; three schedules per project, not due during a run (one
 paused); profile runs imported from shared/data/profiles (AIConfigurator H100,
 130k samples; Vidur H100 and A100); two latency models per profile run with
-megabyte payloads. `scratch_database`: where (SQLite, or a PostgreSQL database
+megabyte payloads; two deployments per project with three stored observations each
+(one `servetune observe` comparison of synthetic vLLM scrapes, stored six times a
+project). `scratch_database`: where (SQLite, or a PostgreSQL database
 created and dropped).
 """
 
@@ -54,6 +56,7 @@ class Seeded:
     filters: dict[str, set[str]] = field(default_factory=dict)  # matching latest-rec queries
     profiles: list[int] = field(default_factory=list)
     latency_models: list[int] = field(default_factory=list)
+    deployments: dict[str, list[int]] = field(default_factory=dict)
 
 
 @contextmanager
@@ -192,5 +195,35 @@ def seed(url: str, workdir: Path) -> Seeded:
                     features=("num_tokens", "kv_len"), tp_degrees=(1, 2, 4),
                 )  # fmt: skip
                 out.latency_models.append(info.id)
+    _seed_deployments(engine, out)
     engine.dispose()
     return out
+
+
+def _seed_deployments(engine: sa.Engine, out: Seeded) -> None:
+    """Two deployments per project of examples/colocated-h100.yaml, three observations each
+    (one comparison of synthetic scrapes, roofline-priced, stored again and again)."""
+    import yaml
+
+    from api.services.observe import observe, read_scrape, store
+    from optimizer.config import ServingConfig
+    from optimizer.latency import build_catalog
+    from optimizer.telemetry.synthetic import render_vllm_page
+    from storage.db import session_scope
+    from storage.deployments import create_deployment
+    from tests.api_tests.test_cli_observe import _traffic
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "colocated-h100.yaml"
+    config = ServingConfig.from_dict(yaml.safe_load(example.read_text()))
+    first = _traffic(50, 0)
+    before = read_scrape(render_vllm_page(first), "BEFORE", "before.prom")
+    after = read_scrape(render_vllm_page(first.plus(_traffic(300, 1))), "AFTER", "after.prom")
+    observed = observe(before, after, 60.0, config, build_catalog(config.shape, []), "roofline")
+    for project in PROJECTS:
+        out.deployments[project] = []
+        with session_scope(engine) as s:
+            for i in range(2):
+                d = create_deployment(s, project=project, name=f"prod-{i}", config=config)
+                for _ in range(3):
+                    store(s, d.id, observed, project=project)
+                out.deployments[project].append(d.id)

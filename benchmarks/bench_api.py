@@ -29,17 +29,14 @@ What it measures:
    machine it moves far less than req/s and p99, so compare changes with it.
 
 What it leaves out, read the numbers with it in mind:
-- ONE MACHINE: THE LOAD CLIENT AND THE SERVER (AND POSTGRESQL) SHARE ITS CORES, 2 ON
-  THE REFERENCE MACHINE. The numbers are indicative, not a capacity figure.
-- NO WRITES DURING THE READ PHASES: no job runs, finishes or reports progress, no
-  trace is uploaded while reads are measured. `--uploads N` checks N parallel
-  uploads of distinct 100k-row traces afterwards (each stored once, re-uploads
-  store nothing), on their own.
-- Loopback only: no TLS, no proxy, no network latency.
+- ONE MACHINE: LOAD CLIENT, SERVER AND POSTGRESQL SHARE ITS (2) CORES: INDICATIVE FIGURES.
+- NO WRITES DURING THE READ PHASES: no job runs or reports progress, no trace is
+  uploaded while reads are measured (`--uploads N`: N parallel uploads of distinct
+  100k-row traces afterwards, on their own). Loopback only: no TLS, no proxy.
 
 Usage: .venv/bin/python benchmarks/bench_api.py [--database sqlite|postgresql|URL]
        [--duration 3] [--repeats 3] [--clients 50] [--uploads 10] [--mix-only]
-(PostgreSQL: SERVETUNE_TEST_POSTGRES_URL, default postgres@127.0.0.1:5432/test.)
+(PostgreSQL: the server of SERVETUNE_TEST_POSTGRES_URL, default postgres@127.0.0.1:5432.)
 """
 
 from __future__ import annotations
@@ -136,7 +133,7 @@ def warm_up(base: str, requests: dict[str, list[Request]]) -> None:
 def plan(seeded: Seeded) -> dict[str, list[Request]]:
     rng = random.Random(1)
     own = [(p, k) for p in PROJECTS for k in seeded.keys[p]]
-    any_key = [k for _, k in own]
+    any_key, models = [k for _, k in own], seeded.latency_models
 
     def each(resource: dict[str, list[int]], fmt: str) -> list[Request]:
         return [Request(fmt.format(i), k, 200) for p, k in own for i in resource[p]]
@@ -178,8 +175,11 @@ def plan(seeded: Seeded) -> dict[str, list[Request]]:
         "/v1/profiles": per_key("/v1/profiles"),
         "/v1/profiles/{run_id}": per_key(*(f"/v1/profiles/{i}" for i in seeded.profiles)),
         "/v1/latency-models": per_key("/v1/latency-models"),
-        "/v1/latency-models/{model_id}": per_key(
-            *(f"/v1/latency-models/{i}" for i in seeded.latency_models)
+        "/v1/latency-models/{model_id}": per_key(*(f"/v1/latency-models/{i}" for i in models)),
+        "/v1/deployments": per_key("/v1/deployments"),
+        "/v1/deployments/{deployment_id}": each(seeded.deployments, "/v1/deployments/{}"),
+        "/v1/deployments/{deployment_id}/observations": each(
+            seeded.deployments, "/v1/deployments/{}/observations"
         ),
         "/v1/keys": [
             Request(path, key, 200)
