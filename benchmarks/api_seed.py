@@ -208,16 +208,17 @@ def _seed_deployments(engine: sa.Engine, out: Seeded) -> None:
     from api.services.observe import observe, read_scrape, store
     from optimizer.config import ServingConfig
     from optimizer.latency import build_catalog
-    from optimizer.telemetry.synthetic import render_vllm_page
+    from optimizer.telemetry.synthetic import VllmTraffic, render_vllm_page
     from storage.db import session_scope
     from storage.deployments import create_deployment
-    from tests.api_tests.test_cli_observe import _traffic
 
     example = Path(__file__).resolve().parents[1] / "examples" / "colocated-h100.yaml"
     config = ServingConfig.from_dict(yaml.safe_load(example.read_text()))
-    first = _traffic(50, 0)
+    first = VllmTraffic.random(50, 0)
     before = read_scrape(render_vllm_page(first), "BEFORE", "before.prom")
-    after = read_scrape(render_vllm_page(first.plus(_traffic(300, 1))), "AFTER", "after.prom")
+    after = read_scrape(
+        render_vllm_page(first.plus(VllmTraffic.random(300, 1))), "AFTER", "after.prom"
+    )
     observed = observe(before, after, 60.0, config, build_catalog(config.shape, []), "roofline")
     for project in PROJECTS:
         out.deployments[project] = []

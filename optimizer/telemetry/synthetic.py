@@ -115,6 +115,20 @@ class VllmTraffic:
     num_preemptions: int
 
     @classmethod
+    def random(cls, n: int, seed: int) -> VllmTraffic:
+        """`n` plausible requests, seeded: TTFT 20-200 ms, ITL 6-30 ms, prompts of 100-1,500
+        and outputs of 20-200 tokens, queueing under 10 ms, no preemptions."""
+        rng = np.random.default_rng(seed)
+        ttft = rng.uniform(0.02, 0.2, n)
+        itl = rng.uniform(0.006, 0.03, n)
+        out = rng.integers(20, 200, n)
+        return cls(
+            ttft_s=ttft, e2e_s=ttft + itl * (out - 1), queue_s=rng.uniform(0.0, 0.01, n),
+            prompt_tokens=rng.integers(100, 1500, n), output_tokens=out,
+            itl_gaps_s=itl, itl_gap_weights=(out - 1).astype(float), num_preemptions=0,
+        )  # fmt: skip
+
+    @classmethod
     def of(cls, result: SimulationResult) -> VllmTraffic:
         done = ~np.isnan(result.e2e_s)
         return cls(

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizer.telemetry.synthetic import render_vllm_page
+from optimizer.telemetry.synthetic import VllmTraffic, render_vllm_page
 from tests.api_tests.conftest import Service
 from tests.api_tests.test_api_jobs import _create, _trace
-from tests.api_tests.test_cli_observe import _traffic
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = yaml.safe_load((REPO / "examples" / "colocated-h100.yaml").read_text())
@@ -24,10 +23,10 @@ BODY = {
 
 
 def _scrapes() -> tuple[str, str]:
-    first = _traffic(50, 0)
+    first = VllmTraffic.random(50, 0)
     return (
         render_vllm_page(first),
-        render_vllm_page(first.plus(_traffic(300, 1)), kv_cache_usage=0.4),
+        render_vllm_page(first.plus(VllmTraffic.random(300, 1)), kv_cache_usage=0.4),
     )
 
 

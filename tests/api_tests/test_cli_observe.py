@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -18,24 +17,12 @@ CONFIG = REPO / "examples" / "colocated-h100.yaml"
 pytestmark = pytest.mark.usefixtures("wide_console")
 
 
-def _traffic(n: int, seed: int) -> VllmTraffic:
-    rng = np.random.default_rng(seed)
-    ttft = rng.uniform(0.02, 0.2, n)
-    itl = rng.uniform(0.006, 0.03, n)
-    out = rng.integers(20, 200, n)
-    return VllmTraffic(
-        ttft_s=ttft, e2e_s=ttft + itl * (out - 1), queue_s=rng.uniform(0.0, 0.01, n),
-        prompt_tokens=rng.integers(100, 1500, n), output_tokens=out,
-        itl_gaps_s=itl, itl_gap_weights=(out - 1).astype(float), num_preemptions=0,
-    )  # fmt: skip
-
-
 @pytest.fixture
 def scrapes(tmp_path: Path) -> tuple[Path, Path]:
-    first = _traffic(50, 0)
+    first = VllmTraffic.random(50, 0)
     before, after = tmp_path / "before.prom", tmp_path / "after.prom"
     before.write_text(render_vllm_page(first))
-    after.write_text(render_vllm_page(first.plus(_traffic(300, 1)), kv_cache_usage=0.4))
+    after.write_text(render_vllm_page(first.plus(VllmTraffic.random(300, 1)), kv_cache_usage=0.4))
     return before, after
 
 

@@ -24,7 +24,6 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -41,18 +40,6 @@ RESET_S = 4.0  # the second fake server (job vllm-resetting) restarts this often
 WINDOW_S = 10.0
 
 pytestmark = pytest.mark.usefixtures("wide_console")
-
-
-def _traffic(n: int, seed: int) -> VllmTraffic:
-    rng = np.random.default_rng(seed)
-    ttft = rng.uniform(0.02, 0.2, n)
-    itl = rng.uniform(0.006, 0.03, n)
-    out = rng.integers(20, 200, n)
-    return VllmTraffic(
-        ttft_s=ttft, e2e_s=ttft + itl * (out - 1), queue_s=rng.uniform(0.0, 0.01, n),
-        prompt_tokens=rng.integers(100, 1500, n), output_tokens=out,
-        itl_gaps_s=itl, itl_gap_weights=(out - 1).astype(float), num_preemptions=0,
-    )  # fmt: skip
 
 
 def _first(t: VllmTraffic, n: int) -> VllmTraffic:
@@ -95,7 +82,7 @@ def _get(url: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def fake_vllm() -> Iterator[FakeVllm]:
-    traffic = _traffic(NUM_REQUESTS, 0)
+    traffic = VllmTraffic.random(NUM_REQUESTS, 0)
     started = time.time()
     fake = None
 
