@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -21,6 +21,15 @@ PIPED_WIDTH = 160
 _piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
 console = Console(width=PIPED_WIDTH if _piped else None)
 err_console = Console(stderr=True)
+
+# `--latency-model`, as `simulate` and `observe` take it (both price as `tune` does).
+LatencyModelOption = Annotated[
+    int | None,
+    typer.Option(
+        help="stored latency model id (default: as `tune` prices: the newest fitted model "
+        "per accelerator, else the roofline estimate)"
+    ),
+]
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

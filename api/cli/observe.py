@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from api.cli.common import console, fail, session
+from api.cli.common import LatencyModelOption, console, fail, session
 from api.cli.simulate import load_config, resolve_latency
 
 if TYPE_CHECKING:
@@ -142,13 +142,7 @@ def observe(
             "max_model_len, else 2x the largest finite bucket)"
         ),
     ] = None,
-    latency_model: Annotated[
-        int | None,
-        typer.Option(
-            help="stored latency model id (default: as `tune` prices: the newest fitted model "
-            "per accelerator, else the roofline estimate)"
-        ),
-    ] = None,
+    latency_model: LatencyModelOption = None,
     seed: Annotated[int, typer.Option(help="seed of the rebuilt arrivals and lengths")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from api.cli.common import console, fail, session, trace_source
+from api.cli.common import LatencyModelOption, console, fail, session, trace_source
 
 if TYPE_CHECKING:
     from optimizer.config import ServingConfig
@@ -151,13 +151,7 @@ def simulate(
     gpu: Annotated[
         str | None, typer.Option(help="accelerator for every role (overrides the config's)")
     ] = None,
-    latency_model: Annotated[
-        int | None,
-        typer.Option(
-            help="stored latency model id (default: as `tune` prices: the newest fitted model "
-            "per accelerator, else the roofline estimate)"
-        ),
-    ] = None,
+    latency_model: LatencyModelOption = None,
     slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT SLO, ms")] = None,
     slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO, ms")] = None,
     slo_e2e_ms: Annotated[
