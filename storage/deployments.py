@@ -17,9 +17,15 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from optimizer.config import ServingConfig
+from optimizer.telemetry import ObservedWindow
 from storage.keys import check_project_name
 from storage.listing import count_rows, page_rows
-from storage.models import DeploymentObservationRow, DeploymentRow
+from storage.models import (
+    DeploymentCalibrationRow,
+    DeploymentObservationRow,
+    DeploymentRow,
+    ScheduleRow,
+)
 from storage.service_records import Deployment, DeploymentObservation
 
 MAX_URL_CHARS = 500
@@ -32,6 +38,11 @@ class DeploymentNotFound(LookupError):
     def __init__(self, deployment_id: int) -> None:
         super().__init__(f"deployment {deployment_id} not found")
         self.deployment_id = deployment_id
+
+
+class ObservationNotFound(LookupError):
+    def __init__(self, deployment_id: int, observation_id: int) -> None:
+        super().__init__(f"deployment {deployment_id} has no observation {observation_id}")
 
 
 class DeploymentError(ValueError):
@@ -66,6 +77,8 @@ def check_prometheus(url: str | None, selector: str | None) -> None:
 
 _DEPLOYMENTS = DeploymentRow.__table__
 _OBSERVATIONS = DeploymentObservationRow.__table__
+_CALIBRATIONS = DeploymentCalibrationRow.__table__
+_SCHEDULES = ScheduleRow.__table__
 _DEPLOYMENT_BY_ID = sa.select(_DEPLOYMENTS).where(_DEPLOYMENTS.c.id == sa.bindparam("id"))
 
 
@@ -141,9 +154,10 @@ def count_deployments(session: Session, *, project: str | None = None) -> int:
 
 
 def delete_deployment(session: Session, deployment_id: int, *, project: str | None = None) -> None:
-    """The deployment and its observations."""
+    """The deployment, its observations, calibrations and schedules."""
     get_deployment(session, deployment_id, project=project)
-    session.execute(sa.delete(_OBSERVATIONS).where(_OBSERVATIONS.c.deployment_id == deployment_id))
+    for table in (_OBSERVATIONS, _CALIBRATIONS, _SCHEDULES):
+        session.execute(sa.delete(table).where(table.c.deployment_id == deployment_id))
     session.execute(sa.delete(_DEPLOYMENTS).where(_DEPLOYMENTS.c.id == deployment_id))
 
 
@@ -165,6 +179,7 @@ def _observation(row: DeploymentObservationRow | sa.Row) -> DeploymentObservatio
         itl_p90_observed_s=row.itl_p90_observed_s,
         itl_p90_predicted_s=row.itl_p90_predicted_s,
         report=report,
+        calibration_id=row.calibration_id,
     )
 
 
@@ -177,9 +192,13 @@ def save_observation(
     priced_as: str,
     before_sha256: str,
     after_sha256: str,
+    window: ObservedWindow | None = None,
+    calibration_id: int | None = None,
     project: str | None = None,
 ) -> DeploymentObservation:
-    """Store `report` (an `ObservationReport.to_dict()`) for the deployment."""
+    """Store `report` (an `ObservationReport.to_dict()`) for the deployment, with the
+    window it was read from (what a calibration refits on) and the calibration that
+    priced its prediction."""
     get_deployment(session, deployment_id, project=project)
     ttft, itl = report["ttft"], report["itl"]
     row = DeploymentObservationRow(
@@ -194,6 +213,8 @@ def save_observation(
         ttft_p90_predicted_s=ttft["predicted"]["p90"],
         itl_p90_observed_s=itl["observed"]["p90"],
         itl_p90_predicted_s=itl["predicted"]["p90"],
+        window=None if window is None else window.to_dict(),
+        calibration_id=calibration_id,
     )
     session.add(row)
     session.flush()
@@ -220,3 +241,23 @@ def list_observations(
 
 def count_observations(session: Session, deployment_id: int) -> int:
     return count_rows(session, _OBSERVATIONS, where={"deployment_id": deployment_id})
+
+
+_WINDOW_OF = sa.select(_OBSERVATIONS.c.deployment_id, _OBSERVATIONS.c.window).where(
+    _OBSERVATIONS.c.id == sa.bindparam("id")
+)
+
+
+def observed_window_of(session: Session, deployment_id: int, observation_id: int) -> ObservedWindow:
+    """The window a stored observation was read from. ObservationNotFound when the
+    deployment has no such observation; ValueError when it was stored without its window
+    (before the deployment loop's migration)."""
+    row = session.connection().execute(_WINDOW_OF, {"id": observation_id}).first()
+    if row is None or row.deployment_id != deployment_id:
+        raise ObservationNotFound(deployment_id, observation_id)
+    if row.window is None:
+        raise ValueError(
+            f"observation {observation_id} was stored without its window's histograms (an "
+            "older servetune); observe the deployment again"
+        )
+    return ObservedWindow.from_dict(row.window)

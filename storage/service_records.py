@@ -162,6 +162,29 @@ class Deployment:
 
 
 @dataclass(frozen=True, slots=True)
+class DeploymentCalibration:
+    """A deployment's own correction (`optimizer.telemetry.calibrate`): a per-step overhead
+    and a step scale fitted on observation `fitted_on`, checked on the later
+    `checked_on` (None when none was given). `fit` is `WindowFit.to_dict()` plus, under
+    "check", `WindowCheck.to_dict()`."""
+
+    id: int
+    deployment_id: int
+    created_at: datetime
+    fitted_on: int
+    checked_on: int | None
+    overhead_s: float
+    step_scale: float
+    fit: dict[str, Any]
+
+    def describe(self) -> str:
+        return (
+            f"deployment calibration {self.id} (fitted on observation {self.fitted_on}: "
+            f"overhead {self.overhead_s * 1e3:.2f} ms/step, steps x{self.step_scale:.2f})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class DeploymentObservation:
     """One window of a deployment's metrics against the simulator's prediction.
 
@@ -182,3 +205,4 @@ class DeploymentObservation:
     itl_p90_observed_s: float | None
     itl_p90_predicted_s: float | None
     report: dict[str, Any]
+    calibration_id: int | None = None  # the deployment calibration that priced it

@@ -137,3 +137,8 @@ def delete(
     except DeploymentNotFound as exc:
         fail(str(exc) if project is None else f"{exc} in project {project!r}")
     console.print(f"deleted deployment {deployment_id} and its observations")
+
+
+from api.cli.deployment_loop import calibrate  # noqa: E402
+
+app.command("calibrate")(calibrate)

@@ -172,6 +172,13 @@ def observe(
         before = _read_scrape(scrape[0], "BEFORE", model_name)
         after = _read_scrape(scrape[1], "AFTER", model_name)
     latency, label = resolve_latency(cfg.model, latency_model)
+    calibration_id = None
+    if deployed is not None:
+        from api.services.calibrate import deployment_latency
+
+        with session() as s:
+            applied = deployment_latency(s, deployed.id, latency, label)
+        latency, label, calibration_id = applied.source, applied.label, applied.calibration_id
     try:
         observed = observe(before, after, window_s, cfg, latency, label,
                            max_model_len=max_model_len, seed=seed)  # fmt: skip
@@ -180,7 +187,7 @@ def observe(
     stored = None
     if deployment is not None:
         with session() as s:
-            stored = store(s, deployment, observed)
+            stored = store(s, deployment, observed, calibration_id=calibration_id)
     report, result, priced_as = observed.report, observed.result, observed.priced_as
     if as_json:
         out = observed.document()

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from api.deps import EngineDep, IdPath, PagingDep, PrincipalDep, ReaderDep, SessionDep
 from api.problems import ApiError
 from api.schemas import DeploymentCreate, FieldError, Page, Problem, page
+from api.services.calibrate import deployment_latency
 from api.services.latency import resolve_latency
 from api.services.observe import ObserveError, Scrape, observe, read_scrape, store
 from optimizer.config import ConfigError, ServingConfig
@@ -166,14 +167,18 @@ def add_observation(
     first, second = _scrape(before, "BEFORE", limit), _scrape(after, "AFTER", limit)
     try:
         with read_scope(engine) as session:
-            latency = resolve_latency(session, config.model, num_threads=settings.native_threads)
+            base = resolve_latency(session, config.model, num_threads=settings.native_threads)
+            latency = deployment_latency(session, deployment_id, base.source, base.label)
         observed = observe(first, second, window_s, config, latency.source, latency.label)
     except TelemetryError as exc:
         raise ApiError(422, str(exc), kind="invalid-scrape") from None
     except (ObserveError, LookupError, ShapeError) as exc:
         raise ApiError(422, str(exc), kind="unsimulatable") from None
     with session_scope(engine) as session:
-        stored = store(session, deployment_id, observed, project=project)
+        stored = store(
+            session, deployment_id, observed, calibration_id=latency.calibration_id,
+            project=project,
+        )  # fmt: skip
     return stored
 
 

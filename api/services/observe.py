@@ -27,6 +27,7 @@ from optimizer.telemetry import (
     EmptyWindowError,
     Histogram,
     ObservationReport,
+    ObservedWindow,
     VllmScrape,
     compare,
     observed_window,
@@ -55,6 +56,7 @@ class Scrape:
 class Observed:
     report: ObservationReport
     result: SimulationResult
+    window: ObservedWindow  # what the report was read from (stored for calibrations)
     latency: str  # what priced the prediction
     priced_as: str  # the engine release (`ServingConfig.engine_release.label`)
     before_sha256: str
@@ -135,6 +137,7 @@ def observe(
     return Observed(
         report=compare(window, workload, result),
         result=result,
+        window=window,
         latency=latency_label,
         priced_as=config.engine_release.label,
         before_sha256=before.sha256,
@@ -143,11 +146,18 @@ def observe(
 
 
 def store(
-    session: Session, deployment_id: int, observed: Observed, *, project: str | None = None
+    session: Session,
+    deployment_id: int,
+    observed: Observed,
+    *,
+    calibration_id: int | None = None,
+    project: str | None = None,
 ) -> DeploymentObservation:
-    """Save the observation for the deployment (its own project's, when `project`)."""
+    """Save the observation for the deployment (its own project's, when `project`);
+    `calibration_id`: the deployment calibration that priced it."""
     return save_observation(
         session, deployment_id, report=observed.report.to_dict(), latency=observed.latency,
         priced_as=observed.priced_as, before_sha256=observed.before_sha256,
-        after_sha256=observed.after_sha256, project=project,
+        after_sha256=observed.after_sha256, window=observed.window,
+        calibration_id=calibration_id, project=project,
     )  # fmt: skip

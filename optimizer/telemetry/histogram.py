@@ -42,6 +42,26 @@ class Histogram:
         if any(x >= y for x, y in itertools.pairwise(b)):
             raise TelemetryError(f"histogram buckets {b}: expected strictly ascending le")
 
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready: the finite bounds (+Inf is implied: JSON has no infinity)."""
+        return {
+            "le": list(self.upper_bounds[:-1]),
+            "cumulative": list(self.cumulative),
+            "sum": self.sum,
+            "count": self.count,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> Histogram:
+        try:
+            bounds = (*(float(b) for b in data["le"]), math.inf)  # type: ignore[attr-defined]
+            cumulative = tuple(float(c) for c in data["cumulative"])  # type: ignore[attr-defined]
+            return cls(bounds, cumulative, float(data["sum"]), float(data["count"]))  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TelemetryError(
+                f"stored histogram: expected le, cumulative, sum, count ({exc})"
+            ) from None
+
     @property
     def bucket_counts(self) -> np.ndarray:
         """Observations per bucket (not cumulative), bucket i being (bound i-1, bound i]."""

@@ -104,6 +104,31 @@ class ObservedWindow:
         """Finished requests per second over the window."""
         return self.num_requests / self.window_s
 
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready, as stored with an observation (histograms by `Histogram.to_dict`)."""
+        out: dict[str, object] = {}
+        for name in _WINDOW_FIELDS:
+            value = getattr(self, name)
+            out[name] = value.to_dict() if isinstance(value, Histogram) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> ObservedWindow:
+        """The inverse of `to_dict`; TelemetryError names a field that is missing."""
+        missing = [n for n in _WINDOW_FIELDS if n not in data]
+        if missing:
+            raise TelemetryError(f"stored window: missing {', '.join(missing)}")
+        values = {
+            n: Histogram.from_dict(data[n]) if n in _HISTOGRAMS and data[n] is not None
+            else data[n]
+            for n in _WINDOW_FIELDS
+        }  # fmt: skip
+        return cls(**values)  # type: ignore[arg-type]
+
+
+_HISTOGRAMS = ("ttft", "itl", "e2e", "prompt_tokens", "generation_tokens", "queue")
+_WINDOW_FIELDS = tuple(ObservedWindow.__dataclass_fields__)
+
 
 def read_vllm(page: Exposition, *, source: str, model_name: str | None = None) -> VllmScrape:
     """The vLLM series of `page`; `source` ("BEFORE", "AFTER") names it in errors."""

@@ -1,7 +1,11 @@
 """ORM tables, one module per concept. Rows never leave `storage/`."""
 
 from storage.models.base import Base
-from storage.models.deployments import DeploymentObservationRow, DeploymentRow
+from storage.models.deployments import (
+    DeploymentCalibrationRow,
+    DeploymentObservationRow,
+    DeploymentRow,
+)
 from storage.models.latency_models import LatencyModelRow, LatencyTableRow
 from storage.models.profiles import KernelSampleRow, ProfileRunRow
 from storage.models.service import ApiKeyRow, JobRow, RecommendationRow, ScheduleRow
@@ -13,6 +17,7 @@ __all__ = [
     "ApiKeyRow",
     "Base",
     "CalibrationRow",
+    "DeploymentCalibrationRow",
     "DeploymentObservationRow",
     "DeploymentRow",
     "JobRow",

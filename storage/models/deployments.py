@@ -43,3 +43,22 @@ class DeploymentObservationRow(Base):
     ttft_p90_predicted_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     itl_p90_observed_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     itl_p90_predicted_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # ObservedWindow.to_dict(): the histograms a calibration refits on (None before 0120)
+    window: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    calibration_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # what priced it
+
+
+class DeploymentCalibrationRow(Base):
+    """A per-deployment correction fitted on one observation, checked on a later one."""
+
+    __tablename__ = "deployment_calibrations"
+    __table_args__ = (Index("ix_deployment_calibrations_deployment_id", "deployment_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    fitted_on: Mapped[int] = mapped_column(Integer)
+    checked_on: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    overhead_s: Mapped[float] = mapped_column(Float)
+    step_scale: Mapped[float] = mapped_column(Float)
+    fit: Mapped[dict] = mapped_column(JSON)  # WindowFit.to_dict()

@@ -76,6 +76,12 @@ class ScheduleRow(Base):
     last_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     last_job_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     num_fired: Mapped[int] = mapped_column(Integer, default=0)
+    # a schedule over a deployment (None: over a trace stream, `params.stream`)
+    deployment_id: Mapped[int | None] = mapped_column(
+        ForeignKey("deployments.id", ondelete="CASCADE"), nullable=True
+    )
+    error_threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
+    baseline_observation_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class RecommendationRow(Base):

@@ -1,0 +1,87 @@
+"""`servetune deployments calibrate` on observations of a deployment whose engine is the
+simulator priced with a known correction (2 ms per step, steps x1.3): fitted on one window,
+checked on a later one, then applied to the next observation, which says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from api.cli import app
+from optimizer.config import ServingConfig
+from optimizer.sim import simulate
+from optimizer.telemetry.calibrate import calibrated, calibration_of
+from optimizer.telemetry.synthetic import VllmTraffic, render_vllm_page
+from optimizer.workload import LognormalLength, synthetic_workload
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "examples" / "colocated-h100.yaml"
+TRUE = calibration_of(0.002, 1.3)
+
+pytestmark = pytest.mark.usefixtures("wide_console")
+
+
+def _pages(
+    tmp_path: Path, name: str, rate: float, prompt: int, seed: int
+) -> tuple[Path, Path, float]:
+    from api.cli.simulate import resolve_latency
+
+    cfg = ServingConfig.from_dict(yaml.safe_load(CONFIG.read_text()))
+    latency, _ = resolve_latency(cfg.model, None)
+    served = synthetic_workload(600, rate, input_lengths=LognormalLength(prompt),
+                                output_lengths=LognormalLength(100), seed=seed)  # fmt: skip
+    first = VllmTraffic.random(20, seed)
+    done = VllmTraffic.of(simulate(served, cfg, calibrated(latency, TRUE), seed=seed))
+    before, after = tmp_path / f"{name}-before.prom", tmp_path / f"{name}-after.prom"
+    before.write_text(render_vllm_page(first))
+    after.write_text(render_vllm_page(first.plus(done)))
+    return before, after, served.duration_s
+
+
+def _observe(runner: CliRunner, deployment: str, pages: tuple[Path, Path, float]) -> dict:
+    before, after, window_s = pages
+    args = ["--scrape", str(before), "--scrape", str(after), "--window-s", f"{window_s}"]
+    out = runner.invoke(app, ["observe", "--deployment", deployment, *args, "--json"])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.output)
+
+
+def _err(doc: dict, metric: str, q: str) -> float:
+    return doc[metric]["predicted"][q] / doc[metric]["observed"][q] - 1
+
+
+def test_calibrate_fits_checks_and_applies(cli_db: str, runner: CliRunner, tmp_path: Path) -> None:
+    out = runner.invoke(app, ["deployments", "create", "--name", "prod", "--config", str(CONFIG)])
+    assert out.exit_code == 0, out.output
+    none = runner.invoke(app, ["deployments", "calibrate", "1"])
+    assert none.exit_code == 2 and "has no observations; observe it first" in none.output
+    first = _observe(runner, "1", _pages(tmp_path, "a", 6.0, 500, 1))
+    second = _observe(runner, "1", _pages(tmp_path, "b", 9.0, 800, 2))
+    assert "deployment calibration" not in first["latency"]
+    out = runner.invoke(app, ["deployments", "calibrate", "1"])
+    assert out.exit_code == 0, out.output
+    assert "stored deployment calibration 1 (fitted on observation 1" in out.output
+    assert "held out 2: before" in out.output and "itl p90" in out.output
+    # the next window is priced with it, and says so
+    third = _observe(runner, "1", _pages(tmp_path, "c", 7.0, 650, 3))
+    assert "deployment calibration 1 (fitted on observation 1" in third["latency"]
+    for metric, q in (("ttft", "p50"), ("itl", "p50"), ("itl", "p90")):
+        assert abs(_err(third, metric, q)) < 0.10, (metric, q, third[metric])
+        assert abs(_err(third, metric, q)) < abs(_err(second, metric, q))
+    from api.cli.common import session
+    from storage.deployments import list_observations
+
+    with session() as s:
+        stored = list_observations(s, 1, limit=1)[0]
+    assert stored.calibration_id == 1
+    # errors name what is wrong
+    out = runner.invoke(app, ["deployments", "calibrate", "1", "--fit", "3", "--check", "2"])
+    assert out.exit_code == 2 and "must be later than the fitted one (3)" in out.output
+    out = runner.invoke(app, ["deployments", "calibrate", "1", "--fit", "9"])
+    assert out.exit_code == 2 and "deployment 1 has no observation 9" in out.output
+    out = runner.invoke(app, ["deployments", "calibrate", "7"])
+    assert out.exit_code == 2 and "deployment 7 not found" in out.output
