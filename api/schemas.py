@@ -108,7 +108,9 @@ class Health(BaseModel):
 
 
 class ScheduleCreate(StrictBody):
-    """A re-tuning schedule over a trace stream (params.stream) and its rolling window."""
+    """A re-tuning schedule over a trace stream (params.stream) and its rolling window, or
+    over a deployment (params.deployment_id alone; trigger drift): each due time observes
+    its Prometheus window of params.window_s and re-tunes on drift or prediction error."""
 
     name: str = Field("", max_length=200, pattern=r"^[^\x00-\x1f\x7f]*$", examples=["nightly"])
     params: TuneRequest
@@ -120,6 +122,11 @@ class ScheduleCreate(StrictBody):
         "length figures moved beyond drift_threshold since the current recommendation",
     )
     drift_threshold: float = Field(0.2, gt=0, le=10, description="relative change, 0.2 = 20%")
+    error_threshold: float | None = Field(
+        None, gt=0, le=10,
+        description="a deployment schedule also re-tunes when the p90 TTFT or ITL prediction "
+        "error passes this relative error (0.25 = 25%)",
+    )  # fmt: skip
 
 
 _PRINTABLE = r"^[^\x00-\x1f\x7f]*$"

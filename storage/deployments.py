@@ -261,3 +261,15 @@ def observed_window_of(session: Session, deployment_id: int, observation_id: int
             "older servetune); observe the deployment again"
         )
     return ObservedWindow.from_dict(row.window)
+
+
+_OBSERVATION_BY_ID = sa.select(_OBSERVATIONS).where(_OBSERVATIONS.c.id == sa.bindparam("id"))
+
+
+def get_observation(
+    session: Session, deployment_id: int, observation_id: int
+) -> DeploymentObservation:
+    row = session.connection().execute(_OBSERVATION_BY_ID, {"id": observation_id}).first()
+    if row is None or row.deployment_id != deployment_id:
+        raise ObservationNotFound(deployment_id, observation_id)
+    return _observation(row)

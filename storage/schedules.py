@@ -112,6 +112,9 @@ def _info(row: ScheduleRow | sa.Row) -> ScheduleInfo:
         last_reason=row.last_reason,
         last_job_id=row.last_job_id,
         num_fired=row.num_fired,
+        deployment_id=row.deployment_id,
+        error_threshold=row.error_threshold,
+        baseline_observation_id=row.baseline_observation_id,
     )
 
 
@@ -125,15 +128,41 @@ def create_schedule(
     cron: str | None = None,
     trigger: ScheduleTrigger = ScheduleTrigger.ALWAYS,
     drift_threshold: float = 0.2,
+    error_threshold: float | None = None,
     start_at: datetime | None = None,
 ) -> ScheduleInfo:
+    """A schedule over a trace stream (`params.stream`), or over a deployment
+    (`params.deployment_id` with no trace or stream: drift trigger only, its windows read
+    from the deployment's Prometheus server; `error_threshold` re-tunes on prediction
+    error too)."""
     check_project_name(project)
     check_timing(interval_s, cron)
-    if params.stream is None:
-        raise ValueError("a schedule re-tunes a trace stream: params.stream is required")
+    over_deployment = params.deployment_id is not None and params.source.startswith("deployment:")
+    if params.stream is None and not over_deployment:
+        raise ValueError(
+            "a schedule re-tunes a trace stream (params.stream) or a deployment "
+            "(params.deployment_id with no trace_id or workload)"
+        )
     if not (0 < drift_threshold <= 10):
         raise ValueError(
             f"drift_threshold: expected a relative change in (0, 10], got {drift_threshold}"
+        )
+    if over_deployment:
+        from storage.deployments import get_deployment
+
+        deployed = get_deployment(session, params.deployment_id, project=project)
+        if deployed.prometheus_url is None:
+            raise ValueError(
+                f"deployment {deployed.id} has no Prometheus URL and selector: a schedule "
+                "reads its windows from there"
+            )
+        if trigger is not ScheduleTrigger.DRIFT:
+            raise ValueError("a deployment schedule re-tunes on drift: trigger must be drift")
+    elif error_threshold is not None:
+        raise ValueError("error_threshold: only a schedule over a deployment has predictions")
+    if error_threshold is not None and not (0 < error_threshold <= 10):
+        raise ValueError(
+            f"error_threshold: expected a relative error in (0, 10], got {error_threshold}"
         )
     now = datetime.now(UTC)
     first = start_at or next_due(interval_s=interval_s, cron=cron, after=now, now=now)
@@ -149,6 +178,8 @@ def create_schedule(
         next_run_at=first,
         created_at=now,
         num_fired=0,
+        deployment_id=params.deployment_id if over_deployment else None,
+        error_threshold=error_threshold,
     )
     session.add(row)
     session.flush()
@@ -230,11 +261,18 @@ def record_run(
     fired: bool,
     reason: str,
     job_id: int | None,
+    baseline_observation_id: int | None = None,
+    advance: bool = True,
 ) -> ScheduleInfo:
-    """Record a due time's decision and advance `next_run_at` (same transaction as the claim)."""
+    """Record a due time's decision and advance `next_run_at` (same transaction as the
+    claim; `advance=False` when the claim already advanced it); a deployment schedule's new
+    `baseline_observation_id` when given."""
     row = _row(session, schedule.id, None)
-    due = row.next_run_at or now
-    row.next_run_at = next_due(interval_s=row.interval_s, cron=row.cron, after=due, now=now)
+    if advance:
+        due = row.next_run_at or now
+        row.next_run_at = next_due(interval_s=row.interval_s, cron=row.cron, after=due, now=now)
+    if baseline_observation_id is not None:
+        row.baseline_observation_id = baseline_observation_id
     row.last_run_at = now
     row.last_decision = "fired" if fired else "skipped"
     row.last_reason = reason
@@ -243,3 +281,12 @@ def record_run(
         row.num_fired += 1
     session.flush()
     return _info(row)
+
+
+def advance_due(session: Session, schedule: ScheduleInfo, *, now: datetime) -> None:
+    """Move a claimed schedule's `next_run_at` past `now` before its slow part runs outside
+    the claim's transaction (a deployment's observation): the due time is taken once."""
+    row = _row(session, schedule.id, None)
+    due = row.next_run_at or now
+    row.next_run_at = next_due(interval_s=row.interval_s, cron=row.cron, after=due, now=now)
+    session.flush()

@@ -126,6 +126,12 @@ class ScheduleInfo:
     last_reason: str | None = None
     last_job_id: int | None = None
     num_fired: int = 0
+    # A schedule over a deployment (`params.deployment_id`): each due time observes its
+    # Prometheus window and re-tunes when the traffic drifted from the baseline window by
+    # more than `drift_threshold`, or the p90 prediction error passed `error_threshold`.
+    deployment_id: int | None = None
+    error_threshold: float | None = None
+    baseline_observation_id: int | None = None  # the window the deployed config answers
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from api.deps import IdPath, PagingDep, PrincipalDep, ReaderDep, SessionDep
 from api.problems import ApiError
 from api.schemas import FieldError, Page, Problem, ScheduleCreate, page
+from storage.deployments import DeploymentNotFound
 from storage.schedules import (
     TimingError,
     count_schedules,
@@ -81,16 +82,19 @@ def create(
         info = create_schedule(
             session,
             project=principal.project,
-            name=spec.name or (spec.params.stream or "schedule"),
+            name=spec.name or spec.params.stream or spec.params.source,
             params=spec.params,
             interval_s=spec.interval_s,
             cron=spec.cron,
             trigger=spec.trigger,
             drift_threshold=spec.drift_threshold,
+            error_threshold=spec.error_threshold,
         )
     except TimingError as exc:
         where = FieldError(where=f"body.{exc.field}", message=str(exc))
         raise ApiError(422, str(exc), kind="validation", errors=[where]) from None
+    except DeploymentNotFound as exc:
+        raise ApiError(422, f"params.deployment_id: {exc}", kind="validation") from None
     except ValueError as exc:
         raise ApiError(422, str(exc), kind="validation") from None
     response.headers["Location"] = f"/v1/schedules/{info.id}"

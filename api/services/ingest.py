@@ -17,6 +17,7 @@ from optimizer.bench_serve import BenchServeSpec
 from optimizer.records import TraceColumns, TraceFormat, TraceInfo
 from optimizer.traces import ColumnMapping, IngestLimits, parse_trace
 from optimizer.traces.stats import compute_stats
+from optimizer.workload import Workload
 from storage.traces import DEFAULT_PROJECT, find_trace_by_hash, store_trace
 
 
@@ -64,17 +65,28 @@ def ingest_bench_workload(
 ) -> TraceInfo:
     """`spec`'s open-loop trace (`BenchServeSpec.open_loop`; BenchServeError for a closed
     loop), stored once per distinct spec (its content hash is the spec's)."""
-    wl = spec.open_loop()
+    digest = hashlib.sha256(f"bench-serve {spec!r}".encode()).hexdigest()
+    return store_workload(session, spec.open_loop(), digest=digest, project=project)
+
+
+def store_workload(
+    session: Session,
+    wl: Workload,
+    *,
+    digest: str,
+    name: str | None = None,
+    project: str = DEFAULT_PROJECT,
+) -> TraceInfo:
+    """A workload the service built (not an upload) stored as a trace, once per `digest`."""
     columns = TraceColumns(
         arrival_s=wl.arrival_s,
         input_tokens=wl.input_tokens,
         output_tokens=wl.output_tokens,
         prefix_hashes=None if wl.prefix_hashes is None else list(wl.prefix_hashes),
     )
-    digest = hashlib.sha256(f"bench-serve {spec!r}".encode()).hexdigest()
     stats = compute_stats(columns, block_size=wl.prefix_block_tokens or None)
     info, _ = store_trace(
-        session, name=wl.name, source_format=TraceFormat.GENERIC, content_hash=digest,
+        session, name=name or wl.name, source_format=TraceFormat.GENERIC, content_hash=digest,
         columns=columns, stats=stats, project=project,
     )  # fmt: skip
     return info

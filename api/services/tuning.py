@@ -56,16 +56,24 @@ def stored_latency(
     model: str,
     num_threads: int = 1,
     overhead: EngineOverhead | None = None,
+    *,
+    deployment_id: int | None = None,
 ) -> ResolvedLatency:
     """The latency source for `model`: the newest fitted model stored per accelerator,
     the roofline estimate (labelled as such) for any other accelerator; `overhead`
-    replaces the models' engine overhead (see `resolve_latency`)."""
+    replaces the models' engine overhead (see `resolve_latency`). For a deployment, its
+    newest calibration is applied (`api.services.calibrate.deployment_latency`)."""
+    from api.services.calibrate import deployment_latency
     from storage.db import make_engine, session_scope
 
     engine = make_engine(database_url)
     try:
         with session_scope(engine) as s:
-            return resolve_latency(s, model, num_threads=num_threads, overhead=overhead)
+            resolved = resolve_latency(s, model, num_threads=num_threads, overhead=overhead)
+            if deployment_id is None:
+                return resolved
+            applied = deployment_latency(s, deployment_id, resolved.source, resolved.label)
+            return replace(resolved, source=applied.source, label=applied.label)
     finally:
         engine.dispose()
 
@@ -155,7 +163,7 @@ def run_worker(
     if raw is None:
         raise LookupError(f"study {study_name!r} was not created by servetune (no request)")
     request = TuneRequest.from_dict(json.loads(raw))
-    resolved = _resolved(database_url, request.model, latency, num_threads)
+    resolved = _resolved(database_url, request, latency, num_threads)
     setup = prepare(request, _trace_of(database_url, request), resolved)
     study = open_study(study_name, storage, seed=request.seed + _worker_salt())
     warm_cache(study, setup.evaluator)
@@ -171,10 +179,12 @@ def run_worker(
 
 
 def _resolved(
-    database_url: str, model: str, latency: LatencySource | None, num_threads: int
+    database_url: str, request: TuneRequest, latency: LatencySource | None, num_threads: int
 ) -> ResolvedLatency:
     if latency is None:
-        return stored_latency(database_url, model, num_threads)
+        return stored_latency(
+            database_url, request.model, num_threads, deployment_id=request.deployment_id
+        )
     return ResolvedLatency(latency, "custom latency source", False)
 
 
@@ -243,7 +253,7 @@ def run_tuning_job(
         )
     upgrade_database(database_url)  # ours first: Optuna then leaves alembic_version alone
     trace = _trace_of(database_url, request)
-    setup = prepare(request, trace, _resolved(database_url, request.model, latency, num_threads))
+    setup = prepare(request, trace, _resolved(database_url, request, latency, num_threads))
     release = EngineRelease("vllm", setup.space.engine_version or CURRENT_VLLM)
     label = f"{setup.latency.label}; priced as {release.label}"
     engine = make_engine(database_url)

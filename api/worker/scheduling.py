@@ -10,10 +10,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from api.services.stream_windows import EmptyWindow, drift, resolve_window
+from api.worker.deployment_drift import observe_and_decide
 from storage.db import session_scope
 from storage.jobs import enqueue_job, get_job
 from storage.recommendations import DeploymentFilter, RecommendationNotFound, latest_recommendation
-from storage.schedules import claim_due_schedule, record_run
+from storage.schedules import advance_due, claim_due_schedule, record_run
 from storage.service_records import ScheduleInfo, ScheduleTrigger, WindowSummary
 
 log = logging.getLogger("servetune.schedules")
@@ -87,28 +88,48 @@ def fire_due_schedules(engine: Engine, *, now: datetime | None = None, limit: in
             schedule = claim_due_schedule(session, now=moment)
             if schedule is None:
                 return fired
-            decision = decide(session, schedule, moment)
-            job_id = None
-            if decision.fire:
-                job = enqueue_job(
+            if schedule.deployment_id is not None:  # observed outside this transaction
+                advance_due(session, schedule, now=moment)
+            else:
+                decision = decide(session, schedule, moment)
+                job_id = None
+                if decision.fire:
+                    job = enqueue_job(
+                        session,
+                        project=schedule.project,
+                        params=schedule.params,
+                        window=decision.window,
+                        schedule_id=schedule.id,
+                        trigger_reason=decision.reason,
+                    )
+                    job_id = job.id
+                    fired += 1
+                record_run(
                     session,
-                    project=schedule.project,
-                    params=schedule.params,
-                    window=decision.window,
-                    schedule_id=schedule.id,
-                    trigger_reason=decision.reason,
+                    schedule,
+                    now=moment,
+                    fired=decision.fire,
+                    reason=decision.reason,
+                    job_id=job_id,
                 )
-                job_id = job.id
-                fired += 1
-            record_run(
-                session,
-                schedule,
-                now=moment,
-                fired=decision.fire,
-                reason=decision.reason,
-                job_id=job_id,
-            )
+        if schedule.deployment_id is not None:
+            fired += _fire_deployment(engine, schedule, moment)
+            continue
         log.info(
             "schedule %s: %s (%s)", schedule.id, "fired" if job_id else "skipped", decision.reason
         )
     return fired
+
+
+def _fire_deployment(engine: Engine, schedule: ScheduleInfo, moment: datetime) -> int:
+    """A deployment schedule's due time, already advanced (api.worker.deployment_drift)."""
+    outcome = observe_and_decide(engine, schedule, moment)
+    with session_scope(engine) as session:
+        record_run(
+            session, schedule, now=moment, fired=outcome.fired, reason=outcome.reason,
+            job_id=outcome.job_id, baseline_observation_id=outcome.baseline_observation_id,
+            advance=False,
+        )  # fmt: skip
+    log.info("schedule %s: %s (%s)", schedule.id, "fired" if outcome.fired else "skipped",
+             outcome.reason)  # fmt: skip
+    return int(outcome.fired)

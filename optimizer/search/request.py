@@ -84,14 +84,21 @@ class TuneRequest:
     # config.json path (a draft model), or an EAGLE head's Hugging Face id (has "eagle").
     draft_model: str | None = None
     acceptance_rate: float | None = None  # per drafted token; None: the trace's, else 0.7
+    # The deployment this tunes for: its calibration prices the search. With no trace_id,
+    # stream or workload, the workload is its observed window (a deployment schedule
+    # rebuilds it and pins the job to that trace).
+    deployment_id: int | None = None
 
     def __post_init__(self) -> None:
         given = [v is not None for v in (self.trace_id, self.stream, self.workload)]
-        if sum(given) != 1:
+        if sum(given) > 1 or (sum(given) == 0 and self.deployment_id is None):
             raise TuneRequestError(
                 "give exactly one of trace_id (a stored trace), stream (a name) or workload "
-                "(closed-loop vllm bench serve parameters)"
+                "(closed-loop vllm bench serve parameters), or deployment_id alone (its "
+                "observed window)"
             )
+        if self.deployment_id is not None:
+            _int_in("deployment_id", self.deployment_id, 1, 2**31 - 1)
         if self.workload is not None:
             object.__setattr__(self, "workload", self.bench_spec().to_plain())
         if self.trace_id is not None:
@@ -176,10 +183,17 @@ class TuneRequest:
 
     @property
     def source(self) -> str:
-        """The workload as one string: `trace:ID`, `stream:NAME` or `workload:DESCRIPTION`."""
+        """The workload as one string: `trace:ID`, `stream:NAME`, `workload:DESCRIPTION` or
+        `deployment:ID` (its observed window, before a schedule pins it to a trace)."""
         if self.workload is not None:
             return f"workload:{self.bench_spec().describe()}"
-        return f"trace:{self.trace_id}" if self.trace_id is not None else f"stream:{self.stream}"
+        if self.trace_id is not None:
+            return f"trace:{self.trace_id}"
+        return (
+            f"stream:{self.stream}"
+            if self.stream is not None
+            else f"deployment:{self.deployment_id}"
+        )
 
     def eval_settings(self) -> EvalSettings:
         """How this request's configs are scored (the same from the CLI, REST and

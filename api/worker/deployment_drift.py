@@ -1,0 +1,171 @@
+"""A schedule over a deployment: each due time observes its Prometheus window and
+re-tunes when the traffic drifted, or when the prediction error passed a threshold.
+
+One due time runs in three steps, because the slow middle one (Prometheus queries and a
+simulation, which may store compiled latency tables) must not hold the claim's
+transaction open:
+1. claim the due schedule and advance its `next_run_at` (one transaction): the due time
+   is taken once, by one worker; a worker that dies after this skips it, never repeats it;
+2. read the window from Prometheus and simulate the deployed config under it (priced
+   with the deployment's calibration), outside any transaction;
+3. store the observation, decide, enqueue the re-tune and record why (one transaction).
+
+The decision compares the window with the schedule's **baseline**: the window the
+deployed config is answering for. The first window sets it. A re-tune moves it to the
+window that caused the re-tune, so one drift re-tunes once: later windows of the same
+traffic compare with the drifted window, not with the old one.
+- **traffic drift**: the request rate, or the mean or p90 of prompt or output lengths
+  (from the token histograms), changed by more than `drift_threshold` (relative) from the
+  baseline's (`api.services.stream_windows.drift`, as stream schedules measure it);
+- **prediction error**: `error_threshold` set, the window's p90 TTFT or ITL predicted
+  more than that far (relative) from what it observed, and the baseline's within it (the
+  error passed the threshold since the baseline).
+
+The re-tune's workload is the window's traffic as `observe` rebuilt it, stored as a trace
+(named after the deployment and the observation); its job's request is the schedule's,
+pinned to that trace, and keeps `deployment_id`, so the search is priced with the
+deployment's calibration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from api.services.calibrate import deployment_latency
+from api.services.ingest import store_workload
+from api.services.latency import resolve_latency
+from api.services.observe import Observed, ObserveError, observe, read_prometheus, store
+from api.services.prometheus import PrometheusError
+from api.services.stream_windows import drift
+from api.settings import get_settings
+from optimizer.telemetry import ObservedWindow, TelemetryError, reconstruct_workload
+from storage.db import session_scope
+from storage.deployments import (
+    DeploymentNotFound,
+    get_deployment,
+    get_observation,
+    observed_window_of,
+)
+from storage.jobs import enqueue_job, get_job
+from storage.service_records import DeploymentObservation, ScheduleInfo, WindowSummary
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    fired: bool
+    reason: str
+    job_id: int | None = None
+    baseline_observation_id: int | None = None
+
+
+def summary(window: ObservedWindow, trace_ids: tuple[int, ...] = ()) -> WindowSummary:
+    """The drift figures of an observed window (lengths from its token histograms)."""
+    return WindowSummary(
+        trace_ids=trace_ids,
+        num_requests=window.num_requests,
+        mean_rate=window.request_rate,
+        input_mean=window.prompt_tokens.mean,
+        input_p90=window.prompt_tokens.quantile(0.9),
+        output_mean=window.generation_tokens.mean,
+        output_p90=window.generation_tokens.quantile(0.9),
+    )
+
+
+def p90_error(o: DeploymentObservation) -> float:
+    """The larger |predicted / observed - 1| of the p90 TTFT and ITL (NaN if neither)."""
+    errors = [
+        abs(p / ob - 1)
+        for ob, p in ((o.ttft_p90_observed_s, o.ttft_p90_predicted_s),
+                      (o.itl_p90_observed_s, o.itl_p90_predicted_s))
+        if ob is not None and p is not None and ob > 0 and math.isfinite(p)
+    ]  # fmt: skip
+    return max(errors) if errors else math.nan
+
+
+def _observe(engine: Engine, schedule: ScheduleInfo, now: datetime) -> tuple[Observed, int | None]:
+    """Step 2: the window ending `now`, read and simulated (ObserveError, PrometheusError,
+    TelemetryError or DeploymentNotFound with the reason otherwise)."""
+    with session_scope(engine) as s:
+        deployed = get_deployment(s, schedule.deployment_id)
+        base = resolve_latency(s, deployed.config.model, num_threads=get_settings().native_threads)
+        latency = deployment_latency(s, deployed.id, base.source, base.label)
+    if deployed.prometheus_url is None or deployed.label_selector is None:
+        raise ObserveError(f"deployment {deployed.id} has no Prometheus URL and selector")
+    window_s = schedule.params.window_s
+    before, after = read_prometheus(deployed.prometheus_url, deployed.label_selector,
+                                    window_s, now)  # fmt: skip
+    observed = observe(before, after, window_s, deployed.config, latency.source, latency.label)
+    return observed, latency.calibration_id
+
+
+def observe_and_decide(engine: Engine, schedule: ScheduleInfo, now: datetime) -> Outcome:
+    """Steps 2 and 3 for a claimed deployment schedule whose due time was advanced."""
+    if schedule.last_job_id is not None:
+        with session_scope(engine) as s:
+            previous = get_job(s, schedule.last_job_id)
+        if not previous.status.finished:
+            return Outcome(False, f"previous job {previous.id} is still {previous.status}")
+    try:
+        observed, calibration_id = _observe(engine, schedule, now)
+    except (ObserveError, PrometheusError, TelemetryError, DeploymentNotFound) as exc:
+        return Outcome(False, f"no window observed: {exc}")
+    with session_scope(engine) as s:
+        stored = store(s, schedule.deployment_id, observed, calibration_id=calibration_id)
+        return _decide(s, schedule, observed, stored)
+
+
+def _decide(
+    s: Session, schedule: ScheduleInfo, observed: Observed, stored: DeploymentObservation
+) -> Outcome:
+    current = summary(observed.window)
+    what = (
+        f"observation {stored.id}: {current.num_requests:,} requests, {current.mean_rate:.2f} req/s"
+    )
+    if schedule.baseline_observation_id is None:
+        return Outcome(False, f"baseline set: {what}", baseline_observation_id=stored.id)
+    base_id = schedule.baseline_observation_id
+    try:
+        baseline = summary(observed_window_of(s, schedule.deployment_id, base_id))
+    except (LookupError, ValueError):
+        return Outcome(False, f"baseline {base_id} is gone; new baseline: {what}",
+                       baseline_observation_id=stored.id)  # fmt: skip
+    reasons = []
+    changes = drift(baseline, current)
+    over = [c for c in changes if c.relative > schedule.drift_threshold]
+    if over:
+        shifted = "; ".join(c.describe() for c in over)
+        reasons.append(f"traffic drift beyond {schedule.drift_threshold:.0%} since "
+                       f"observation {base_id}: {shifted}")  # fmt: skip
+    limit = schedule.error_threshold
+    error = p90_error(stored)
+    if limit is not None and error > limit:
+        base_error = p90_error(get_observation(s, schedule.deployment_id, base_id))
+        if not base_error > limit:
+            reasons.append(f"p90 prediction error {error:.0%} passed {limit:.0%} "
+                           f"(observation {base_id}: {base_error:.0%})")  # fmt: skip
+    if not reasons:
+        top = changes[0]
+        return Outcome(False, f"no drift in {what}: largest change {top.describe()} is within "
+                       f"{schedule.drift_threshold:.0%} of observation {base_id}")  # fmt: skip
+    workload = reconstruct_workload(
+        observed.window, seed=schedule.params.seed,
+        max_model_len=get_deployment(s, schedule.deployment_id).config.max_model_len,
+    )  # fmt: skip
+    digest = hashlib.sha256(
+        f"deployment {schedule.deployment_id} observation {stored.id}".encode()
+    ).hexdigest()
+    name = f"deployment-{schedule.deployment_id}-window-{stored.id}"
+    trace = store_workload(s, workload, digest=digest, project=schedule.project, name=name)
+    reason = "; ".join(reasons) + f"; re-tuning on {what} (trace {trace.id})"
+    job = enqueue_job(
+        s, project=schedule.project, params=schedule.params,
+        window=replace(current, trace_ids=(trace.id,)), schedule_id=schedule.id,
+        trigger_reason=reason,
+    )  # fmt: skip
+    return Outcome(True, reason, job.id, baseline_observation_id=stored.id)
