@@ -7,8 +7,9 @@ gaps (ITL) and the prompt/generation token counters as tokens are emitted; E2E, 
 time, the length histograms and `request_success_total{finished_reason="length"}`
 when a request finishes; preemptions and the running/waiting/KV-usage gauges after
 every step. The page is rendered by `prometheus_client`, the library vLLM exports
-with; it keeps the `_created` series prometheus_client adds by default (as vLLM
-does), which the reader ignores.
+with; it keeps the `_created` series prometheus_client adds by default, which the
+reader ignores. `serve_metrics` serves it over HTTP in the text format (see there why
+not prometheus_client's own server).
 
 `serve_open_loop` serves Poisson phases on one colocated CPU replica in real time
 (`Clock.WALL`); the module is also a command that serves the page over HTTP:
@@ -23,9 +24,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -144,6 +147,41 @@ class VllmMetrics:
     def render(self) -> str:
         """The `/metrics` page as it stands."""
         return generate_latest(self.registry).decode()
+
+
+TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def serve_metrics(metrics: VllmMetrics, port: int) -> ThreadingHTTPServer:
+    """Serve `metrics` at http://127.0.0.1:PORT/metrics (0: a free port, then
+    `server.server_port`) from a daemon thread until `server.shutdown()`.
+
+    Always in the text format 0.0.4. prometheus_client's own server negotiates
+    OpenMetrics, and its releases from 0.22 on then write sample names with `:` turned
+    into `_` (`vllm_request_success_total`, while `# TYPE` keeps `vllm:`) unless the
+    scraper asks for `escaping=allow-utf-8`, which Prometheus 2.x does not
+    (prometheus/client_python issue 1177): the series would lose vLLM's names."""
+    registry = metrics.registry
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.partition("?")[0] != "/metrics":
+                self.send_error(404, "only /metrics is served")
+                return
+            body = generate_latest(registry)
+            self.send_response(200)
+            self.send_header("Content-Type", TEXT_FORMAT)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,11 +304,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         traffic.draw(max_tokens)  # refuses traffic the config cannot hold, before serving
     except EngineError as exc:
         parser.error(str(exc))
-    from prometheus_client import start_http_server
-
     metrics = VllmMetrics(config.model, config.max_model_len or max_tokens)
     try:
-        server, thread = start_http_server(args.port, addr="127.0.0.1", registry=metrics.registry)
+        server = serve_metrics(metrics, args.port)
     except OSError as exc:
         parser.error(f"--port {args.port}: cannot listen on 127.0.0.1: {exc.strerror or exc}")
     try:
@@ -292,7 +328,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         server.shutdown()
         server.server_close()
-        thread.join(5)
     return 0
 
 
