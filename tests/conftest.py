@@ -3,6 +3,8 @@
 - `shared_data` (fixture): the path of ../shared/data; tests using it skip with a
   visible reason when it is absent, and fail instead when
   SERVETUNE_REQUIRE_SHARED_DATA=1 (CI).
+- `cli_db`, `runner` (fixtures): the CLI on a fresh SQLite file, and typer's CliRunner
+  (api_tests and the profiler's end-to-end observe test drive the CLI).
 - `db_url` (fixture, parametrised over sqlite and postgresql): PostgreSQL tests
   skip with a visible reason when no server answers, and fail instead when
   SERVETUNE_REQUIRE_POSTGRES=1 (CI).
@@ -16,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SERVETUNE_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
@@ -101,3 +104,23 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'servetune.db'}"
     return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def cli_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Point the CLI at a fresh SQLite file; clear the cached settings and engine."""
+    from api.cli import common
+    from api.settings import get_settings
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    monkeypatch.setenv("SERVETUNE_DATABASE_URL", url)
+    get_settings.cache_clear()
+    common.engine.cache_clear()
+    yield url
+    common.engine.cache_clear()
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()

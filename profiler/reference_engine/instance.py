@@ -147,7 +147,7 @@ class EngineInstance:
     def step(self) -> tuple[list[Chunk], list[EngineRequest]] | None:
         """Run one step; None when there is nothing to do. Returns (chunks, finished)."""
         start = self.clock()
-        chunks = self.scheduler.plan()
+        chunks = self.scheduler.plan(start)
         if not chunks:
             return None
         bs = self.spec.limits.block_size

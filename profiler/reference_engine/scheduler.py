@@ -40,6 +40,7 @@ class EngineRequest:
     blocks: list[int] = field(default_factory=list)  # block table (physical block ids)
     num_preemptions: int = 0
     token_times_s: list[float] = field(default_factory=list)  # emission time of each output
+    first_scheduled_s: float | None = None  # when a step first took it (the plan's `now`)
 
     @property
     def num_tokens(self) -> int:
@@ -137,8 +138,9 @@ class Scheduler:
         self.pool.give(r.blocks)
         r.blocks = []
 
-    def plan(self) -> list[Chunk]:
-        """The next step's work (empty when there is none)."""
+    def plan(self, now: float | None = None) -> list[Chunk]:
+        """The next step's work (empty when there is none); a request admitted for the
+        first time records `now` (the step's start) as its `first_scheduled_s`."""
         lim = self.limits
         budget = lim.max_num_batched_tokens
         chunks: list[Chunk] = []
@@ -168,10 +170,10 @@ class Scheduler:
             budget -= num_new
             i += 1
         if not preempted and budget > 0:
-            self._admit(chunks, budget)
+            self._admit(chunks, budget, now)
         return chunks
 
-    def _admit(self, chunks: list[Chunk], budget: int) -> None:
+    def _admit(self, chunks: list[Chunk], budget: int, now: float | None) -> None:
         lim = self.limits
         waiting = self.waiting
         while waiting and budget > 0 and len(self.running) < lim.max_num_seqs:
@@ -189,6 +191,8 @@ class Scheduler:
             if need > self.pool.num_free:
                 break
             waiting.popleft()
+            if r.first_scheduled_s is None:
+                r.first_scheduled_s = now
             self._grow(r, need)
             self.running.append(r)
             chunks.append(Chunk(r, r.num_computed, num_new, is_dec))

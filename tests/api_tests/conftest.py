@@ -7,25 +7,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 from fastapi.testclient import TestClient
-from typer.testing import CliRunner
 
 if TYPE_CHECKING:
     from api.worker import Worker
-
-
-@pytest.fixture
-def cli_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Point the CLI at a fresh SQLite file; clear the cached settings and engine."""
-    from api.cli import common
-    from api.settings import get_settings
-
-    url = f"sqlite:///{tmp_path / 'cli.db'}"
-    monkeypatch.setenv("SERVETUNE_DATABASE_URL", url)
-    get_settings.cache_clear()
-    common.engine.cache_clear()
-    yield url
-    common.engine.cache_clear()
-    get_settings.cache_clear()
 
 
 @pytest.fixture
@@ -35,11 +19,6 @@ def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
     from api.cli.common import console
 
     monkeypatch.setattr(console, "_width", 240)
-
-
-@pytest.fixture
-def runner() -> CliRunner:
-    return CliRunner()
 
 
 # --- the REST service -------------------------------------------------------------------

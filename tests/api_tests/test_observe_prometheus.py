@@ -2,22 +2,17 @@
 
 A stdlib HTTP thread serves a fake vLLM /metrics page (`render_vllm_page`) whose
 counters grow with wall time at RATE requests per second; Debian's `prometheus` binary,
-started here on a free port with its own config and data dir, scrapes it every second.
-The tests skip with a visible reason when the binary is absent, and fail instead when
-SERVETUNE_REQUIRE_PROMETHEUS=1 (CI). Tests of errors that need no server run always.
+started on a free port with its own config and data dir (`tests.prometheus`), scrapes it
+every second. The tests skip with a visible reason when the binary is absent, and fail
+instead when SERVETUNE_REQUIRE_PROMETHEUS=1 (CI). Tests of errors that need no server run
+always.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
-import subprocess
 import threading
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,12 +25,12 @@ from typer.testing import CliRunner
 from api.cli import app
 from api.services.prometheus import parse_time, parse_window
 from optimizer.telemetry.synthetic import VllmTraffic, render_vllm_page
+from tests.prometheus import SCRAPE_INTERVAL_S, ScrapeJob, free_port, query, running_prometheus
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "examples" / "colocated-h100.yaml"
 RATE = 20.0  # requests per second the fake server finishes
 NUM_REQUESTS = 4000  # enough for 200 s at RATE
-SCRAPE_INTERVAL_S = 1.0
 RESET_S = 4.0  # the second fake server (job vllm-resetting) restarts this often
 WINDOW_S = 10.0
 
@@ -67,17 +62,6 @@ class FakeVllm:
 class PrometheusServer:
     url: str
     fake: FakeVllm
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=2) as response:
-        return response.read()
 
 
 @pytest.fixture(scope="module")
@@ -114,55 +98,13 @@ def fake_vllm() -> Iterator[FakeVllm]:
 @pytest.fixture(scope="module")
 def prometheus(fake_vllm: FakeVllm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Prometheus process scraping `fake_vllm` every second; its base URL."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        if os.environ.get("SERVETUNE_REQUIRE_PROMETHEUS", "") in ("1", "true", "yes"):
-            pytest.fail("Prometheus required (SERVETUNE_REQUIRE_PROMETHEUS=1) but no prometheus "
-                        "binary on PATH (Debian: apt-get install prometheus)")  # fmt: skip
-        pytest.skip("no prometheus binary on PATH (apt-get install prometheus; set "
-                    "SERVETUNE_REQUIRE_PROMETHEUS=1 to make this a failure)")  # fmt: skip
-    home = tmp_path_factory.mktemp("prometheus")
-    (home / "prometheus.yml").write_text(
-        f"global:\n  scrape_interval: {SCRAPE_INTERVAL_S:g}s\n"
-        f"  scrape_timeout: {SCRAPE_INTERVAL_S:g}s\n"
-        "scrape_configs:\n  - job_name: vllm\n    static_configs:\n"
-        f"      - targets: ['{fake_vllm.url}']\n"
-        "  - job_name: vllm-resetting\n    metrics_path: /resetting\n    static_configs:\n"
-        f"      - targets: ['{fake_vllm.url}']\n"
-        "  - job_name: vllm-idle\n    metrics_path: /idle\n    static_configs:\n"
-        f"      - targets: ['{fake_vllm.url}']\n"
-    )
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = (home / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [binary, f"--config.file={home / 'prometheus.yml'}", f"--storage.tsdb.path={home / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                query = urllib.parse.quote('up{job="vllm"}')
-                up = json.loads(_get(f"{url}/api/v1/query?query={query}"))["data"]["result"]
-                if up and up[0]["value"][1] == "1":
-                    break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"Prometheus did not start scraping: {(home / 'prometheus.log')}"
-                            f"\n{(home / 'prometheus.log').read_text()[-2000:]}")  # fmt: skip
-            time.sleep(0.2)
+    jobs = [
+        ScrapeJob("vllm", fake_vllm.url),
+        ScrapeJob("vllm-resetting", fake_vllm.url, "/resetting"),
+        ScrapeJob("vllm-idle", fake_vllm.url, "/idle"),
+    ]
+    with running_prometheus(tmp_path_factory.mktemp("prometheus"), jobs) as url:
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
 
 
 def _deployment(runner: CliRunner, url: str, selector: str = '{job="vllm"}') -> str:
@@ -184,9 +126,9 @@ def _wait_for_data(seconds: float, prometheus: str) -> None:
 
 
 def _first_sample(prometheus: str) -> float:
-    query = urllib.parse.quote('vllm:request_success_total{job="vllm",finished_reason="stop"}[1m]')
+    promql = 'vllm:request_success_total{job="vllm",finished_reason="stop"}[1m]'
     for _ in range(20):
-        result = json.loads(_get(f"{prometheus}/api/v1/query?query={query}"))["data"]["result"]
+        result = query(prometheus, promql)
         if result:
             return float(result[0]["values"][0][0])
         time.sleep(0.5)
@@ -284,7 +226,7 @@ def test_query_error_is_prometheus_own(cli_db: str, runner: CliRunner, prometheu
 
 
 def test_unreachable_names_the_url(cli_db: str, runner: CliRunner) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     deployment = _deployment(runner, url)
     out = runner.invoke(app, ["observe", "--deployment", deployment, "--window", "10s"])
     assert out.exit_code == 2

@@ -31,7 +31,7 @@ def make_request(rid: int, prompt: int, output: int) -> EngineRequest:
 
 def run_step(s: Scheduler, t: float = 0.0, accepted: int = 0) -> tuple[list, list]:
     """Plan and commit a step with fake tokens: decodes emit accepted + 1 (capped)."""
-    chunks = s.plan()
+    chunks = s.plan(t)
     emitted = []
     for c in chunks:
         r = c.request
@@ -77,6 +77,22 @@ def test_max_num_seqs_limits_running_requests() -> None:
     assert len(s.running) == 2 and len(s.waiting) == 2
 
 
+def test_first_scheduling_is_recorded_once() -> None:
+    """`first_scheduled_s` is the start of the step that first admitted the request
+    (vLLM's queue time ends there); a later admission does not move it."""
+    s = make_scheduler(max_num_seqs=1, num_blocks=6, block_size=4)
+    a, b = make_request(0, 8, 2), make_request(1, 8, 2)
+    s.add(a)
+    s.add(b)
+    run_step(s, 1.0)
+    assert a.first_scheduled_s == 1.0 and b.first_scheduled_s is None
+    t = 2.0
+    while s.has_work():
+        run_step(s, t)
+        t += 1.0
+    assert a.first_scheduled_s == 1.0 and b.first_scheduled_s == 3.0  # a finished at 2
+
+
 def test_preempts_newest_and_every_request_completes() -> None:
     # 6 blocks of 4 tokens: two requests of 8 + 8 tokens cannot both finish
     s = make_scheduler(num_blocks=6, block_size=4)
@@ -94,6 +110,7 @@ def test_preempts_newest_and_every_request_completes() -> None:
         assert used + s.pool.num_free == 6  # blocks never leak or go negative
         preempted_seen |= b.num_preemptions > 0
     assert preempted_seen and a.num_preemptions == 0  # the newest is the victim
+    assert b.first_scheduled_s == 0.0  # its first admission, not its readmission
     assert {r.rid for r in finished} == {0, 1}
     assert all(r.num_generated == r.num_output for r in finished)
     assert s.pool.num_free == 6
