@@ -84,6 +84,7 @@ def main() -> int:
     )  # fmt: skip
     print(engine.stdout.readline().strip())
     try:
+        (home / "prometheus").mkdir()
         with running_prometheus(
             home / "prometheus", [ScrapeJob("reference-engine", f"127.0.0.1:{port}")]
         ) as prom:
