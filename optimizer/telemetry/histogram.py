@@ -116,12 +116,14 @@ class Histogram:
     def sample(
         self, rng: np.random.Generator, n: int, *, inf_upper: float | None = None
     ) -> np.ndarray:
-        """`n` values drawn from the buckets' shares. Inside a bucket (lower, upper] a
-        value is lower + (upper - lower) x u^k, u uniform: k = 1 is the linear
-        interpolation `quantile` assumes; one k common to all buckets is then chosen (by
-        bisection, within [1/16, 16]) so that the values' mean equals the exact
-        `sum / count`. The +Inf bucket spans up to `inf_upper`, else the largest finite
-        bound x INF_BUCKET_FACTOR."""
+        """`n` values drawn from the buckets' shares. Inside a bucket (lower, upper] a value
+        follows a lognormal fitted to the whole histogram (`lognormal_fit`), conditioned on
+        the bucket: F^-1(F(lower) + (F(upper) - F(lower)) x u^k), u uniform (a bucket the
+        lognormal gives no mass, or a histogram with one non-empty bucket, is filled
+        linearly: lower + (upper - lower) x u^k). k = 1 keeps that shape; one k common to
+        all buckets is then chosen (by bisection, within [1/16, 16]) so that the values'
+        mean equals the exact `sum / count`. The +Inf bucket spans up to `inf_upper`, else
+        the largest finite bound x INF_BUCKET_FACTOR."""
         counts = self.bucket_counts
         if counts.sum() <= 0:
             raise TelemetryError("cannot sample an empty histogram")
@@ -132,9 +134,22 @@ class Histogram:
         lowers = np.concatenate(([0.0], uppers[:-1]))
         idx = rng.choice(len(counts), size=n, p=counts / counts.sum())
         low, span, u = lowers[idx], uppers[idx] - lowers[idx], rng.random(n)
+        fit = self.lognormal_fit()
+        shaped = np.zeros(n, dtype=bool)
+        if fit is not None:
+            from scipy.stats import lognorm
+
+            dist = lognorm(s=fit[1], scale=math.exp(fit[0]))
+            f_low, f_high = dist.cdf(low), dist.cdf(low + span)
+            shaped = (f_high - f_low) > 1e-9
 
         def values(k: float) -> np.ndarray:
-            return low + span * u**k
+            out = low + span * u**k
+            if shaped.any():
+                q = f_low[shaped] + (f_high[shaped] - f_low[shaped]) * u[shaped] ** k
+                inside = dist.ppf(q)
+                out[shaped] = np.clip(inside, low[shaped], (low + span)[shaped])
+            return out
 
         target = self.mean
         lo, hi = math.log(1 / 16), math.log(16)  # log k; the mean falls as k grows
@@ -149,6 +164,30 @@ class Histogram:
             else:
                 hi = mid
         return values(math.exp((lo + hi) / 2))
+
+    def lognormal_fit(self) -> tuple[float, float] | None:
+        """(mu, sigma) of the lognormal whose CDF best matches the cumulative shares at the
+        finite bounds (least squares); None with fewer than two non-empty buckets."""
+        counts = self.bucket_counts
+        total = counts.sum()
+        if total <= 0 or np.count_nonzero(counts) < 2 or len(self.upper_bounds) < 3:
+            return None
+        from scipy.optimize import minimize
+        from scipy.stats import norm
+
+        bounds = np.log(np.asarray(self.upper_bounds[:-1], dtype=np.float64))
+        shares = np.asarray(self.cumulative[:-1], dtype=np.float64) / total
+        mids = bounds[np.searchsorted(shares, 0.5)] if shares[-1] >= 0.5 else bounds[-1]
+
+        def loss(x: np.ndarray) -> float:
+            return float(np.sum((norm.cdf((bounds - x[0]) / math.exp(x[1])) - shares) ** 2))
+
+        x0 = np.array([mids, 0.0])  # sigma 1; the simplex spans half a unit of each
+        simplex = np.vstack([x0, x0 + np.array([0.5, 0.0]), x0 + np.array([0.0, -0.5])])
+        options = {"xatol": 1e-4, "fatol": 1e-12, "initial_simplex": simplex}
+        res = minimize(loss, x0, method="Nelder-Mead", options=options)
+        mu, sigma = float(res.x[0]), math.exp(float(res.x[1]))
+        return (mu, sigma) if math.isfinite(mu) and 1e-3 < sigma < 20 else None
 
     @classmethod
     def of(

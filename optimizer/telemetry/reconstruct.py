@@ -4,10 +4,10 @@ Histograms hold no arrival times and no pairing of a request's prompt with its o
 so this is an approximation (docs/observe.md):
 - arrivals are Poisson at the observed rate (finished requests / window), seeded;
 - prompt and output lengths are drawn independently from the window's
-  `vllm:request_prompt_tokens` and `vllm:request_generation_tokens` bucket deltas,
-  uniform inside a bucket (the linear interpolation quantiles assume), rounded up to
-  whole tokens; the +Inf bucket reaches `max_model_len` when known, else the largest
-  finite bound x INF_BUCKET_FACTOR;
+  `vllm:request_prompt_tokens` and `vllm:request_generation_tokens` bucket deltas:
+  each bucket's share exactly, inside a bucket a lognormal fitted to the histogram,
+  the mean kept exact (`Histogram.sample`), rounded up to whole tokens; the +Inf bucket
+  reaches `max_model_len` when known, else the largest finite bound x INF_BUCKET_FACTOR;
 - at most MAX_RECONSTRUCTED_REQUESTS requests are built: a busier window is replayed
   as its first MAX_RECONSTRUCTED_REQUESTS requests at the same rate (a shorter window
   of the same traffic).

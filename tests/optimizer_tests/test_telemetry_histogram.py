@@ -100,3 +100,20 @@ def test_sampling_the_inf_bucket_up_to_a_bound() -> None:
     assert bounded.max() <= 50.0 and bounded.max() > 20.0
     with pytest.raises(TelemetryError, match="empty histogram"):
         Histogram(BOUNDS, (0, 0, 0, 0), 0.0, 0).sample(rng, 3)
+
+
+def test_sampling_follows_a_lognormal_inside_wide_buckets() -> None:
+    """Prompts of a lognormal (median 265, sigma 0.5) in vLLM's 1-2-5 token buckets: the
+    rebuilt p90 falls in the (500, 1000] bucket, and a lognormal-shaped fill puts it near
+    the truth where a uniform fill of that bucket overshoots."""
+    rng = np.random.default_rng(3)
+    truth = rng.lognormal(math.log(265), 0.5, 20_000)
+    bounds = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, INF)
+    h = Histogram.of(truth, bounds)
+    mu, sigma = h.lognormal_fit()
+    assert mu == pytest.approx(math.log(265), abs=0.05) and sigma == pytest.approx(0.5, abs=0.05)
+    rebuilt = h.sample(np.random.default_rng(4), 20_000)
+    for q in (50, 90, 99):
+        assert np.percentile(rebuilt, q) == pytest.approx(np.percentile(truth, q), rel=0.05), q
+    assert rebuilt.mean() == pytest.approx(h.mean, rel=1e-3)
+    assert Histogram((10.0, INF), (5, 5), 25.0, 5).lognormal_fit() is None  # one bucket
