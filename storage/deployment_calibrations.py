@@ -31,7 +31,8 @@ def _calibration(row: DeploymentCalibrationRow | sa.Row) -> DeploymentCalibratio
         fitted_on=row.fitted_on,
         checked_on=row.checked_on,
         overhead_s=row.overhead_s,
-        step_scale=row.step_scale,
+        prefill_scale=row.prefill_scale,
+        decode_scale=row.decode_scale,
         fit=dict(row.fit),
     )
 
@@ -43,7 +44,8 @@ def save_calibration(
     fitted_on: int,
     checked_on: int | None,
     overhead_s: float,
-    step_scale: float,
+    prefill_scale: float,
+    decode_scale: float,
     fit: dict[str, Any],
     project: str | None = None,
 ) -> DeploymentCalibration:
@@ -54,7 +56,8 @@ def save_calibration(
         fitted_on=fitted_on,
         checked_on=checked_on,
         overhead_s=overhead_s,
-        step_scale=step_scale,
+        prefill_scale=prefill_scale,
+        decode_scale=decode_scale,
         fit=fit,
     )
     session.add(row)

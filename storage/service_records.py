@@ -170,7 +170,7 @@ class Deployment:
 @dataclass(frozen=True, slots=True)
 class DeploymentCalibration:
     """A deployment's own correction (`optimizer.telemetry.calibrate`): a per-step overhead
-    and a step scale fitted on observation `fitted_on`, checked on the later
+    and prefill and decode scales fitted on observation `fitted_on`, checked on the later
     `checked_on` (None when none was given). `fit` is `WindowFit.to_dict()` plus, under
     "check", `WindowCheck.to_dict()`."""
 
@@ -180,13 +180,15 @@ class DeploymentCalibration:
     fitted_on: int
     checked_on: int | None
     overhead_s: float
-    step_scale: float
+    prefill_scale: float
+    decode_scale: float
     fit: dict[str, Any]
 
     def describe(self) -> str:
         return (
             f"deployment calibration {self.id} (fitted on observation {self.fitted_on}: "
-            f"overhead {self.overhead_s * 1e3:.2f} ms/step, steps x{self.step_scale:.2f})"
+            f"overhead {self.overhead_s * 1e3:.2f} ms/step, prefill x{self.prefill_scale:.2f}, "
+            f"decode x{self.decode_scale:.2f})"
         )
 
 

@@ -45,7 +45,7 @@ def deployment_latency(
     cal = latest_calibration(session, deployment_id)
     if cal is None:
         return DeploymentLatency(base, label, None)
-    source = calibrated(base, calibration_of(cal.overhead_s, cal.step_scale))
+    source = calibrated(base, calibration_of(cal.overhead_s, cal.prefill_scale, cal.decode_scale))
     return DeploymentLatency(source, f"{label} + {cal.describe()}", cal.id)
 
 
@@ -102,5 +102,6 @@ def calibrate_deployment(
     with sessions() as session:
         return save_calibration(
             session, deployment_id, fitted_on=fit_on, checked_on=check_on,
-            overhead_s=fit.overhead_s, step_scale=fit.step_scale, fit=doc, project=project,
+            overhead_s=fit.overhead_s, prefill_scale=fit.prefill_scale,
+            decode_scale=fit.decode_scale, fit=doc, project=project,
         )  # fmt: skip

@@ -1,17 +1,21 @@
 """A deployment's own calibration, fitted on one observed window and checked on a later one.
 
-The correction is `optimizer.validation.Calibration` with two free terms, the ones a
-deployment's metrics pin down: a per-step engine overhead and one scale of the step's
-priced work (prefill and decode alike),
+The correction is `optimizer.validation.Calibration` with the terms a deployment's
+metrics pin down: a per-step engine overhead and scales of the step's priced prefill and
+decode work (TTFT is mostly prefill, ITL mostly decode),
 
-    t = overhead_s + step_scale x base(load)
+    t = overhead_s + base(load) x (w x prefill_scale + (1 - w) x decode_scale)
+
+with w the step's share of prefill tokens.
 
 Histograms hold no per-step timings, so the terms are fitted on the window's own figures:
 the p50, p90 and mean of TTFT and of ITL. The window's traffic is rebuilt once (seeded,
 as `observe` rebuilds it), simulated under each candidate correction and compared alike
 (`optimizer.telemetry.compare`: quantiles read by bucket interpolation on both sides,
-means exact on the observed side). Loss: the mean squared log ratio of the six figures;
-a coarse grid, then Nelder-Mead. A correction that fits worse than none is not kept.
+means exact on the observed side). Loss: the mean squared log ratio of the six figures,
+plus a small ridge (`SPLIT_PENALTY` x log(prefill_scale / decode_scale)^2) that keeps the
+two scales together unless the window says otherwise; a coarse grid (one common scale),
+then Nelder-Mead over the three terms. A correction that fits worse than none is not kept.
 A later window then checks it: the same figures, predicted with and without it.
 """
 
@@ -34,6 +38,7 @@ from optimizer.validation import CalibratedSource, Calibration
 FIGURES = ("ttft_p50", "ttft_p90", "ttft_mean", "itl_p50", "itl_p90", "itl_mean")
 FIT_MAX_REQUESTS = 2_000  # requests replayed per evaluation (a busier window: the same rate)
 _INVALID_LOSS = 1e6
+SPLIT_PENALTY = 0.01  # per log(prefill_scale / decode_scale)^2, against the figures' loss
 
 
 def figures(report: ObservationReport, side: str) -> dict[str, float]:
@@ -60,9 +65,11 @@ def _usable(x: float | None) -> bool:
     return x is not None and math.isfinite(x) and x > 0
 
 
-def calibration_of(overhead_s: float, step_scale: float) -> Calibration:
+def calibration_of(overhead_s: float, prefill_scale: float, decode_scale: float) -> Calibration:
     """The deployment correction as the simulator applies it."""
-    return Calibration(overhead_s=overhead_s, prefill_scale=step_scale, decode_scale=step_scale)
+    return Calibration(
+        overhead_s=overhead_s, prefill_scale=prefill_scale, decode_scale=decode_scale
+    )
 
 
 def calibrated(latency: LatencySource, calibration: Calibration | None) -> LatencySource:
@@ -77,7 +84,8 @@ class WindowFit:
     """The correction fitted on a window, and how its figures compare before and after."""
 
     overhead_s: float
-    step_scale: float
+    prefill_scale: float
+    decode_scale: float
     observed: dict[str, float]
     before: dict[str, float]  # predicted without the correction
     after: dict[str, float]  # predicted with it
@@ -87,12 +95,13 @@ class WindowFit:
 
     @property
     def calibration(self) -> Calibration:
-        return calibration_of(self.overhead_s, self.step_scale)
+        return calibration_of(self.overhead_s, self.prefill_scale, self.decode_scale)
 
     def to_dict(self) -> dict[str, object]:
         return {
             "overhead_s": self.overhead_s,
-            "step_scale": self.step_scale,
+            "prefill_scale": self.prefill_scale,
+            "decode_scale": self.decode_scale,
             "observed": _clean(self.observed),
             "before": _clean(self.before),
             "after": _clean(self.after),
@@ -172,20 +181,21 @@ def fit_window(
     *,
     seed: int = 0,
     max_model_len: int | None = None,
-    max_evaluations: int = 60,
+    max_evaluations: int = 80,
     max_requests: int = FIT_MAX_REQUESTS,
 ) -> WindowFit:
-    """The overhead and step scale that make the window's prediction match what it saw."""
+    """The overhead and scales that make the window's prediction match what it saw."""
     from scipy.optimize import minimize
 
     w = _Window(window, config, latency, seed=seed, max_model_len=max_model_len,
                 max_requests=max_requests)  # fmt: skip
     observed = figures(w.predict(None), "observed")
     evaluations = [0]
-    seen: dict[tuple[float, float], tuple[float, dict[str, float]]] = {}
+    seen: dict[tuple[float, float, float], tuple[float, dict[str, float]]] = {}
 
-    def unpack(x: np.ndarray) -> tuple[float, float]:
-        return abs(float(x[0])) * 1e-3, math.exp(float(np.clip(x[1], -3.0, 3.0)))
+    def unpack(x: np.ndarray) -> tuple[float, float, float]:
+        p, d = (math.exp(float(np.clip(v, -3.0, 3.0))) for v in x[1:])
+        return abs(float(x[0])) * 1e-3, p, d
 
     def evaluate(x: np.ndarray) -> float:
         key = unpack(x)
@@ -193,21 +203,22 @@ def fit_window(
             evaluations[0] += 1
             try:
                 got = figures(w.predict(calibration_of(*key)), "predicted")
-                seen[key] = (_loss(got, observed), got)
+                split = SPLIT_PENALTY * math.log(key[1] / key[2]) ** 2
+                seen[key] = (_loss(got, observed) + split, got)
             except (DecodeFloorError, TelemetryError):
                 seen[key] = (_INVALID_LOSS, dict.fromkeys(FIGURES, math.nan))
         return seen[key][0]
 
-    before_loss = evaluate(np.array([0.0, 0.0]))
-    before = seen[(0.0, 1.0)][1]
+    before_loss = evaluate(np.zeros(3))
+    before = seen[(0.0, 1.0, 1.0)][1]
     unit_ms = observed["itl_mean"] * 1e3 if _usable(observed["itl_mean"]) else 1.0
     grid = [
-        np.array([f * unit_ms, math.log(s)])
+        np.array([f * unit_ms, math.log(s), math.log(s)])
         for f in (0.0, 0.1, 0.25, 0.5)
         for s in (0.5, 0.7, 1.0, 1.4, 2.0)
     ]
     x0 = min(grid, key=evaluate)
-    steps = np.array([max(0.1 * unit_ms, 1e-3), 0.15])
+    steps = np.array([max(0.1 * unit_ms, 1e-3), 0.15, 0.15])
     res = minimize(
         evaluate,
         x0,
@@ -219,12 +230,11 @@ def fit_window(
             "fatol": 1e-7,
         },
     )
-    overhead_s, scale = unpack(res.x)
-    after_loss, after = seen[(overhead_s, scale)]
+    best = unpack(res.x)
+    after_loss, after = seen[best]
     if after_loss >= before_loss:  # never keep a correction that fits worse than none
-        overhead_s, scale, after_loss, after = 0.0, 1.0, before_loss, before
-    return WindowFit(overhead_s, scale, observed, before, after, before_loss, after_loss,
-                     evaluations[0])  # fmt: skip
+        best, after_loss, after = (0.0, 1.0, 1.0), before_loss, before
+    return WindowFit(*best, observed, before, after, before_loss, after_loss, evaluations[0])
 
 
 def check_window(

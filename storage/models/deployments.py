@@ -60,5 +60,6 @@ class DeploymentCalibrationRow(Base):
     fitted_on: Mapped[int] = mapped_column(Integer)
     checked_on: Mapped[int | None] = mapped_column(Integer, nullable=True)
     overhead_s: Mapped[float] = mapped_column(Float)
-    step_scale: Mapped[float] = mapped_column(Float)
+    prefill_scale: Mapped[float] = mapped_column(Float)
+    decode_scale: Mapped[float] = mapped_column(Float)
     fit: Mapped[dict] = mapped_column(JSON)  # WindowFit.to_dict()

@@ -20,7 +20,7 @@ from optimizer.workload import LognormalLength, synthetic_workload
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "examples" / "colocated-h100.yaml"
-TRUE = calibration_of(0.002, 1.3)
+TRUE = calibration_of(0.002, 1.3, 1.3)
 
 pytestmark = pytest.mark.usefixtures("wide_console")
 

@@ -37,7 +37,8 @@ def upgrade() -> None:
         sa.Column("fitted_on", sa.Integer(), nullable=False),  # an observation id
         sa.Column("checked_on", sa.Integer(), nullable=True),  # a later observation id
         sa.Column("overhead_s", sa.Float(), nullable=False),
-        sa.Column("step_scale", sa.Float(), nullable=False),
+        sa.Column("prefill_scale", sa.Float(), nullable=False),
+        sa.Column("decode_scale", sa.Float(), nullable=False),
         sa.Column("fit", sa.JSON(), nullable=False),  # WindowFit.to_dict()
     )
     op.create_index(
