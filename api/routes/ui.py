@@ -1,8 +1,9 @@
-"""/ui/jobs/{id}: a server-rendered result page (no front-end build; no CDN).
+"""Server-rendered pages (no front-end build; no CDN): /ui/jobs/{id}, a tuning job's
+result, and /ui/deployments/{id}, a deployment's observed windows over time.
 
-The page carries no data itself: it asks for the API key once (kept in the
-browser's localStorage) and polls the JSON API with it, so the page obeys the
-same project isolation as the API.
+A page carries no data itself: it asks for the API key once (kept in the browser's
+localStorage) and reads the JSON API with it, so the page obeys the same project
+isolation as the API. common.js and common.css are inlined into every page.
 """
 
 from __future__ import annotations
@@ -20,10 +21,22 @@ router = APIRouter(tags=["ui"], include_in_schema=False)
 
 
 @lru_cache
-def _template() -> Template:
-    return Template(resources.files("api.ui").joinpath("job.html").read_text("utf-8"))
+def _read(name: str) -> str:
+    return resources.files("api.ui").joinpath(name).read_text("utf-8")
+
+
+def _page(name: str, **values: object) -> HTMLResponse:
+    html = Template(_read(name)).substitute(
+        common_js=_read("common.js"), common_css=_read("common.css"), **values
+    )
+    return HTMLResponse(html)
 
 
 @router.get("/ui/jobs/{job_id}", response_class=HTMLResponse)
 async def job_page(job_id: IdPath) -> HTMLResponse:
-    return HTMLResponse(_template().substitute(job_id=job_id))
+    return _page("job.html", job_id=job_id)
+
+
+@router.get("/ui/deployments/{deployment_id}", response_class=HTMLResponse)
+async def deployment_page(deployment_id: IdPath) -> HTMLResponse:
+    return _page("deployment.html", deployment_id=deployment_id)

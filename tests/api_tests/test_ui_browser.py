@@ -201,3 +201,75 @@ def test_result_page_stops_polling_on_a_client_error(live_server) -> None:
                     assert page.inner_text("#error") == "busy"
         finally:
             browser.close()
+
+
+def test_deployment_page_plots_windows_and_the_retune(
+    live_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three observed windows of a deployment schedule (the third at twice the rate, which
+    re-tunes): the page plots observed against predicted p90s per window and puts the
+    re-tune's recommendation beside the deployed config."""
+    _require_browser()
+    from datetime import UTC, datetime, timedelta
+
+    import yaml
+    from playwright.sync_api import sync_playwright
+
+    from api.worker.scheduling import fire_due_schedules
+    from storage.db import make_engine
+    from tests.api_tests.test_deployment_schedule import FakePrometheus
+
+    fake = FakePrometheus()
+    monkeypatch.setattr("api.worker.deployment_drift.read_prometheus", fake)
+    base, key = live_server
+    auth = {"Authorization": f"Bearer {key}"}
+    config = yaml.safe_load(
+        (Path(__file__).parents[2] / "examples/colocated-h100.yaml").read_text()
+    )
+    with httpx.Client(base_url=base, headers=auth, timeout=30) as http:
+        d = http.post("/v1/deployments", json={"name": "prod", "config": config,
+                      "prometheus_url": "http://prometheus:9090",
+                      "label_selector": '{job="vllm"}'}).json()  # fmt: skip
+        params = {"deployment_id": d["id"], "model": "llama-3.1-8b", "gpu_types": ["h100"],
+                  "gpu_budget": 8, "slo_ttft_ms": 500, "slo_tpot_ms": 50, "window_s": 60,
+                  "num_trials": 3}  # fmt: skip
+        r = http.post("/v1/schedules", json={"interval_s": 60, "trigger": "drift",
+                                             "params": params})  # fmt: skip
+        assert r.status_code == 201, r.text
+        engine = make_engine(f"sqlite:///{tmp_path / 'ui.db'}")
+        t0 = datetime.now(UTC) + timedelta(seconds=60)
+        try:
+            for k, rate in enumerate((4.0, 4.0, 8.0)):
+                fake.rate = rate
+                fire_due_schedules(engine, now=t0 + timedelta(seconds=60 * k))
+        finally:
+            engine.dispose()
+        schedule = http.get(f"/v1/schedules/{r.json()['id']}").json()
+        assert schedule["num_fired"] == 1
+        deadline = time.monotonic() + 30
+        while (
+            http.get(f"/v1/tuning-jobs/{schedule['last_job_id']}").json()["status"] != "succeeded"
+        ):
+            assert time.monotonic() < deadline, "the re-tune did not finish"
+            time.sleep(0.2)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1400})
+            page.goto(f"{base}/ui/deployments/{d['id']}")
+            page.fill("#key-input", key)
+            page.click("#key-entry button")
+            page.wait_for_selector("body[data-done='1']", timeout=30_000)
+            assert page.inner_text("#title") == f"Deployment {d['id']}: prod"
+            assert page.locator("#plot-ttft circle.observed").count() == 3
+            assert page.locator("#plot-ttft circle.predicted").count() == 3
+            assert page.locator("#plot-itl circle.observed").count() == 3
+            assert page.locator("#plot-rate circle").count() == 3
+            assert "traffic drift beyond" in page.inner_text("#schedule")
+            table = page.inner_text("#compare-table")
+            assert "deployed" in table and f"job {schedule['last_job_id']}" in table
+            assert "max_num_seqs" in table
+            page.screenshot(path=str(tmp_path / "deployment.png"), full_page=True)
+        finally:
+            browser.close()
+    assert (tmp_path / "deployment.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -12,6 +12,11 @@ def test_a_valid_id_gets_the_page_for_that_id(service: Service) -> None:
     r = service.client.get("/ui/jobs/2147483647")
     assert r.status_code == 200 and r.headers["content-type"] == "text/html; charset=utf-8"
     assert "2147483647" in r.text and "async function poll()" in r.text
+    assert "function wireKeyForm(onKey)" in r.text and "$" + "common_js" not in r.text
+    d = service.client.get("/ui/deployments/7")
+    assert d.status_code == 200 and "const DEPLOYMENT_ID = 7;" in d.text
+    assert "function linePlot(" in d.text and "async function api(path)" in d.text
+    assert service.client.get("/ui/deployments/0").status_code == 422
 
 
 @pytest.mark.parametrize(
