@@ -58,6 +58,8 @@ def main() -> int:
     parser.add_argument("--output-mean", type=float, default=60.0)
     parser.add_argument("--db", type=Path, help="a SQLite file holding a fitted `tiny` model")
     parser.add_argument("--trials", type=int, default=24)
+    parser.add_argument("--slo-factor", type=float, default=1.2,
+                        help="SLOs: this x window B's observed p90 TTFT and ITL")  # fmt: skip
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="servetune-loop-"))
     db = home / "servetune.db"
@@ -147,9 +149,9 @@ def drift_phase(args: argparse.Namespace, b: dict, started: float, phase1: float
     w = args.window_s
     url = os.environ["SERVETUNE_DATABASE_URL"]
     engine = make_engine(url)
-    # SLOs the deployed replica meets at RATE with some room: 1.5x window B's p90s.
-    slo_ttft = 1.5 * b["ttft"]["observed"]["p90"] * 1e3
-    slo_tpot = 1.5 * b["itl"]["observed"]["p90"] * 1e3
+    # SLOs the deployed replica meets at RATE with some room: --slo-factor x window B's p90s.
+    slo_ttft = args.slo_factor * b["ttft"]["observed"]["p90"] * 1e3
+    slo_tpot = args.slo_factor * b["itl"]["observed"]["p90"] * 1e3
     params = TuneRequest(model="tiny", gpu_types=("cpu",), gpu_budget=4, slo_ttft_ms=slo_ttft,
                          slo_tpot_ms=slo_tpot, deployment_id=1, window_s=w,
                          num_trials=args.trials, search_space={"tp": [1]})  # fmt: skip
@@ -178,6 +180,16 @@ def drift_phase(args: argparse.Namespace, b: dict, started: float, phase1: float
     ran = worker.run_once() if jobs else False
     print(f"re-tune job ran: {ran} in {time.perf_counter() - t:.0f} s")
     tick(doubled + w)
+    from storage.deployments import list_observations
+
+    with session_scope(engine) as s:
+        for o in reversed(list_observations(s, 1, limit=3)):
+            ttft = f"{o.ttft_p90_observed_s * 1e3:.1f} / {o.ttft_p90_predicted_s * 1e3:.1f}"
+            itl = f"{o.itl_p90_observed_s * 1e3:.1f} / {o.itl_p90_predicted_s * 1e3:.1f}"
+            print(
+                f"observation {o.id}: {o.request_rate:.2f} req/s, p90 TTFT {ttft} ms, p90 ITL "
+                f"{itl} ms observed / predicted (SLOs {slo_ttft:.1f} / {slo_tpot:.1f} ms)"
+            )
     with session_scope(engine) as s:
         jobs = list_jobs(s, project="default")
         result = get_result(s, jobs[-1].id).outcome if jobs else None
