@@ -1,7 +1,9 @@
-"""`servetune deployments calibrate`: the deployment loop's commands (registered on
-`servetune deployments`, see api/cli/deployments.py).
+"""`servetune deployments calibrate` and `schedule`: the deployment loop's commands
+(registered on `servetune deployments`, see api/cli/deployments.py).
 
     servetune deployments calibrate ID [--fit OBS] [--check OBS] [--latency-model ID]
+    servetune deployments schedule ID --every 10m --gpus 8 --slo-ttft-ms 500 --slo-tpot-ms 50
+        [--window 10m] [--drift-threshold 0.3] [--error-threshold 0.5] [--trials 100]
 """
 
 from __future__ import annotations
@@ -78,3 +80,64 @@ def calibrate(
 
 def _floats(d: dict) -> dict[str, float]:
     return {k: (math.nan if v is None else float(v)) for k, v in d.items()}
+
+
+def schedule(
+    deployment_id: Annotated[int, typer.Argument(help="deployment id")],
+    every: Annotated[str, typer.Option(help="how often to observe it: 30s, 10m, 1h, 1d")],
+    gpus: Annotated[int, typer.Option(help="GPU budget of a re-tune")],
+    slo_ttft_ms: Annotated[float, typer.Option(help="TTFT SLO of a re-tune (ms)")],
+    slo_tpot_ms: Annotated[float, typer.Option(help="TPOT SLO of a re-tune (ms)")],
+    window: Annotated[
+        str | None, typer.Option(help="the window each due time observes (default: --every)")
+    ] = None,
+    drift_threshold: Annotated[
+        float, typer.Option(help="relative change of rate or lengths that re-tunes")
+    ] = 0.3,
+    error_threshold: Annotated[
+        float | None, typer.Option(help="also re-tune when the p90 prediction error passes it")
+    ] = None,
+    gpu: Annotated[
+        list[str] | None, typer.Option(help="GPU types a re-tune may use (default: deployed)")
+    ] = None,
+    trials: Annotated[int, typer.Option(help="trials per re-tune")] = 100,
+) -> None:
+    """Observe the deployment's Prometheus window at every due time and re-tune once per
+    drift (`servetune worker` runs the due times and the re-tunes)."""
+    from api.services.prometheus import parse_window
+    from optimizer.search import TuneRequest, TuneRequestError
+    from storage.deployments import DeploymentNotFound, get_deployment
+    from storage.schedules import TimingError, create_schedule
+    from storage.service_records import ScheduleTrigger
+
+    try:
+        interval_s = parse_window(every)
+        window_s = parse_window(window) if window is not None else interval_s
+    except ValueError as exc:
+        fail(str(exc).replace("--window", "--every" if window is None else "--window", 1))
+    try:
+        with session() as s:
+            d = get_deployment(s, deployment_id)
+            accelerators = sorted({p.instance.accelerator for p in d.config.roles()})
+            params = TuneRequest(
+                model=d.config.model, gpu_types=tuple(gpu or accelerators), gpu_budget=gpus,
+                slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, deployment_id=d.id,
+                window_s=window_s, num_trials=trials,
+            )  # fmt: skip
+            info = create_schedule(
+                s, project=d.project, name=f"deployment {d.id} drift", params=params,
+                interval_s=interval_s, trigger=ScheduleTrigger.DRIFT,
+                drift_threshold=drift_threshold, error_threshold=error_threshold,
+            )  # fmt: skip
+    except DeploymentNotFound as exc:
+        fail(f"{exc} (see `servetune deployments list`)")
+    except TimingError as exc:
+        fail(str(exc).replace("interval_s", "--every", 1))
+    except (TuneRequestError, ValueError) as exc:
+        fail(str(exc))
+    console.print(
+        f"stored schedule {info.id}: every {every}, windows of {window_s:g} s, re-tunes on "
+        f"drift beyond {drift_threshold:.0%}"
+        + (f" or p90 error beyond {error_threshold:.0%}" if error_threshold else "")
+        + f"; first due {info.next_run_at:%Y-%m-%d %H:%M:%S} UTC; `servetune worker` runs it"
+    )

@@ -139,6 +139,7 @@ def delete(
     console.print(f"deleted deployment {deployment_id} and its observations")
 
 
-from api.cli.deployment_loop import calibrate  # noqa: E402
+from api.cli.deployment_loop import calibrate, schedule  # noqa: E402
 
 app.command("calibrate")(calibrate)
+app.command("schedule")(schedule)

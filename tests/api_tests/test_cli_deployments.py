@@ -104,3 +104,31 @@ def test_observe_refuses_a_missing_deployment_or_both_sources(
                "--window-s", "60", "--deployment", str(deployment))  # fmt: skip
     assert out.exit_code == 2 and "counter reset" in out.output
     assert "no observations yet" in _run(runner, "deployments", "show", str(deployment)).output
+
+
+def test_schedule_a_deployment(cli_db: str, runner: CliRunner) -> None:
+    where = ("--prometheus-url", "http://prometheus:9090", "--selector", '{job="vllm"}')
+    out = _run(runner, "deployments", "create", "--name", "p", "--config", str(CONFIG), *where)
+    assert out.exit_code == 0, out.output
+    slo = ("--gpus", "8", "--slo-ttft-ms", "500", "--slo-tpot-ms", "50")
+    out = _run(runner, "deployments", "schedule", "1", "--every", "10m", *slo,
+               "--error-threshold", "0.5")  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert "stored schedule 1: every 10m, windows of 600 s" in out.output
+    assert "p90 error beyond 50%" in out.output
+    from api.cli.common import session
+    from storage.schedules import get_schedule
+
+    with session() as s:
+        info = get_schedule(s, 1)
+    assert info.deployment_id == 1 and info.interval_s == 600 and info.error_threshold == 0.5
+    assert info.params.window_s == 600 and info.params.gpu_types == ("h100",)
+    assert info.params.source == "deployment:1" and info.trigger == "drift"
+    bad = _run(runner, "deployments", "schedule", "1", "--every", "soon", *slo)
+    assert bad.exit_code == 2 and "--every 'soon': expected a positive duration" in bad.output
+    out = _run(runner, "deployments", "create", "--name", "q", "--config", str(CONFIG))
+    assert out.exit_code == 0
+    bad = _run(runner, "deployments", "schedule", "2", "--every", "10m", *slo)
+    assert bad.exit_code == 2 and "has no Prometheus URL and selector" in bad.output
+    bad = _run(runner, "deployments", "schedule", "9", "--every", "10m", *slo)
+    assert bad.exit_code == 2 and "deployment 9 not found" in bad.output

@@ -31,16 +31,17 @@ WINDOW_S = 60.0
 
 
 class FakePrometheus:
-    """`read_prometheus` answering a window of `rate` req/s (prompt lengths x `scale`)."""
+    """`read_prometheus` answering a window of `rate` req/s (prompt lengths x `scale`,
+    observed TTFT x `ttft_scale`)."""
 
     def __init__(self) -> None:
-        self.rate, self.scale, self.calls = 4.0, 1.0, 0
+        self.rate, self.scale, self.ttft_scale, self.calls = 4.0, 1.0, 1.0, 0
 
     def __call__(self, url, selector, window_s, end, *, model_name=None):
         self.calls += 1
         n = int(self.rate * window_s)
         t = VllmTraffic.random(n, self.calls)
-        t = VllmTraffic(t.ttft_s, t.e2e_s, t.queue_s,
+        t = VllmTraffic(t.ttft_s * self.ttft_scale, t.e2e_s, t.queue_s,
                         np.maximum((t.prompt_tokens * self.scale).astype(int), 1),
                         t.output_tokens, t.itl_gaps_s, t.itl_gap_weights, 0)  # fmt: skip
         empty = VllmTraffic.random(0, 0)
@@ -151,3 +152,33 @@ def test_deployment_schedule_refusals(service: Service) -> None:
     assert r.status_code == 422 and "deployment 999 not found" in r.json()["detail"]
     r = create({"params": {**params, "stream": "s"}, "error_threshold": 0.2})
     assert r.status_code == 422 and "only a schedule over a deployment" in r.json()["detail"]
+
+
+def test_a_prediction_error_that_passes_the_threshold_retunes_once(
+    service: Service, prometheus: FakePrometheus
+) -> None:
+    """The same traffic, but the server's TTFT falls 100-fold (say a faster engine
+    release): the p90 TTFT prediction error passes 500% where the baseline's did not, so
+    it re-tunes once; the next window has the same error, measured against the window
+    that re-tuned, and does not."""
+    _, sid = _create(service, error_threshold=5.0)
+    engine = make_engine(service.url)
+    t0 = datetime.now(UTC) + timedelta(seconds=WINDOW_S)
+
+    def tick(k: int) -> int:
+        return fire_due_schedules(engine, now=t0 + timedelta(seconds=WINDOW_S * k))
+
+    try:
+        assert tick(0) == 0 and tick(1) == 0
+        prometheus.ttft_scale = 0.01
+        assert tick(2) == 1
+        with session_scope(engine) as s:
+            fired = get_schedule(s, sid)
+        assert "p90 prediction error" in fired.last_reason and "passed 500%" in fired.last_reason
+        assert "traffic drift" not in fired.last_reason
+        assert service.worker().run_once()
+        assert tick(3) == 0
+        with session_scope(engine) as s:
+            assert get_schedule(s, sid).num_fired == 1
+    finally:
+        engine.dispose()
