@@ -1,14 +1,17 @@
 """A schedule over a deployment: each due time observes its Prometheus window and
 re-tunes when the traffic drifted, or when the prediction error passed a threshold.
 
-One due time runs in three steps, because the slow middle one (Prometheus queries and a
-simulation, which may store compiled latency tables) must not hold the claim's
-transaction open:
+One due time runs in steps, because the slow ones (Prometheus queries and simulations,
+which may store compiled latency tables) must not hold a transaction open:
 1. claim the due schedule and advance its `next_run_at` (one transaction): the due time
    is taken once, by one worker; a worker that dies after this skips it, never repeats it;
 2. read the window from Prometheus and simulate the deployed config under it (priced
    with the deployment's calibration), outside any transaction;
-3. store the observation, decide, enqueue the re-tune and record why (one transaction).
+3. judge it against the baseline (a read); a window that re-tunes is then calibrated on
+   (`fit_window`: how the deployed config behaves at the new traffic), outside any
+   transaction;
+4. store the observation, that calibration and the re-tune, and record why (one
+   transaction).
 
 The decision compares the window with the schedule's **baseline**: the window the
 deployed config is answering for. The first window sets it. A re-tune moves it to the
@@ -24,7 +27,7 @@ traffic compare with the drifted window, not with the old one.
 The re-tune's workload is the window's traffic as `observe` rebuilt it, stored as a trace
 (named after the deployment and the observation); its job's request is the schedule's,
 pinned to that trace, and keeps `deployment_id`, so the search is priced with the
-deployment's calibration.
+deployment's newest calibration: the one fitted on that window.
 """
 
 from __future__ import annotations
@@ -44,8 +47,17 @@ from api.services.observe import Observed, ObserveError, observe, read_prometheu
 from api.services.prometheus import PrometheusError
 from api.services.stream_windows import drift
 from api.settings import get_settings
-from optimizer.telemetry import ObservedWindow, TelemetryError, reconstruct_workload
+from optimizer.config import ServingConfig
+from optimizer.latency.base import LatencySource
+from optimizer.telemetry import (
+    ObservationReport,
+    ObservedWindow,
+    TelemetryError,
+    reconstruct_workload,
+)
+from optimizer.telemetry.calibrate import WindowFit, fit_window
 from storage.db import session_scope
+from storage.deployment_calibrations import save_calibration
 from storage.deployments import (
     DeploymentNotFound,
     get_deployment,
@@ -88,7 +100,26 @@ def p90_error(o: DeploymentObservation) -> float:
     return max(errors) if errors else math.nan
 
 
-def _observe(engine: Engine, schedule: ScheduleInfo, now: datetime) -> tuple[Observed, int | None]:
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """A window read and simulated (step 2), with what priced it."""
+
+    observed: Observed
+    config: ServingConfig
+    base: LatencySource  # the latency model before the deployment's calibration
+    calibration_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Verdict:
+    """Why the window re-tunes (no reasons: it does not), judged against the baseline."""
+
+    reasons: tuple[str, ...]
+    note: str  # what is said when it does not re-tune
+    new_baseline: bool  # no baseline yet, or it is gone: this window becomes it
+
+
+def _observe(engine: Engine, schedule: ScheduleInfo, now: datetime) -> _Window:
     """Step 2: the window ending `now`, read and simulated (ObserveError, PrometheusError,
     TelemetryError or DeploymentNotFound with the reason otherwise)."""
     with session_scope(engine) as s:
@@ -101,40 +132,55 @@ def _observe(engine: Engine, schedule: ScheduleInfo, now: datetime) -> tuple[Obs
     before, after = read_prometheus(deployed.prometheus_url, deployed.label_selector,
                                     window_s, now)  # fmt: skip
     observed = observe(before, after, window_s, deployed.config, latency.source, latency.label)
-    return observed, latency.calibration_id
+    return _Window(observed, deployed.config, base.source, latency.calibration_id)
 
 
 def observe_and_decide(engine: Engine, schedule: ScheduleInfo, now: datetime) -> Outcome:
-    """Steps 2 and 3 for a claimed deployment schedule whose due time was advanced."""
+    """Steps 2 and 3 for a claimed deployment schedule whose due time was advanced. A
+    window that re-tunes is first calibrated on (the deployed config's behaviour at the
+    new traffic), outside any transaction, and the re-tune is priced with that."""
     if schedule.last_job_id is not None:
         with session_scope(engine) as s:
             previous = get_job(s, schedule.last_job_id)
         if not previous.status.finished:
             return Outcome(False, f"previous job {previous.id} is still {previous.status}")
     try:
-        observed, calibration_id = _observe(engine, schedule, now)
+        w = _observe(engine, schedule, now)
     except (ObserveError, PrometheusError, TelemetryError, DeploymentNotFound) as exc:
         return Outcome(False, f"no window observed: {exc}")
     with session_scope(engine) as s:
-        stored = store(s, schedule.deployment_id, observed, calibration_id=calibration_id)
-        return _decide(s, schedule, observed, stored)
+        verdict = _judge(s, schedule, w.observed)
+    fit = None
+    if verdict.reasons:
+        try:
+            fit = fit_window(w.observed.window, w.config, w.base, seed=schedule.params.seed)
+        except TelemetryError:
+            fit = None  # the re-tune keeps the deployment's calibration
+    with session_scope(engine) as s:
+        stored = store(s, schedule.deployment_id, w.observed, calibration_id=w.calibration_id)
+        return _act(s, schedule, w, stored, verdict, fit)
 
 
-def _decide(
-    s: Session, schedule: ScheduleInfo, observed: Observed, stored: DeploymentObservation
-) -> Outcome:
+def _p90_errors(report: ObservationReport) -> float:
+    """The larger |predicted / observed - 1| of a report's p90 TTFT and ITL."""
+    errors = [
+        abs(c.predicted.p90 / c.observed.p90 - 1)
+        for c in (report.ttft, report.itl)
+        if c.observed.p90 > 0 and math.isfinite(c.predicted.p90)
+    ]
+    return max(errors) if errors else math.nan
+
+
+def _judge(s: Session, schedule: ScheduleInfo, observed: Observed) -> _Verdict:
     current = summary(observed.window)
-    what = (
-        f"observation {stored.id}: {current.num_requests:,} requests, {current.mean_rate:.2f} req/s"
-    )
-    if schedule.baseline_observation_id is None:
-        return Outcome(False, f"baseline set: {what}", baseline_observation_id=stored.id)
     base_id = schedule.baseline_observation_id
+    if base_id is None:
+        return _Verdict((), "baseline set", True)
     try:
         baseline = summary(observed_window_of(s, schedule.deployment_id, base_id))
+        base_error = p90_error(get_observation(s, schedule.deployment_id, base_id))
     except (LookupError, ValueError):
-        return Outcome(False, f"baseline {base_id} is gone; new baseline: {what}",
-                       baseline_observation_id=stored.id)  # fmt: skip
+        return _Verdict((), f"baseline {base_id} is gone; new baseline", True)
     reasons = []
     changes = drift(baseline, current)
     over = [c for c in changes if c.relative > schedule.drift_threshold]
@@ -142,27 +188,47 @@ def _decide(
         shifted = "; ".join(c.describe() for c in over)
         reasons.append(f"traffic drift beyond {schedule.drift_threshold:.0%} since "
                        f"observation {base_id}: {shifted}")  # fmt: skip
-    limit = schedule.error_threshold
-    error = p90_error(stored)
-    if limit is not None and error > limit:
-        base_error = p90_error(get_observation(s, schedule.deployment_id, base_id))
-        if not base_error > limit:
-            reasons.append(f"p90 prediction error {error:.0%} passed {limit:.0%} "
-                           f"(observation {base_id}: {base_error:.0%})")  # fmt: skip
-    if not reasons:
-        top = changes[0]
-        return Outcome(False, f"no drift in {what}: largest change {top.describe()} is within "
-                       f"{schedule.drift_threshold:.0%} of observation {base_id}")  # fmt: skip
+    limit, error = schedule.error_threshold, _p90_errors(observed.report)
+    if limit is not None and error > limit and not base_error > limit:
+        reasons.append(f"p90 prediction error {error:.0%} passed {limit:.0%} "
+                       f"(observation {base_id}: {base_error:.0%})")  # fmt: skip
+    note = (f"no drift: largest change {changes[0].describe()} is within "
+            f"{schedule.drift_threshold:.0%} of observation {base_id}")  # fmt: skip
+    return _Verdict(tuple(reasons), note, False)
+
+
+def _act(
+    s: Session,
+    schedule: ScheduleInfo,
+    w: _Window,
+    stored: DeploymentObservation,
+    verdict: _Verdict,
+    fit: WindowFit | None,
+) -> Outcome:
+    current = summary(w.observed.window)
+    what = (
+        f"observation {stored.id}: {current.num_requests:,} requests, {current.mean_rate:.2f} req/s"
+    )
+    if not verdict.reasons:
+        new = stored.id if verdict.new_baseline else None
+        return Outcome(False, f"{verdict.note}: {what}", baseline_observation_id=new)
+    reason = "; ".join(verdict.reasons)
+    if fit is not None:
+        cal = save_calibration(
+            s, schedule.deployment_id, fitted_on=stored.id, checked_on=None,
+            overhead_s=fit.overhead_s, prefill_scale=fit.prefill_scale,
+            decode_scale=fit.decode_scale, fit=fit.to_dict(),
+        )  # fmt: skip
+        reason += f"; recalibrated on it ({cal.describe()})"
     workload = reconstruct_workload(
-        observed.window, seed=schedule.params.seed,
-        max_model_len=get_deployment(s, schedule.deployment_id).config.max_model_len,
-    )  # fmt: skip
+        w.observed.window, seed=schedule.params.seed, max_model_len=w.config.max_model_len
+    )
     digest = hashlib.sha256(
         f"deployment {schedule.deployment_id} observation {stored.id}".encode()
     ).hexdigest()
     name = f"deployment-{schedule.deployment_id}-window-{stored.id}"
     trace = store_workload(s, workload, digest=digest, project=schedule.project, name=name)
-    reason = "; ".join(reasons) + f"; re-tuning on {what} (trace {trace.id})"
+    reason += f"; re-tuning on {what} (trace {trace.id})"
     job = enqueue_job(
         s, project=schedule.project, params=schedule.params,
         window=replace(current, trace_ids=(trace.id,)), schedule_id=schedule.id,

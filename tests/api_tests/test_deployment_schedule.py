@@ -96,6 +96,13 @@ def test_doubled_rate_retunes_exactly_once(service: Service, prometheus: FakePro
         assert "traffic drift beyond 30%" in fired.last_reason
         assert "mean_rate +100%" in fired.last_reason, fired.last_reason
         assert jobs[0].trigger_reason == fired.last_reason
+        # the re-tune is priced with a calibration fitted on the window that caused it
+        from storage.deployment_calibrations import latest_calibration
+
+        with session_scope(engine) as s:
+            cal = latest_calibration(s, deployment)
+        assert cal is not None and cal.fitted_on == fired.baseline_observation_id
+        assert f"recalibrated on it (deployment calibration {cal.id}" in fired.last_reason
         assert jobs[0].params.deployment_id == deployment
         assert len(jobs[0].window.trace_ids) == 1
         assert jobs[0].window.mean_rate == pytest.approx(8.0, rel=0.05)
