@@ -22,6 +22,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -163,8 +164,10 @@ def read_window(
             "is the selector right and is Prometheus scraping the server?"
         )
 
-    if not client.query(success, end):
+    spell = _vllm_spelling(client, selector, end)
+    if spell is None:
         raise none_match(names.REQUEST_SUCCESS, end)
+    success = f"{spell(names.REQUEST_SUCCESS)}{selector}"
     if not client.query(success, start):
         held = client.query(f"{success}[{_ms(window_s)}]", end)
         oldest = min((float(v[0]) for s in held for v in s["values"]), default=end.timestamp())
@@ -179,18 +182,19 @@ def read_window(
 
     def read(name: str, promql: str) -> bool:
         found = client.query(promql, end)
-        samples.extend(_sample(name, s) for s in found)
+        samples.extend(_sample(name, s) for s in found)  # under vLLM's own name
         return bool(found)
 
     over = f"{selector}[{_ms(window_s)}])"  # closes increase(
     for family in HISTOGRAMS:
         parts = [
-            read(family + s, f"increase({family}{s}{over}") for s in ("_bucket", "_sum", "_count")
+            read(family + s, f"increase({spell(family + s)}{over}")
+            for s in ("_bucket", "_sum", "_count")
         ]
         if any(parts):
             types.append((family, MetricType.HISTOGRAM))
     for name in COUNTERS:
-        if read(name, f"increase({name}{over}"):
+        if read(name, f"increase({spell(name)}{over}"):
             types.append((name.removesuffix("_total"), MetricType.COUNTER))
     found = {s.name for s in samples}
     wanted = [f"{f}_count" for f in REQUIRED] + [names.REQUEST_SUCCESS]
@@ -204,12 +208,25 @@ def read_window(
                 "Prometheus scraping the server, and does the window span two scrapes?"
             )
     for name in GAUGES:
-        if read(name, f"{name}{selector}"):
+        if read(name, f"{spell(name)}{selector}"):
             types.append((name, MetricType.GAUGE))
     queries = json.dumps({"url": client.url, "selector": selector, "window_s": window_s,
                           "end": end.timestamp()}, sort_keys=True)  # fmt: skip
     answers = json.dumps(client.log, sort_keys=True)
     return PrometheusWindow(Exposition(tuple(samples), tuple(types)), queries, answers)
+
+
+def _vllm_spelling(client: _Client, selector: str, end: datetime) -> Callable[[str], str] | None:
+    """How Prometheus stores vLLM's names for this selector: as vLLM spells them
+    (`vllm:...`), or with the colon escaped (`vllm_...`: prometheus_client 0.26 answering
+    a Prometheus 2.x scrape in OpenMetrics escapes it, client_python issue 1177); None
+    when neither matches."""
+    if client.query(f"{names.REQUEST_SUCCESS}{selector}", end):
+        return lambda name: name
+    escaped = names.REQUEST_SUCCESS.replace("vllm:", "vllm_", 1)
+    if client.query(f"{escaped}{selector}", end):
+        return lambda name: name.replace("vllm:", "vllm_", 1)
+    return None
 
 
 def _ms(seconds: float) -> str:

@@ -76,7 +76,10 @@ def fake_vllm() -> Iterator[FakeVllm]:
             n = {"/resetting": fake.served_resetting(now), "/idle": 0}.get(
                 self.path, fake.served(now)
             )
-            body = render_vllm_page(_first(traffic, n)).encode()
+            page = render_vllm_page(_first(traffic, n))
+            if self.path == "/escaped":  # as prometheus_client 0.26 answers Prometheus 2.x
+                page = page.replace("vllm:", "vllm_")
+            body = page.encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))
@@ -102,6 +105,7 @@ def prometheus(fake_vllm: FakeVllm, tmp_path_factory: pytest.TempPathFactory) ->
         ScrapeJob("vllm", fake_vllm.url),
         ScrapeJob("vllm-resetting", fake_vllm.url, "/resetting"),
         ScrapeJob("vllm-idle", fake_vllm.url, "/idle"),
+        ScrapeJob("vllm-escaped", fake_vllm.url, "/escaped"),
     ]
     with running_prometheus(tmp_path_factory.mktemp("prometheus"), jobs) as url:
         yield url
@@ -161,6 +165,24 @@ def test_observe_window_from_prometheus(
     assert stored.id == data["observation_id"] and stored.window_s == WINDOW_S
     assert stored.report["num_requests"] == data["num_requests"]
     assert stored.request_rate == pytest.approx(data["num_requests"] / WINDOW_S)
+
+
+def test_escaped_names_are_read_as_vllms(
+    cli_db: str, runner: CliRunner, prometheus: str, fake_vllm: FakeVllm
+) -> None:
+    """A server whose names Prometheus stored as `vllm_...` (the colon escaped) is read as
+    the same window as one stored as vLLM spells them."""
+    deployment = _deployment(runner, prometheus, '{job="vllm-escaped"}')
+    _wait_for_data(WINDOW_S, prometheus)
+    end = time.time() - 0.5
+    out = runner.invoke(app, ["observe", "--deployment", deployment, "--window", "10s",
+                              "--at", f"{end:.3f}", "--json"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    served = fake_vllm.served(end) - fake_vllm.served(end - WINDOW_S)
+    assert abs(data["num_requests"] - served) <= RATE * SCRAPE_INTERVAL_S
+    assert data["itl"]["metric"] == "vllm:inter_token_latency_seconds"
+    assert data["kv_cache_usage"]["observed"] == 0.25
 
 
 def test_counter_resets_inside_the_window(
