@@ -79,7 +79,7 @@ def main() -> None:
     from sqlalchemy.exc import OperationalError
 
     from api.cli.common import database_error, fail
-    from api.settings import get_settings
+    from api.settings import SettingsError, get_settings
 
     app = build_app(_requested(sys.argv[1:]))
     # What the command imported lives as long as the process: out of the collector's
@@ -87,9 +87,14 @@ def main() -> None:
     # objects (~7% of a `simulate` run's CPU).
     gc.freeze()
     try:
-        app(prog_name="servetune")
-    except OperationalError as exc:
-        fail(database_error(get_settings().database_url, exc))
-    except OSError as exc:
-        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-        fail(f"{where}{exc.strerror or exc}")
+        try:
+            app(prog_name="servetune")
+        except SettingsError as exc:  # a bad SERVETUNE_* value met outside `session()`
+            fail(str(exc))
+        except OperationalError as exc:
+            fail(database_error(get_settings().database_url, exc))
+        except OSError as exc:
+            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+            fail(f"{where}{exc.strerror or exc}")
+    except typer.Exit as exc:  # `fail` outside the app: its status, without a traceback
+        sys.exit(exc.exit_code)

@@ -80,3 +80,12 @@ def test_misleading_messages_say_what_the_user_typed(cli_db, runner, tmp_path: P
     assert "--slo-ttft-ms: expected a positive number of milliseconds, got -500" in res.output
     res = runner.invoke(app, ["traces", "import", str(tmp_path)])
     assert res.exit_code == 2 and "is a folder; expected a trace file" in res.output
+
+
+def test_a_bad_setting_met_outside_a_session_is_one_line(tmp_path: Path) -> None:
+    """quickstart reads the database URL before it opens a session: an empty
+    SERVETUNE_DATABASE_URL is still one `error:` line and status 2, no traceback."""
+    res = _servetune(["quickstart"], {"SERVETUNE_DATABASE_URL": "", "HOME": str(tmp_path)})
+    assert res.returncode == 2, res.stderr
+    assert "error: SERVETUNE_DATABASE_URL is not a database URL: ''" in res.stderr
+    assert "Traceback" not in res.stderr
