@@ -16,6 +16,7 @@ from api.metrics import Metrics, MetricsMiddleware
 from api.problems import install_problem_handlers
 from api.reads import Reader
 from api.routes import (
+    deployment_calibrations,
     deployments,
     health,
     jobs,
@@ -126,8 +127,8 @@ def create_app(
     app.state.fit_lock = threading.Lock()  # one latency-model fit at a time per process
     install_problem_handlers(app)
     routers = (
-        health, traces, jobs, recommendations, schedules, deployments, profiles,
-        latency_models, keys, ui,
+        health, traces, jobs, recommendations, schedules, deployments, deployment_calibrations,
+        profiles, latency_models, keys, ui,
     )  # fmt: skip
     for module in routers:
         app.include_router(module.router)

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from storage.deployments import get_deployment
-from storage.listing import page_rows
+from storage.listing import count_rows, page_rows
 from storage.models import DeploymentCalibrationRow
 from storage.service_records import DeploymentCalibration
 
@@ -87,3 +87,7 @@ def list_calibrations(
         offset=offset, after=after, newest_first=True,
     )  # fmt: skip
     return [_calibration(r) for r in rows]
+
+
+def count_calibrations(session: Session, deployment_id: int) -> int:
+    return count_rows(session, _CALIBRATIONS, where={"deployment_id": deployment_id})
