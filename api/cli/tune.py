@@ -264,6 +264,13 @@ def tune(
             "num_prompts, a closed loop whose fleet is sized for its clients"
         ),
     ] = None,
+    deployment: Annotated[
+        int | None,
+        typer.Option(
+            help="tune for this stored deployment: priced with its newest calibration "
+            "(`servetune deployments calibrate`)"
+        ),
+    ] = None,
 ) -> None:
     """Find the fewest GPUs (or lowest $/h) that meet the SLOs, and the configs to run."""
     from optimizer.search import TuneRequest, TuneRequestError
@@ -286,18 +293,33 @@ def tune(
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, attainment=attainment,
             num_trials=trials, seed=seed, search_space=overrides, max_requests=max_requests,
             screen_requests=screen_requests, headroom=headroom, peak_window_s=peak_window_s,
-            draft_model=draft_model, acceptance_rate=acceptance_rate,
+            draft_model=draft_model, acceptance_rate=acceptance_rate, deployment_id=deployment,
         )  # fmt: skip
     except TuneRequestError as exc:
         fail(str(exc).replace("search_space: ", "--space: ", 1))
     if not 1 <= workers <= 64:
         fail(f"--workers: expected 1 to 64 processes, got {workers}")
+    if deployment is not None:
+        _check_deployment(deployment, model)
     if out is not None:
         output_dir(out)  # before the study runs, not after
     outcome = run_study(request, study or f"tune-{uuid.uuid4().hex[:8]}", workers=workers)
     if out is not None:
         for p in write_outputs(outcome, out):
             console.print(f"wrote {p}")
+
+
+def _check_deployment(deployment_id: int, model: str) -> None:
+    from storage.deployments import DeploymentNotFound, get_deployment
+
+    try:
+        with session() as s:
+            deployed = get_deployment(s, deployment_id)
+    except DeploymentNotFound as exc:
+        fail(f"--deployment: {exc} (see `servetune deployments list`)")
+    if deployed.config.model != model:
+        fail(f"--deployment {deployment_id} serves {deployed.config.model!r}, not --model "
+             f"{model!r}: its calibration prices that model")  # fmt: skip
 
 
 def run_study(request: TuneRequest, name: str, *, workers: int = 1) -> TuneOutcome:

@@ -85,3 +85,31 @@ def test_calibrate_fits_checks_and_applies(cli_db: str, runner: CliRunner, tmp_p
     assert out.exit_code == 2 and "deployment 1 has no observation 9" in out.output
     out = runner.invoke(app, ["deployments", "calibrate", "7"])
     assert out.exit_code == 2 and "deployment 7 not found" in out.output
+
+
+def test_tune_for_a_deployment_prices_with_its_calibration(
+    cli_db: str, runner: CliRunner, tmp_path: Path
+) -> None:
+    from api.cli.common import session
+    from api.cli.quickstart import write_sample_trace
+    from storage.deployment_calibrations import save_calibration
+
+    out = runner.invoke(app, ["deployments", "create", "--name", "prod", "--config", str(CONFIG)])
+    assert out.exit_code == 0, out.output
+    with session() as s:  # a calibration as `deployments calibrate` stores one
+        save_calibration(s, 1, fitted_on=1, checked_on=None, overhead_s=0.002,
+                         prefill_scale=1.3, decode_scale=1.3, fit={})  # fmt: skip
+    trace = write_sample_trace(tmp_path / "t.csv", num_requests=120)
+    args = ["tune", "--trace", str(trace), "--model", "llama-3.1-8b", "--gpu", "h100",
+            "--gpus", "2", "--slo-ttft-ms", "2000", "--slo-tpot-ms", "50", "--trials", "2",
+            "--space", '{"tp": [1], "modes": ["colocated"]}', "--workers", "1",
+            "--out", str(tmp_path / "out")]  # fmt: skip
+    res = runner.invoke(app, [*args, "--deployment", "1"])
+    assert res.exit_code == 0, res.output
+    label = json.loads((tmp_path / "out" / "outcome.json").read_text())["latency"]["label"]
+    assert "deployment calibration 1 (fitted on observation 1: overhead 2.00 ms/step" in label
+    bad = runner.invoke(app, [*args, "--deployment", "5"])
+    assert bad.exit_code == 2 and "--deployment: deployment 5 not found" in bad.output
+    other = [a if a != "llama-3.1-8b" else "llama-3.1-70b" for a in args]
+    bad = runner.invoke(app, [*other, "--deployment", "1"])
+    assert bad.exit_code == 2 and "serves 'llama-3.1-8b', not --model 'llama-3.1-70b'" in bad.output
