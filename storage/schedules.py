@@ -290,3 +290,9 @@ def advance_due(session: Session, schedule: ScheduleInfo, *, now: datetime) -> N
     due = row.next_run_at or now
     row.next_run_at = next_due(interval_s=row.interval_s, cron=row.cron, after=due, now=now)
     session.flush()
+
+
+def deployment_schedules(session: Session, deployment_id: int) -> list[ScheduleInfo]:
+    """The schedules over a deployment, oldest first."""
+    rows = page_rows(session, _SCHEDULES, where={"deployment_id": deployment_id}, limit=1000)
+    return [_info(r) for r in rows]

@@ -141,3 +141,29 @@ def schedule(
         + (f" or p90 error beyond {error_threshold:.0%}" if error_threshold else "")
         + f"; first due {info.next_run_at:%Y-%m-%d %H:%M:%S} UTC; `servetune worker` runs it"
     )
+
+
+def print_loop(deployment_id: int) -> None:
+    """`deployments show`'s lines on the loop: the calibrations (the newest applies) and the
+    schedules over the deployment, with their last decision."""
+    from optimizer.telemetry.calibrate import relative_errors
+    from storage.deployment_calibrations import list_calibrations
+    from storage.schedules import deployment_schedules
+
+    with session() as s:
+        calibrations = list_calibrations(s, deployment_id, limit=5)
+        schedules = deployment_schedules(s, deployment_id)
+    for i, c in enumerate(calibrations):
+        held = c.fit.get("check")
+        checked = "unchecked"
+        if held is not None:
+            err = relative_errors(_floats(held["after"]), _floats(held["observed"]))
+            checked = (f"held out on {c.checked_on}: p90 TTFT {_pct(err['ttft_p90'])}, "
+                       f"ITL {_pct(err['itl_p90'])}")  # fmt: skip
+        applies = " (applies now)" if i == 0 else ""
+        console.print(f"{c.describe()}; {checked}{applies}")
+    for sc in schedules:
+        every = f"every {sc.interval_s:g} s" if sc.interval_s else f"cron {sc.cron}"
+        last = f"{sc.last_decision}: {sc.last_reason}" if sc.last_decision else "not run yet"
+        console.print(f"schedule {sc.id}: {every}, re-tunes on drift beyond "
+                      f"{sc.drift_threshold:.0%}; fired {sc.num_fired}; last {last}")  # fmt: skip

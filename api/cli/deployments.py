@@ -121,6 +121,7 @@ def show(
     console.print(table)
     if not observations:
         console.print(f"no observations yet: `servetune observe --deployment {d.id} ...`")
+    print_loop(d.id)
 
 
 @app.command("delete")
@@ -139,7 +140,7 @@ def delete(
     console.print(f"deleted deployment {deployment_id} and its observations")
 
 
-from api.cli.deployment_loop import calibrate, schedule  # noqa: E402
+from api.cli.deployment_loop import calibrate, print_loop, schedule  # noqa: E402
 
 app.command("calibrate")(calibrate)
 app.command("schedule")(schedule)

@@ -66,6 +66,9 @@ def test_calibrate_fits_checks_and_applies(cli_db: str, runner: CliRunner, tmp_p
     assert out.exit_code == 0, out.output
     assert "stored deployment calibration 1 (fitted on observation 1" in out.output
     assert "held out 2: before" in out.output and "itl p90" in out.output
+    shown = runner.invoke(app, ["deployments", "show", "1"])
+    assert "deployment calibration 1 (fitted on observation 1" in shown.output
+    assert "held out on 2: p90 TTFT" in shown.output and "(applies now)" in shown.output
     # the next window is priced with it, and says so
     third = _observe(runner, "1", _pages(tmp_path, "c", 7.0, 650, 3))
     assert "deployment calibration 1 (fitted on observation 1" in third["latency"]

@@ -124,6 +124,10 @@ def test_schedule_a_deployment(cli_db: str, runner: CliRunner) -> None:
     assert info.deployment_id == 1 and info.interval_s == 600 and info.error_threshold == 0.5
     assert info.params.window_s == 600 and info.params.gpu_types == ("h100",)
     assert info.params.source == "deployment:1" and info.trigger == "drift"
+    shown = _run(runner, "deployments", "show", "1")
+    assert "schedule 1: every 600 s, re-tunes on drift beyond 30%; fired 0; last not run yet" in (
+        " ".join(shown.output.split())
+    )
     bad = _run(runner, "deployments", "schedule", "1", "--every", "soon", *slo)
     assert bad.exit_code == 2 and "--every 'soon': expected a positive duration" in bad.output
     out = _run(runner, "deployments", "create", "--name", "q", "--config", str(CONFIG))
