@@ -167,3 +167,17 @@ def print_loop(deployment_id: int) -> None:
         last = f"{sc.last_decision}: {sc.last_reason}" if sc.last_decision else "not run yet"
         console.print(f"schedule {sc.id}: {every}, re-tunes on drift beyond "
                       f"{sc.drift_threshold:.0%}; fired {sc.num_fired}; last {last}")  # fmt: skip
+
+
+def check_deployment_model(deployment_id: int, model: str) -> None:
+    """`tune --deployment`: the deployment exists and serves the model being tuned."""
+    from storage.deployments import DeploymentNotFound, get_deployment
+
+    try:
+        with session() as s:
+            deployed = get_deployment(s, deployment_id)
+    except DeploymentNotFound as exc:
+        fail(f"--deployment: {exc} (see `servetune deployments list`)")
+    if deployed.config.model != model:
+        fail(f"--deployment {deployment_id} serves {deployed.config.model!r}, not --model "
+             f"{model!r}: its calibration prices that model")  # fmt: skip

@@ -300,26 +300,15 @@ def tune(
     if not 1 <= workers <= 64:
         fail(f"--workers: expected 1 to 64 processes, got {workers}")
     if deployment is not None:
-        _check_deployment(deployment, model)
+        from api.cli.deployment_loop import check_deployment_model
+
+        check_deployment_model(deployment, model)
     if out is not None:
         output_dir(out)  # before the study runs, not after
     outcome = run_study(request, study or f"tune-{uuid.uuid4().hex[:8]}", workers=workers)
     if out is not None:
         for p in write_outputs(outcome, out):
             console.print(f"wrote {p}")
-
-
-def _check_deployment(deployment_id: int, model: str) -> None:
-    from storage.deployments import DeploymentNotFound, get_deployment
-
-    try:
-        with session() as s:
-            deployed = get_deployment(s, deployment_id)
-    except DeploymentNotFound as exc:
-        fail(f"--deployment: {exc} (see `servetune deployments list`)")
-    if deployed.config.model != model:
-        fail(f"--deployment {deployment_id} serves {deployed.config.model!r}, not --model "
-             f"{model!r}: its calibration prices that model")  # fmt: skip
 
 
 def run_study(request: TuneRequest, name: str, *, workers: int = 1) -> TuneOutcome:
