@@ -137,7 +137,7 @@ def create_schedule(
     error too)."""
     check_project_name(project)
     check_timing(interval_s, cron)
-    over_deployment = params.deployment_id is not None and params.source.startswith("deployment:")
+    over_deployment = params.source == f"deployment:{params.deployment_id}"
     if params.stream is None and not over_deployment:
         raise ValueError(
             "a schedule re-tunes a trace stream (params.stream) or a deployment "
@@ -269,8 +269,7 @@ def record_run(
     `baseline_observation_id` when given."""
     row = _row(session, schedule.id, None)
     if advance:
-        due = row.next_run_at or now
-        row.next_run_at = next_due(interval_s=row.interval_s, cron=row.cron, after=due, now=now)
+        _advance(row, now)
     if baseline_observation_id is not None:
         row.baseline_observation_id = baseline_observation_id
     row.last_run_at = now
@@ -286,10 +285,13 @@ def record_run(
 def advance_due(session: Session, schedule: ScheduleInfo, *, now: datetime) -> None:
     """Move a claimed schedule's `next_run_at` past `now` before its slow part runs outside
     the claim's transaction (a deployment's observation): the due time is taken once."""
-    row = _row(session, schedule.id, None)
+    _advance(_row(session, schedule.id, None), now)
+    session.flush()
+
+
+def _advance(row: ScheduleRow, now: datetime) -> None:
     due = row.next_run_at or now
     row.next_run_at = next_due(interval_s=row.interval_s, cron=row.cron, after=due, now=now)
-    session.flush()
 
 
 def deployment_schedules(session: Session, deployment_id: int) -> list[ScheduleInfo]:

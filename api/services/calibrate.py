@@ -55,10 +55,10 @@ def _pick(session: Session, deployment_id: int, fit_on: int | None, check_on: in
     on it, no check)."""
     if fit_on is not None:
         return fit_on, check_on
-    ids = [o.id for o in list_observations(session, deployment_id, project=project, limit=2)]
+    # newest first; with check_on, only the observations before it (the keyset cursor)
+    newest = list_observations(session, deployment_id, project=project, limit=2, after=check_on)
+    ids = [o.id for o in newest]
     if check_on is not None:
-        ids = [o.id for o in list_observations(session, deployment_id, project=project,
-                                               limit=1000) if o.id < check_on]  # fmt: skip
         if not ids:
             raise CalibrateError(f"no observation before {check_on} to fit on; give --fit")
         return ids[0], check_on

@@ -50,7 +50,6 @@ from api.settings import get_settings
 from optimizer.config import ServingConfig
 from optimizer.latency.base import LatencySource
 from optimizer.telemetry import (
-    ObservationReport,
     ObservedWindow,
     TelemetryError,
     reconstruct_workload,
@@ -76,10 +75,10 @@ class Outcome:
     baseline_observation_id: int | None = None
 
 
-def summary(window: ObservedWindow, trace_ids: tuple[int, ...] = ()) -> WindowSummary:
+def summary(window: ObservedWindow) -> WindowSummary:
     """The drift figures of an observed window (lengths from its token histograms)."""
     return WindowSummary(
-        trace_ids=trace_ids,
+        trace_ids=(),
         num_requests=window.num_requests,
         mean_rate=window.request_rate,
         input_mean=window.prompt_tokens.mean,
@@ -89,14 +88,14 @@ def summary(window: ObservedWindow, trace_ids: tuple[int, ...] = ()) -> WindowSu
     )
 
 
-def p90_error(o: DeploymentObservation) -> float:
-    """The larger |predicted / observed - 1| of the p90 TTFT and ITL (NaN if neither)."""
+def p90_error(*pairs: tuple[float | None, float | None]) -> float:
+    """The largest |predicted / observed - 1| of (observed, predicted) p90 pairs (NaN if
+    none has both)."""
     errors = [
         abs(p / ob - 1)
-        for ob, p in ((o.ttft_p90_observed_s, o.ttft_p90_predicted_s),
-                      (o.itl_p90_observed_s, o.itl_p90_predicted_s))
+        for ob, p in pairs
         if ob is not None and p is not None and ob > 0 and math.isfinite(p)
-    ]  # fmt: skip
+    ]
     return max(errors) if errors else math.nan
 
 
@@ -161,16 +160,6 @@ def observe_and_decide(engine: Engine, schedule: ScheduleInfo, now: datetime) ->
         return _act(s, schedule, w, stored, verdict, fit)
 
 
-def _p90_errors(report: ObservationReport) -> float:
-    """The larger |predicted / observed - 1| of a report's p90 TTFT and ITL."""
-    errors = [
-        abs(c.predicted.p90 / c.observed.p90 - 1)
-        for c in (report.ttft, report.itl)
-        if c.observed.p90 > 0 and math.isfinite(c.predicted.p90)
-    ]
-    return max(errors) if errors else math.nan
-
-
 def _judge(s: Session, schedule: ScheduleInfo, observed: Observed) -> _Verdict:
     current = summary(observed.window)
     base_id = schedule.baseline_observation_id
@@ -178,7 +167,9 @@ def _judge(s: Session, schedule: ScheduleInfo, observed: Observed) -> _Verdict:
         return _Verdict((), "baseline set", True)
     try:
         baseline = summary(observed_window_of(s, schedule.deployment_id, base_id))
-        base_error = p90_error(get_observation(s, schedule.deployment_id, base_id))
+        base = get_observation(s, schedule.deployment_id, base_id)
+        base_error = p90_error((base.ttft_p90_observed_s, base.ttft_p90_predicted_s),
+                               (base.itl_p90_observed_s, base.itl_p90_predicted_s))  # fmt: skip
     except (LookupError, ValueError):
         return _Verdict((), f"baseline {base_id} is gone; new baseline", True)
     reasons = []
@@ -188,7 +179,10 @@ def _judge(s: Session, schedule: ScheduleInfo, observed: Observed) -> _Verdict:
         shifted = "; ".join(c.describe() for c in over)
         reasons.append(f"traffic drift beyond {schedule.drift_threshold:.0%} since "
                        f"observation {base_id}: {shifted}")  # fmt: skip
-    limit, error = schedule.error_threshold, _p90_errors(observed.report)
+    r = observed.report
+    limit = schedule.error_threshold
+    error = p90_error((r.ttft.observed.p90, r.ttft.predicted.p90),
+                      (r.itl.observed.p90, r.itl.predicted.p90))  # fmt: skip
     if limit is not None and error > limit and not base_error > limit:
         reasons.append(f"p90 prediction error {error:.0%} passed {limit:.0%} "
                        f"(observation {base_id}: {base_error:.0%})")  # fmt: skip

@@ -139,14 +139,21 @@ def _first_sample(prometheus: str) -> float:
     raise AssertionError("Prometheus holds no vllm series after 10 s")
 
 
-def test_observe_window_from_prometheus(
-    cli_db: str, runner: CliRunner, prometheus: str, fake_vllm: FakeVllm
-) -> None:
-    deployment = _deployment(runner, prometheus)
+def _observe_window(runner: CliRunner, prometheus: str, selector: str = '{job="vllm"}'):
+    """A deployment over `selector`, observed over the last WINDOW_S s once Prometheus
+    holds them: (deployment id, the window's end, the CLI's result)."""
+    deployment = _deployment(runner, prometheus, selector)
     _wait_for_data(WINDOW_S, prometheus)
     end = time.time() - 0.5
     out = runner.invoke(app, ["observe", "--deployment", deployment, "--window", "10s",
                               "--at", f"{end:.3f}", "--json"])  # fmt: skip
+    return deployment, end, out
+
+
+def test_observe_window_from_prometheus(
+    cli_db: str, runner: CliRunner, prometheus: str, fake_vllm: FakeVllm
+) -> None:
+    deployment, end, out = _observe_window(runner, prometheus)
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     served = fake_vllm.served(end) - fake_vllm.served(end - WINDOW_S)
@@ -172,11 +179,7 @@ def test_escaped_names_are_read_as_vllms(
 ) -> None:
     """A server whose names Prometheus stored as `vllm_...` (the colon escaped) is read as
     the same window as one stored as vLLM spells them."""
-    deployment = _deployment(runner, prometheus, '{job="vllm-escaped"}')
-    _wait_for_data(WINDOW_S, prometheus)
-    end = time.time() - 0.5
-    out = runner.invoke(app, ["observe", "--deployment", deployment, "--window", "10s",
-                              "--at", f"{end:.3f}", "--json"])  # fmt: skip
+    _, end, out = _observe_window(runner, prometheus, '{job="vllm-escaped"}')
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     served = fake_vllm.served(end) - fake_vllm.served(end - WINDOW_S)
@@ -189,11 +192,7 @@ def test_counter_resets_inside_the_window(
     cli_db: str, runner: CliRunner, prometheus: str, fake_vllm: FakeVllm
 ) -> None:
     """increase() adds across restarts; two raw instants would see a fall (or too little)."""
-    deployment = _deployment(runner, prometheus, '{job="vllm-resetting"}')
-    _wait_for_data(WINDOW_S, prometheus)
-    end = time.time() - 0.5
-    out = runner.invoke(app, ["observe", "--deployment", deployment, "--window", "10s",
-                              "--at", f"{end:.3f}", "--json"])  # fmt: skip
+    _, end, out = _observe_window(runner, prometheus, '{job="vllm-resetting"}')
     assert out.exit_code == 0, out.output
     num_resets = int((end - fake_vllm.started) // RESET_S) - int(
         (end - WINDOW_S - fake_vllm.started) // RESET_S
