@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -46,9 +47,11 @@ import yaml
 from bench_common import SERVETUNE, SHARED, prepare_database
 from scipy.optimize import nnls
 
-from optimizer.engines import NO_OVERHEAD, EngineRelease
+from optimizer.engines import CUDA_GRAPH_MAX_TOKENS, NO_OVERHEAD, EngineRelease
 from optimizer.latency.base import StepLoad, TableReach
-from optimizer.shapes import DEFAULT_PRECISION
+from optimizer.latency.launches import NO_HOST_FLOOR, HostFloor, count_launches
+from optimizer.parallel import DENSE_LAYOUT
+from optimizer.shapes import DEFAULT_PRECISION, get_shape
 from optimizer.sim import simulate
 from optimizer.validation.devset import (
     ClosedLoopRun,
@@ -99,6 +102,9 @@ def steps_section(url: str, fit: bool) -> None:
     groups = {}
     for tp in (1, 2, 4, 8):
         table = source.for_instance("b300", tp, reach, DEFAULT_PRECISION, engine=STEPS_RELEASE)
+        raw = replace(table, host=NO_HOST_FLOOR)  # the kernels alone, for the fit
+        n = count_launches(get_shape("qwen3-32b"), tp, DENSE_LAYOUT)
+        launches = HostFloor(CUDA_GRAPH_MAX_TOKENS, n.piecewise, n.eager)
         steps = read_forward_pass_metrics(FPM / f"tp{tp}_ep1_past4096" / "fpm_metrics_detail.csv")
         per: dict[StepPhase, list[float]] = defaultdict(list)
         for s in steps:
@@ -107,7 +113,8 @@ def steps_section(url: str, fit: bool) -> None:
             by_phase[s.phase].append(err)
             if s.phase is StepPhase.MIXED and len(s.load.prefill_q) == 1:
                 single.append(err)
-            groups.setdefault(f"{s.phase}-tp{tp}", []).append((s, table.kernel_time_s(s.load)))
+            host = launches.floor_s(s.load.num_tokens, bool(s.load.prefill_q))
+            groups.setdefault(f"{s.phase}-tp{tp}", []).append((s, raw.kernel_time_s(s.load), host))
         print(f" TP{tp}: " + ", ".join(
             f"{p.value} {_median_abs(e):.1%} ({statistics.median(e):+.1%}, n={len(e)})"
             for p, e in per.items()
@@ -122,11 +129,12 @@ def steps_section(url: str, fit: bool) -> None:
         # The fit reads the kernels as tabulated without the engine's scale.
         g = STEPS_RELEASE.generation
         scale = g.kernel_scale("b300")
-        unscaled = {k: [(s, kern / scale) for s, kern in v] for k, v in groups.items()}
+        unscaled = {k: [(s, kern / scale, n) for s, kern, n in v] for k, v in groups.items()}
         f = fit_async_step_pricing(unscaled)
         print(f" fitted (V1 async, B300): kernel scale {f.kernel_scale:.3f}, exposed "
-              f"{f.exposed.describe()}, CPU {f.cpu.describe()} ({f.num_steps} steps, "
-              f"{f.num_dropped} dropped)")  # fmt: skip
+              f"{f.exposed.describe()}, CPU {f.cpu.describe()}, host "
+              f"{f.host_launch_s * 1e6:.1f} us per launch outside CUDA graphs "
+              f"({f.num_steps} steps, {f.num_dropped} dropped)")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- closed loop

@@ -164,6 +164,9 @@ class EngineGeneration:
     calibrated_on: str
     # By accelerator preset (its chip): measured per-step timings / the tables' kernels.
     kernel_scales: tuple[tuple[str, float], ...] = ()
+    # The host's time per kernel launch outside CUDA graphs: a forward lasts at least its
+    # launches (`optimizer.latency.launches`); 0: not priced (not measured for the release).
+    host_launch_s: float = 0.0
 
     def kernel_scale(self, accelerator_family: str) -> float:
         """The kernels' scale on this chip in a sustained forward (1 where unmeasured)."""
@@ -180,7 +183,11 @@ V0_OVERHEAD = EngineOverhead(base_s=1.32e-3, per_seq_s=76e-6, per_token_s=2.93e-
 # slower in the engine than the B300 tables measured them alone, 36.7 us per sequence is
 # not hidden, and the CPU work, 1.96 ms a step, shows on the first step after an idle
 # gap (nothing to overlap it with). The kernel scale is the B300's; other chips have no
-# per-step measurements and keep their tables' timings.
+# per-step measurements and keep their tables' timings. The host spends 18.0 us per kernel
+# launch outside CUDA graphs (`optimizer.latency.launches`): a forward lasts at least its
+# launches, which binds Qwen3-32B's eager steps (> 512 tokens) at TP 8. Fitted jointly
+# with the rest (the per-launch time on a grid, the rest by least squares at each).
+V1_HOST_LAUNCH_S = 18.0e-6
 V1_EXPOSED = EngineOverhead(per_seq_s=36.7e-6)
 V1_CPU = EngineOverhead(base_s=1.96e-3)
 V1_KERNEL_SCALES = (("b300", 1.079),)
@@ -230,6 +237,7 @@ GENERATIONS = (
         async_scheduling=True,
         calibrated_on=V1_ASYNC_CALIBRATION,
         kernel_scales=V1_KERNEL_SCALES,
+        host_launch_s=V1_HOST_LAUNCH_S,
     ),
 )
 _BY_KEY = {g.key: g for g in GENERATIONS}
@@ -289,7 +297,10 @@ class EngineRelease:
     def key(self) -> str:
         """What a compiled table depends on: the generation, its rules and overheads."""
         g = self.generation
-        return f"{g.key}|{self.rules!r}|{g.kernel_scales!r}|{g.overhead!r}|{g.cpu!r}"
+        return (
+            f"{g.key}|{self.rules!r}|{g.kernel_scales!r}|{g.overhead!r}|{g.cpu!r}"
+            f"|{g.host_launch_s!r}"
+        )
 
     @property
     def label(self) -> str:

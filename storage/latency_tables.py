@@ -1,7 +1,7 @@
 """Compiled latency tables, cached in the database: every process and machine that shares
 it compiles a table once.
 
-Payloads are opaque bytes (`optimizer.latency.table.table_to_bytes`), keyed by a
+Payloads are opaque bytes (`optimizer.latency.table_bytes.table_to_bytes`), keyed by a
 string naming the fitted model, shape, accelerator, TP degree and grid tier. A
 table of a stored model is deleted with the model. Writers race safely: the key
 is unique, and a writer that loses keeps the winner's row.

@@ -34,7 +34,8 @@ from optimizer.latency.evaluate import evaluate_holdout
 from optimizer.latency.fit import fit_latency_model
 from optimizer.latency.model import FitOptions, LatencyModel, LatencyModelError
 from optimizer.latency.persist import PAYLOAD_SCHEMA_VERSION, dump_model, feature_names, load_model
-from optimizer.latency.table import CompiledStepLatency, table_from_bytes, table_to_bytes
+from optimizer.latency.table import CompiledStepLatency
+from optimizer.latency.table_bytes import table_from_bytes, table_to_bytes
 from optimizer.records import OpKind
 from optimizer.shapes import ModelShape, get_shape
 from optimizer.validation.api import calibrated_source

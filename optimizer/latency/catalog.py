@@ -54,11 +54,8 @@ from optimizer.latency.compile import (  # StepPricing, step_pricing: re-exporte
 from optimizer.latency.model import LatencyModel
 from optimizer.latency.moe import check_layout
 from optimizer.latency.roofline import RooflineOptions
-from optimizer.latency.table import (
-    TABLE_FORMAT,
-    CompiledStepLatency,
-    TableGrid,
-)
+from optimizer.latency.table import CompiledStepLatency, TableGrid
+from optimizer.latency.table_bytes import TABLE_FORMAT
 from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
 from optimizer.shapes import DEFAULT_PRECISION, ModelShape, Precision
 
@@ -70,11 +67,13 @@ PRICING_MODULES = (
     "optimizer.latency.compose",
     "optimizer.latency.features",
     "optimizer.latency.iterations",
+    "optimizer.latency.launches",
     "optimizer.latency.mla",
     "optimizer.latency.model",
     "optimizer.latency.moe",
     "optimizer.latency.roofline",
     "optimizer.latency.table",
+    "optimizer.latency.table_bytes",
     "optimizer.parallel",
 )
 

@@ -18,6 +18,7 @@ from optimizer.engines import (
 )
 from optimizer.hardware import Accelerator, get_accelerator
 from optimizer.latency.compose import Pricing
+from optimizer.latency.launches import HostFloor, host_floor
 from optimizer.latency.model import LatencyModel
 from optimizer.latency.roofline import ROOFLINE_LABEL, RooflineOptions, RooflinePricer
 from optimizer.latency.table import CompiledStepLatency, TableGrid, compile_step_latency
@@ -36,6 +37,7 @@ class StepPricing:
     overhead: EngineOverhead
     hidden: EngineOverhead
     engine: str
+    host_launch_s: float = 0.0  # the host's time per launch outside CUDA graphs
 
 
 def step_pricing(
@@ -48,19 +50,21 @@ def step_pricing(
     (servetune's reference engine) keeps the legacy rules and its fitted constant and
     scale; any other is priced as the engine release runs a step (`optimizer.engines`):
     a synchronous engine's CPU work adds to each step, an asynchronous one's bounds it
-    below. `overhead`, when given, replaces both (nothing hidden)."""
+    below; a forward lasts at least its launches outside CUDA graphs at the generation's
+    `host_launch_s`. `overhead`, when given, replaces both (nothing hidden)."""
     if model is not None and model.overhead_s is not None:
         own = EngineOverhead.constant(model.overhead_s) if overhead is None else overhead
         return StepPricing(LEGACY_RULES, 1.0, own, NO_OVERHEAD, "servetune reference engine")
     g = engine.generation
     scale = g.kernel_scale(accelerator.family) if accelerator is not None else 1.0
+    host = g.host_launch_s
     if overhead is not None:
-        return StepPricing(engine.rules, scale, overhead, NO_OVERHEAD, engine.label)
+        return StepPricing(engine.rules, scale, overhead, NO_OVERHEAD, engine.label, host)
     if g.async_scheduling:
-        return StepPricing(engine.rules, scale, g.overhead, g.cpu, engine.label)
+        return StepPricing(engine.rules, scale, g.overhead, g.cpu, engine.label, host)
     exposed = EngineOverhead(*(a + b for a, b in zip(astuple(g.overhead), astuple(g.cpu),
                                                      strict=True)))  # fmt: skip
-    return StepPricing(engine.rules, scale, exposed, NO_OVERHEAD, engine.label)
+    return StepPricing(engine.rules, scale, exposed, NO_OVERHEAD, engine.label, host)
 
 
 def compile_learned(
@@ -84,7 +88,7 @@ def compile_learned(
     label = f"learned ({model.source})" if model.source else "learned"
     return compile_step_latency(
         pricing, how.overhead, label=label, is_estimate=False, grid=grid, hidden=how.hidden,
-        engine=how.engine,
+        engine=how.engine, host=_host(pricing, how),
     )  # fmt: skip
 
 
@@ -108,5 +112,9 @@ def compile_roofline(
     )  # fmt: skip
     return compile_step_latency(
         pricing, how.overhead, label=ROOFLINE_LABEL, is_estimate=True, grid=grid,
-        hidden=how.hidden, engine=how.engine,
+        hidden=how.hidden, engine=how.engine, host=_host(pricing, how),
     )  # fmt: skip
+
+
+def _host(pricing: Pricing, how: StepPricing) -> HostFloor:
+    return host_floor(pricing.shape, pricing.tp, pricing.layout, how.rules, how.host_launch_s)

@@ -20,22 +20,22 @@ sequences decoding, tokens in a chunk, KV length of a request): `TableGrid.cover
 picks a grid up to the next power of two of each bound (so a few tiers serve every
 run), a prefix of the full grid. Every table point inside it, the running maxima
 included, equals the full grid's, so a run's steps cost exactly what they cost on
-the full grid. `table_to_bytes` / `table_from_bytes` store a compiled table
-(NumPy's format, no pickle).
+the full grid. A step's kernels last at least the host's launches outside CUDA graphs
+(`HostFloor`, `optimizer.latency.launches`). `optimizer.latency.table_bytes` stores a
+compiled table.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from optimizer.engines import NO_OVERHEAD, EngineOverhead
 from optimizer.latency.base import StepLoad, TableReach
 from optimizer.latency.compose import Pricing
+from optimizer.latency.launches import NO_HOST_FLOOR, HostFloor
 from optimizer.shapes import DEFAULT_PRECISION
 
 TOKEN_STEP = 8
@@ -117,6 +117,7 @@ class CompiledStepLatency:
     hidden: EngineOverhead = NO_OVERHEAD
     engine: str = ""  # how it was priced, e.g. "vLLM 0.20, V1 with async scheduling"
     layout: str = ""  # the MoE layout it was priced for (`ExpertLayout.key`; "" dense)
+    host: HostFloor = NO_HOST_FLOOR  # the host's launches outside CUDA graphs bound kernels
 
     # -- scalar path ---------------------------------------------------------------
     def _tokens(self, table: list[float], n: int) -> float:
@@ -132,7 +133,8 @@ class CompiledStepLatency:
         return _interpolate(table, x, n_x, y, self.ppo, self.n_kv)
 
     def kernel_time_s(self, load: StepLoad) -> float:
-        """The step's kernels alone (no engine overhead), seconds."""
+        """The step's kernels alone (no engine overhead), seconds: at least the host's
+        launches of a forward outside CUDA graphs (`host`)."""
         # Part of the simulator's hottest call: tables and sizes are read into locals
         # once, the common in-range token lookups are inlined (`_tokens`: the tail).
         dense = self.dense_ms
@@ -158,6 +160,10 @@ class CompiledStepLatency:
             ms += extra * _interpolate(
                 decode[qd - 1], b, self.n_b, load.decode_kv_tokens / b, self.ppo, self.n_kv
             )
+        host = self.host
+        if host.graph_tokens:
+            floor = host.floor_s(n, bool(prefill_q))
+            return floor if floor > ms * 1e-3 else ms * 1e-3
         return ms * 1e-3
 
     def step_time_s(self, load: StepLoad) -> float:
@@ -230,8 +236,14 @@ class CompiledStepLatency:
         kv_mean = np.asarray(decode_kv_tokens, dtype=np.float64) / np.maximum(b, 1.0)
         dec = self._bilinear_np(np.asarray(self.decode_ms[qd - 1]), b, self.n_b, kv_mean)
         ms += np.where(b > 0, dec * (decode_q / qd), 0.0)
+        kernels = ms * 1e-3
+        host = self.host
+        if host.graph_tokens:
+            piecewise = np.where(q > 0, host.piecewise_s, 0.0)
+            floor = np.where(tok > host.graph_tokens, host.eager_s, piecewise)
+            kernels = np.maximum(kernels, floor)
         seqs = b + (q > 0)
-        t = self.overhead.step_s(seqs, tok.astype(np.float64)) + ms * 1e-3
+        t = self.overhead.step_s(seqs, tok.astype(np.float64)) + kernels
         return np.maximum(t, self.hidden.step_s(seqs, tok.astype(np.float64)))
 
 
@@ -277,10 +289,12 @@ def compile_step_latency(
     grid: TableGrid | None = None,
     hidden: EngineOverhead | None = None,
     engine: str = "",
+    host: HostFloor = NO_HOST_FLOOR,
 ) -> CompiledStepLatency:
     """Tabulate `pricing` for one shape, accelerator and TP degree (calls the models once).
     `overhead` adds to every step; `hidden` (async scheduling) is the CPU work a step lasts
-    at least; `engine` names the release it was priced as."""
+    at least; `host` the host's launches a step's kernels last at least; `engine` names
+    the release it was priced as."""
     grid = grid or TableGrid()
     if grid.max_tokens % TOKEN_STEP or grid.max_tokens < 2 * TOKEN_STEP:
         raise ValueError(f"TableGrid.max_tokens must be a multiple of {TOKEN_STEP}, >= 16")
@@ -325,73 +339,5 @@ def compile_step_latency(
         hidden=hidden,
         engine=engine,
         layout=pricing.layout.key,
-    )
-
-
-_TABLES = ("dense_ms", "lm_head_ms", "prefill_ms")
-# Of table_to_bytes (bump when the document's layout changes; what a table's numbers
-# depend on is in its store key, `catalog.LatencyCatalog`). 2: tables honour the shape's
-# precision (FP8 GEMMs, FP8 KV cache) and record it. 4: the hidden (async) CPU work and
-# the engine release. Format 4 gained an optional "layout" entry (the MoE layout's key;
-# absent: "", the dense layout), compatibly: documents without it read as before.
-TABLE_FORMAT = 4
-
-
-def table_to_bytes(table: CompiledStepLatency) -> bytes:
-    """A compiled table as one .npz document (float64 arrays + JSON metadata)."""
-    meta = {
-        "format": TABLE_FORMAT,
-        "shape_name": table.shape_name,
-        "accelerator": table.accelerator,
-        "tp": table.tp,
-        "is_estimate": table.is_estimate,
-        "label": table.label,
-        "estimated_ops": list(table.estimated_ops),
-        "overhead": asdict(table.overhead),
-        "ppo": table.ppo,
-        "n_kv": table.n_kv,
-        "n_q": table.n_q,
-        "n_b": table.n_b,
-        "grid": asdict(table.grid),
-        "precision": table.precision,
-        "hidden": asdict(table.hidden),
-        "engine": table.engine,
-    }
-    if table.layout:
-        meta["layout"] = table.layout
-    arrays = {name: np.asarray(getattr(table, name), dtype=np.float64) for name in _TABLES}
-    arrays["decode_ms"] = np.asarray(table.decode_ms, dtype=np.float64)
-    buf = io.BytesIO()
-    np.savez(buf, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
-    return buf.getvalue()
-
-
-def table_from_bytes(data: bytes) -> CompiledStepLatency:
-    """Inverse of `table_to_bytes`; ValueError when the document is not one."""
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            meta = json.loads(npz["meta"].tobytes().decode())
-            arrays = {name: npz[name].tolist() for name in (*_TABLES, "decode_ms")}
-    except (OSError, KeyError, ValueError) as exc:
-        raise ValueError(f"not a compiled latency table: {exc}") from exc
-    if meta.get("format") != TABLE_FORMAT:
-        raise ValueError(f"compiled table format {meta.get('format')!r}, expected {TABLE_FORMAT}")
-    return CompiledStepLatency(
-        shape_name=meta["shape_name"],
-        accelerator=meta["accelerator"],
-        tp=meta["tp"],
-        is_estimate=meta["is_estimate"],
-        label=meta["label"],
-        estimated_ops=tuple(meta["estimated_ops"]),
-        overhead=EngineOverhead(**meta["overhead"]),
-        ppo=meta["ppo"],
-        n_kv=meta["n_kv"],
-        n_q=meta["n_q"],
-        n_b=meta["n_b"],
-        grid=TableGrid(**meta["grid"]),
-        precision=meta["precision"],
-        hidden=EngineOverhead(**meta["hidden"]),
-        engine=meta["engine"],
-        layout=meta.get("layout", ""),
-        **arrays,
+        host=host,
     )

@@ -151,40 +151,69 @@ class StepPricingFit:
     kernel_scale: float
     exposed: EngineOverhead
     cpu: EngineOverhead
+    host_launch_s: float
     num_steps: int
     num_dropped: int
 
 
+# Where the host's time per launch is looked for (`fit_async_step_pricing`): 0-60 us.
+HOST_LAUNCH_GRID_S = tuple(i * 0.5e-6 for i in range(121))
+
+
 def fit_async_step_pricing(
-    groups: dict[str, Sequence[tuple[MeasuredStep, float]]],
+    groups: dict[str, Sequence[tuple[MeasuredStep, float, float]]],
+    host_grid_s: Sequence[float] = HOST_LAUNCH_GRID_S,
 ) -> StepPricingFit:
-    """Fit `step = scale x kernels + per_seq x sequences` on steady steps and `+ cpu` on
-    synchronous ones (`synchronous`), by non-negative least squares on relative error,
-    each group (e.g. a step type at one TP degree) weighed alike. `groups` maps a name to
-    (step, its kernels' seconds as tabulated). Steps the kernels miss by more than 2x are
-    dropped: with async scheduling a step's record can take in its neighbour's time."""
+    """Fit `step = max(scale x kernels, launches x host) + per_seq x sequences` on steady
+    steps, `+ cpu` on synchronous ones (`synchronous`). `groups` maps a name (e.g. a step
+    type at one TP degree) to (step, its kernels' seconds as tabulated, the host's kernel
+    launches of its forward: 0 in a full CUDA graph, `optimizer.latency.launches`).
+
+    For each host time per launch on `host_grid_s` the rest is a non-negative least
+    squares on relative error, each group weighed alike, over the steps predicted within
+    2x (with async scheduling a step's record can take in its neighbour's time); the
+    host time kept is the one whose fit has the least mean, over groups, of the median
+    |error| of all the group's steps."""
     from scipy.optimize import nnls
 
-    rows, rhs = [], []
-    kept = dropped = 0
-    for members in groups.values():
-        usable = [(s, k) for s, k in members if 0.5 < k / s.latency_s < 2.0]
-        dropped += len(members) - len(usable)
-        if not usable:
+    rows = [(g, s, k, n) for g, members in enumerate(groups.values())
+            for s, k, n in members]  # fmt: skip
+    if len(rows) < 3:
+        raise ValidationError(f"fitting step pricing needs >= 3 steps, got {len(rows)}")
+    group = np.array([r[0] for r in rows])
+    latency = np.array([r[1].latency_s for r in rows])
+    kernels = np.array([r[2] for r in rows])
+    launches = np.array([r[3] for r in rows], dtype=np.float64)
+    seqs = np.array([r[1].load.num_decode_seqs + len(r[1].load.prefill_q) for r in rows])
+    sync = np.array([float(synchronous(r[1])) for r in rows])
+    sizes = np.bincount(group)
+    best: tuple[float, StepPricingFit] | None = None
+    for host in host_grid_s:
+        floor = launches * host
+        usable = (np.maximum(kernels, floor) / latency > 0.5) & (
+            np.maximum(kernels, floor) / latency < 2.0
+        )
+        if usable.sum() < 3:
             continue
-        weight = 1.0 / math.sqrt(len(usable))
-        for step, kernels in usable:
-            load = step.load
-            seqs = load.num_decode_seqs + len(load.prefill_q)
-            rows.append(np.array([kernels, seqs, float(synchronous(step))]) * weight
-                        / step.latency_s)  # fmt: skip
-            rhs.append(weight)
-            kept += 1
-    if kept < 3:
-        raise ValidationError(f"fitting step pricing needs >= 3 usable steps, got {kept}")
-    (scale, per_seq, cpu), _ = nnls(np.array(rows), np.array(rhs))
-    return StepPricingFit(float(scale), EngineOverhead(per_seq_s=float(per_seq)),
-                          EngineOverhead(base_s=float(cpu)), kept, dropped)  # fmt: skip
+        weight = 1.0 / np.sqrt(np.bincount(group[usable], minlength=len(sizes))[group])
+        scale = 1.0
+        for _ in range(3):  # which steps the host bounds depends on the scale
+            bound = floor > scale * kernels
+            a = np.column_stack([np.where(bound, 0.0, kernels), seqs, sync]) / latency[:, None]
+            b = 1.0 - np.where(bound, floor, 0.0) / latency
+            w = (weight * usable)[:, None]
+            (scale, per_seq, cpu), _ = nnls(a * w, b * w[:, 0])
+        predicted = np.maximum(scale * kernels, floor) + per_seq * seqs + cpu * sync
+        error = np.abs(predicted / latency - 1.0)
+        score = float(np.mean([np.median(error[group == g]) for g in range(len(sizes))]))
+        fit = StepPricingFit(float(scale), EngineOverhead(per_seq_s=float(per_seq)),
+                             EngineOverhead(base_s=float(cpu)), float(host),
+                             int(usable.sum()), int((~usable).sum()))  # fmt: skip
+        if best is None or score < best[0]:
+            best = (score, fit)
+    if best is None:
+        raise ValidationError("fitting step pricing found no host time with >= 3 usable steps")
+    return best[1]
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,8 @@ from optimizer.latency.persist import (
     load_model,
 )
 from optimizer.latency.roofline import RooflinePricer
-from optimizer.latency.table import TableGrid, table_from_bytes, table_to_bytes
+from optimizer.latency.table import TableGrid
+from optimizer.latency.table_bytes import table_from_bytes, table_to_bytes
 from optimizer.records import KernelSample, OpKind
 from optimizer.shapes import DEFAULT_PRECISION, Precision, get_shape
 

@@ -17,7 +17,7 @@ from optimizer.latency.model import FitOptions, LatencyModelError
 from optimizer.latency.moe import expert_tokens, moe_block_ms
 from optimizer.latency.persist import dump_model, load_model
 from optimizer.latency.roofline import RooflinePricer
-from optimizer.latency.table import table_from_bytes, table_to_bytes
+from optimizer.latency.table_bytes import table_from_bytes, table_to_bytes
 from optimizer.parallel import ExpertLayout
 from optimizer.records import KernelSample, OpKind
 from optimizer.shape_parts import MoESpec

@@ -221,7 +221,7 @@ def test_a_run_prices_its_reach_exactly_as_the_full_grid(learned) -> None:
 def test_the_catalog_grows_a_table_for_a_larger_reach_and_stores_tables() -> None:
     from optimizer.latency import TableReach
     from optimizer.latency.catalog import LatencyCatalog, LoadedModel
-    from optimizer.latency.table import table_from_bytes, table_to_bytes
+    from optimizer.latency.table_bytes import table_from_bytes, table_to_bytes
 
     class Store:
         def __init__(self) -> None:
@@ -279,7 +279,7 @@ def test_a_stored_table_is_never_read_back_by_another_pricing(monkeypatch) -> No
     from optimizer.latency import TableReach
     from optimizer.latency import catalog as catalog_module
     from optimizer.latency.catalog import LatencyCatalog
-    from optimizer.latency.table import table_from_bytes, table_to_bytes
+    from optimizer.latency.table_bytes import table_from_bytes, table_to_bytes
 
     class Store:
         def __init__(self) -> None:
@@ -347,7 +347,8 @@ def test_engine_overhead_grows_with_sequences_and_tokens() -> None:
     the same table without overhead, in the scalar and batch paths and after storage."""
     from optimizer.engines import NO_OVERHEAD, EngineOverhead
     from optimizer.latency.roofline import RooflineOptions
-    from optimizer.latency.table import TableGrid, table_from_bytes, table_to_bytes
+    from optimizer.latency.table import TableGrid
+    from optimizer.latency.table_bytes import table_from_bytes, table_to_bytes
 
     grid = TableGrid(max_tokens=1024, max_log2_q=10, max_log2_kv=12, max_log2_batch=5)
     acc = get_accelerator("h100")
