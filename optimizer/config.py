@@ -317,6 +317,12 @@ def _validate(cfg: ServingConfig) -> None:
                 f"{where}.tp: {inst.tp} does not divide {shape.name}'s {shape.num_heads} "
                 f"attention heads / {shape.num_kv_heads} KV heads"
             )
+        gdn = shape.gdn
+        if gdn is not None and (gdn.num_key_heads % inst.tp or gdn.num_value_heads % inst.tp):
+            raise ConfigError(
+                f"{where}.tp: {inst.tp} does not divide {shape.name}'s Gated DeltaNet "
+                f"{gdn.num_key_heads} key heads / {gdn.num_value_heads} value heads"
+            )
         role = Role.PREFILL if where == "config.prefill" else Role.DECODE
         blocks = kv_capacity_blocks(deployed, inst, cfg.drafter(role, inst))
         if blocks <= 0:
