@@ -52,6 +52,7 @@ from optimizer.memory import (
     DraftFootprint,
     activation_reserve_bytes,
     kv_capacity_blocks,
+    state_blocks_per_sequence,
     weight_bytes_per_gpu,
 )
 from optimizer.parallel import DENSE_LAYOUT
@@ -76,6 +77,7 @@ class RolePlan:
     instance: InstanceConfig
     count: int
     kv_blocks: int  # KV blocks per DP rank (each rank has its own cache; dp 1: the instance)
+    state_blocks: int = 0  # blocks each running sequence holds for its Gated DeltaNet state
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,10 +183,14 @@ class ServingConfig:
                 (Role.PREFILL, self.prefill, self.num_prefill),
                 (Role.DECODE, self.decode, self.num_decode),
             )
-        return tuple(
-            RolePlan(role, inst, n, kv_capacity_blocks(shape, inst, self.drafter(role, inst)))
-            for role, inst, n in parts
-        )
+        plans = []
+        for role, inst, n in parts:
+            draft = self.drafter(role, inst)
+            blocks = kv_capacity_blocks(shape, inst, draft)
+            plans.append(
+                RolePlan(role, inst, n, blocks, state_blocks_per_sequence(shape, inst, draft))
+            )
+        return tuple(plans)
 
     def drafter(self, role: Role, inst: InstanceConfig) -> DraftFootprint | None:
         """The drafter on one instance of `role` (a prefill instance does not speculate)."""
@@ -317,6 +323,12 @@ def _validate(cfg: ServingConfig) -> None:
                 f"{where}.tp: {inst.tp} does not divide {shape.name}'s {shape.num_heads} "
                 f"attention heads / {shape.num_kv_heads} KV heads"
             )
+        gdn = shape.gdn
+        if gdn is not None and (gdn.num_key_heads % inst.tp or gdn.num_value_heads % inst.tp):
+            raise ConfigError(
+                f"{where}.tp: {inst.tp} does not divide {shape.name}'s Gated DeltaNet "
+                f"{gdn.num_key_heads} key heads / {gdn.num_value_heads} value heads"
+            )
         role = Role.PREFILL if where == "config.prefill" else Role.DECODE
         blocks = kv_capacity_blocks(deployed, inst, cfg.drafter(role, inst))
         if blocks <= 0:
@@ -342,8 +354,11 @@ def _validate(cfg: ServingConfig) -> None:
                 f"{where}: with chunked prefill off, max_num_batched_tokens "
                 f"({inst.max_num_batched_tokens}) must be >= max_model_len ({mml}) (vLLM rule)"
             )
-        if mml is not None and mml > blocks * inst.block_size:
+        # One sequence's Gated DeltaNet state comes out of the same blocks (0 without).
+        tokens = blocks - state_blocks_per_sequence(deployed, inst, cfg.drafter(role, inst))
+        tokens *= inst.block_size
+        if mml is not None and mml > tokens:
             raise ConfigError(
                 f"{where}: max_model_len {mml} exceeds the KV cache capacity of "
-                f"{blocks * inst.block_size} tokens (vLLM refuses to start)"
+                f"{tokens} tokens (vLLM refuses to start)"
             )

@@ -10,7 +10,7 @@ see `profiler.kernels` for the tensor shapes):
 
 | op | num_tokens | n | k | others |
 |---|---|---|---|---|
-| qkv_proj | T | (a/t + 2·max(1, g/t))·d | h | |
+| qkv_proj | T | (a/t + 2·max(1, g/t))·d; (2a/t + 2·max(1, g/t))·d with an output gate | h | |
 | attn_out_proj | T | h | a·d/t | |
 | mlp_up | T | 2f/t (f/t if not gated) | h | |
 | mlp_down | T | h | f/t | |
@@ -24,6 +24,10 @@ see `profiler.kernels` for the tensor shapes):
 | moe_dispatch, moe_combine | T per rank | 0 | h | top-k, E, EP (below) |
 | mla_prefill(_fp8kv) | batch·q_len | kv_lora_rank | h | batch, q_len = kv_len, heads, d (below) |
 | mla_decode(_fp8kv) | batch | kv_lora_rank | h | batch, q_len = 1, kv_len, heads, d (below) |
+
+With `ModelShape.attn_output_gate` (Qwen3-Next, Qwen3.5) the query projection also yields
+the per-head output gate: a/t·d more columns. Gated DeltaNet layers (`ModelShape.gdn`)
+have no row here; `check_tp` only checks that tp splits their heads.
 
 MoE rows reuse the columns: batch_size = experts per token (top-k), num_heads = routed
 experts E, tp = the MoE's tensor-split degree, num_gpus = its expert-parallel degree
@@ -65,6 +69,7 @@ class RankDims:
     vocab: int
     gated: bool
     dtype_bytes: int
+    attn_output_gate: bool = False  # the query projection also yields a gate of a/t·d
 
     @classmethod
     def of(cls, shape: ModelShape, tp: int) -> RankDims:
@@ -78,12 +83,14 @@ class RankDims:
             vocab=math.ceil(shape.vocab_size / tp),
             gated=shape.gated_mlp,
             dtype_bytes=shape.dtype_bytes,
+            attn_output_gate=shape.attn_output_gate,
         )
 
 
 def check_tp(shape: ModelShape, tp: int) -> None:
     """TP degree `tp` must split heads and the dense MLP evenly (KV heads split or
-    replicate); a MoE's experts are checked against its layout (`latency.moe`)."""
+    replicate), and Gated DeltaNet's key and value heads (vLLM divides them); a MoE's
+    experts are checked against its layout (`latency.moe`)."""
     problems = []
     if tp < 1:
         problems.append("it must be >= 1")
@@ -96,6 +103,12 @@ def check_tp(shape: ModelShape, tp: int) -> None:
         all_moe = moe is not None and moe.num_moe_layers(shape.num_layers) == shape.num_layers
         if shape.intermediate_size % tp and not all_moe:  # a dense MLP somewhere
             problems.append(f"intermediate_size {shape.intermediate_size} is not a multiple")
+        gdn = shape.gdn
+        if gdn is not None and (gdn.num_key_heads % tp or gdn.num_value_heads % tp):
+            problems.append(
+                f"gdn num_key_heads {gdn.num_key_heads} / num_value_heads "
+                f"{gdn.num_value_heads} are not multiples"
+            )
     if problems:
         raise ValueError(f"tp degree {tp} does not fit shape {shape.name}: {'; '.join(problems)}")
 
@@ -104,7 +117,8 @@ def gemm_nk(op: OpKind, dims: RankDims) -> tuple[int, int]:
     """The (n, k) GEMM shape of a projection op on one rank."""
     h, d = dims.hidden, dims.head_dim
     if op is OpKind.QKV_PROJ:
-        return (dims.heads + 2 * dims.kv_heads) * d, h
+        queries = (2 if dims.attn_output_gate else 1) * dims.heads
+        return (queries + 2 * dims.kv_heads) * d, h
     if op is OpKind.ATTN_OUT_PROJ:
         return h, dims.heads * d
     if op is OpKind.MLP_UP:

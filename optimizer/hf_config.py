@@ -12,9 +12,16 @@ MoE every n-th layer (`decoder_sparse_step`, `interleave_moe_layer_step`); Llama
 nested `text_config`; latent attention (`kv_lora_rank`, `q_lora_rank`,
 `qk_rope_head_dim`, `qk_nope_head_dim`, `v_head_dim`); sliding-window layers
 (`sliding_window` with gpt-oss's `layer_types`, off under `use_sliding_window: false`);
-and the `quantization_config` (or ModelOpt's `hf_quant_config.json` beside the file):
-see `hf_quant`. A field the shape cannot honour (linear-attention layers, MoE layers not
-at the end, two keys that disagree) is a ShapeError naming the file and the key.
+Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5 / 3.6: `_GDN_MODEL_TYPES`): `layer_types`
+of "linear_attention" and "full_attention", or without them every
+`full_attention_interval`-th layer full attention (transformers' default 4), the
+`linear_*` head counts and widths, `mamba_ssm_dtype` (the recurrent state's, default the
+activation dtype as vLLM's --mamba-ssm-cache-dtype auto) and `attn_output_gate`
+(default on: vLLM's Qwen3-Next attention gates unless told not to); their MTP module
+(`mtp_num_hidden_layers`) and vision tower are left out. And the `quantization_config` (or
+ModelOpt's `hf_quant_config.json` beside the file): see `hf_quant`. A field the shape
+cannot honour (other linear attention, such as MiniMax's `attn_type_list` 0, MoE layers
+not at the end, two keys that disagree) is a ShapeError naming the file and the key.
 """
 
 from __future__ import annotations
@@ -24,11 +31,17 @@ from pathlib import Path
 
 from optimizer.hf_quant import read_kv_cache_dtype, read_quantization
 from optimizer.model_shape import ModelShape
-from optimizer.shape_parts import DTYPE_BYTES, MLASpec, MoESpec, ShapeError
+from optimizer.shape_parts import DTYPE_BYTES, GatedDeltaNetSpec, MLASpec, MoESpec, ShapeError
 
 _NUM_EXPERTS_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 _TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
 _LAYER_TYPES = ("full_attention", "sliding_attention")
+# Gated DeltaNet hybrids: Qwen3-Next and Qwen3.5 / 3.6 (Qwen3.6 ships Qwen3.5's types),
+# the ConditionalGeneration wrappers' text_config included.
+_GDN_MODEL_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
+_GDN_LAYER_TYPES = ("full_attention", "linear_attention")
+_GDN_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+             "linear_value_head_dim")  # fmt: skip
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -64,9 +77,9 @@ def _one_of(cfg: dict, keys: tuple[str, ...], path: Path) -> int | None:
 def _moe_spec(cfg: dict, path: Path, num_layers: int) -> tuple[MoESpec | None, int]:
     """The MoE spec (None for a dense model) and the dense layers' MLP width."""
     num_experts = _one_of(cfg, _NUM_EXPERTS_KEYS, path)
-    dense_width = _int(cfg, "intermediate_size", path)
+    dense_width = _int(cfg, "intermediate_size", path, default=0)
     if not num_experts:
-        return None, dense_width
+        return None, _int(cfg, "intermediate_size", path)
     top_k = _one_of(cfg, _TOP_K_KEYS, path)
     if top_k is None:
         raise ShapeError(f"{path}: num_experts_per_tok is missing for a MoE config")
@@ -113,6 +126,10 @@ def _moe_spec(cfg: dict, path: Path, num_layers: int) -> tuple[MoESpec | None, i
     spec.check(str(path))
     if spec.num_moe_layers(num_layers) == 0:
         raise ShapeError(f"{path}: first_k_dense_replace {first_dense} leaves no MoE layer")
+    if not dense_width:  # Qwen3.5-MoE: no dense layer, no intermediate_size
+        if spec.num_moe_layers(num_layers) < num_layers:
+            raise ShapeError(f"{path}: intermediate_size is missing (the dense layers need it)")
+        dense_width = expert_width
     return spec, dense_width
 
 
@@ -130,21 +147,81 @@ def _mla_spec(cfg: dict, path: Path) -> MLASpec | None:
     return spec
 
 
+def _layer_types(cfg: dict, path: Path, num_layers: int) -> list[str] | None:
+    """The config's `layer_types` (None when absent), one known type per layer: full and
+    sliding attention, or for a Gated DeltaNet hybrid full and linear attention."""
+    types = cfg.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != num_layers:
+        raise ShapeError(
+            f"{path}: layer_types must list one type per layer ({num_layers}), got {types!r}"
+        )
+    gdn = cfg.get("model_type") in _GDN_MODEL_TYPES
+    known = _GDN_LAYER_TYPES if gdn else _LAYER_TYPES
+    unknown = sorted({str(t) for t in types if t not in known})
+    if unknown:
+        note = "" if gdn else f" (linear_attention is read for {', '.join(_GDN_MODEL_TYPES)})"
+        raise ShapeError(f"{path}: layer_types {unknown} are not modelled (expected {known}){note}")
+    return types
+
+
+def _gdn_spec(cfg: dict, path: Path, num_layers: int, dtype: str) -> GatedDeltaNetSpec | None:
+    """The Gated DeltaNet layers of a Qwen3-Next / Qwen3.5 config (None for other models,
+    or when every layer is full attention): how many, from `layer_types` or, without
+    them, `full_attention_interval` (layers n, 2n, ... counted from 1 are full attention,
+    the others linear; transformers' default n is 4)."""
+    if cfg.get("model_type") not in _GDN_MODEL_TYPES:
+        return None
+    types = _layer_types(cfg, path, num_layers)
+    if types is not None:
+        linear, source = types.count("linear_attention"), "layer_types"
+    else:
+        interval = _int(cfg, "full_attention_interval", path, default=4)
+        if interval < 1:
+            raise ShapeError(f"{path}: full_attention_interval must be >= 1, got {interval}")
+        linear = num_layers - num_layers // interval
+        source = f"full_attention_interval {interval}"
+    if linear == 0:
+        return None
+    if linear == num_layers:
+        raise ShapeError(f"{path}: {source} leaves no full_attention layer among "
+                         f"{num_layers} (at least one is modelled)")  # fmt: skip
+    ssm = cfg.get("mamba_ssm_dtype") or dtype
+    if ssm not in ("float32", "bfloat16", "float16"):
+        raise ShapeError(
+            f"{path}: mamba_ssm_dtype {ssm!r} is not one of float32, bfloat16, float16"
+        )
+    heads_k, heads_v, dim_k, dim_v = (_int(cfg, k, path) for k in _GDN_KEYS)
+    spec = GatedDeltaNetSpec(
+        num_layers=linear,
+        num_key_heads=heads_k,
+        num_value_heads=heads_v,
+        key_head_dim=dim_k,
+        value_head_dim=dim_v,
+        conv_kernel=_int(cfg, "linear_conv_kernel_dim", path, default=4),
+        ssm_dtype=ssm,
+    )
+    spec.check(str(path))
+    return spec
+
+
+def _attn_output_gate(cfg: dict, path: Path) -> bool:
+    """`attn_output_gate`; absent, on for the Gated DeltaNet families (vLLM's
+    Qwen3NextAttention: getattr(config, "attn_output_gate", True)), off otherwise."""
+    value = cfg.get("attn_output_gate")
+    if value is None:
+        return cfg.get("model_type") in _GDN_MODEL_TYPES
+    if not isinstance(value, bool):
+        raise ShapeError(f"{path}: attn_output_gate must be true or false, got {value!r}")
+    return value
+
+
 def _sliding(cfg: dict, path: Path, num_layers: int) -> tuple[int, int]:
     """(window, layers with it): gpt-oss's `layer_types`; without them a set
     `sliding_window` covers every layer (Mistral-7B-v0.1); `use_sliding_window: false`
     (Qwen) turns it off."""
-    types = cfg.get("layer_types")
-    if types is not None:
-        if not isinstance(types, list) or len(types) != num_layers:
-            raise ShapeError(
-                f"{path}: layer_types must list one type per layer ({num_layers}), got {types!r}"
-            )
-        unknown = sorted({t for t in types if t not in _LAYER_TYPES})
-        if unknown:
-            raise ShapeError(
-                f"{path}: layer_types {unknown} are not modelled (expected {_LAYER_TYPES})"
-            )
+    types = _layer_types(cfg, path, num_layers)
     attn_types = cfg.get("attn_type_list")  # MiniMax: 1 softmax attention, 0 linear
     if attn_types is not None and (not isinstance(attn_types, list) or set(attn_types) - {1}):
         raise ShapeError(
@@ -180,7 +257,9 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
     top = _read_json(path, "model config")
     text = top.get("text_config")  # Llama-4 and other multimodal wrappers
     cfg = {**top, **text} if isinstance(text, dict) else top
-    required = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+    required = ["num_hidden_layers", "hidden_size", "num_attention_heads"]
+    if cfg.get("moe_intermediate_size") is None:  # else a MoE may have no dense width
+        required.append("intermediate_size")
     missing = [k for k in required if k not in cfg]
     if missing:
         raise ShapeError(f"{path}: missing keys {missing} (expected a decoder-only HF config)")
@@ -188,10 +267,12 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
     heads = _int(cfg, "num_attention_heads", path)
     hidden = _int(cfg, "hidden_size", path)
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    dtype = dtype if dtype in DTYPE_BYTES else "bfloat16"
     act = str(cfg.get("hidden_act", "silu"))
     moe, dense_width = _moe_spec(cfg, path, layers)
     mla = _mla_spec(cfg, path)
     window, window_layers = _sliding(cfg, path, layers)
+    gdn = _gdn_spec(cfg, path, layers, dtype)
     qc = _quant_config(top, cfg, path)
     quant = read_quantization(qc, path, hidden)
     if quant.scope == "experts" and moe is None:
@@ -215,7 +296,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
         vocab_size=_int(cfg, "vocab_size", path, default=32000),
         gated_mlp=act in ("silu", "swiglu", "gelu_pytorch_tanh") or "gate" in act,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        dtype=dtype if dtype in DTYPE_BYTES else "bfloat16",
+        dtype=dtype,
         quantization=quant.quantization,
         kv_cache_dtype=read_kv_cache_dtype(qc, path),
         moe=moe,
@@ -224,4 +305,6 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
         sliding_window_layers=window_layers,
         quantized_scope=quant.scope,
         int4_group_size=quant.int4_group_size,
+        gdn=gdn,
+        attn_output_gate=_attn_output_gate(cfg, path),
     )

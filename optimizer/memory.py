@@ -20,6 +20,14 @@ its experts sharded over all tp x dp GPUs and the rest split by tp
 (`weight_bytes_per_gpu`); each of its dp ranks has its own KV cache, so
 `kv_capacity_blocks` is per rank (the whole instance when dp is 1).
 
+Gated DeltaNet models (`ModelShape.gdn`): the full-attention layers' KV and the GDN
+layers' fixed per-sequence state share one pool, as in vLLM's hybrid KV-cache manager;
+a block is `block_size` tokens of the full layers' KV, and every running sequence also
+holds `state_blocks_per_sequence` blocks for its state. (vLLM instead enlarges the
+attention block until one page holds a layer's state, some 1,000 tokens for Qwen3.5,
+and gives each group of GDN layers one page a sequence; the bytes are the same, the
+coarser rounding of the KV is not modelled.)
+
 Checked against vLLM's own logs in tests/optimizer_tests/test_memory.py
 (Llama-3-8B and Qwen3-0.6B on H100 and A100; within 4%).
 """
@@ -106,11 +114,11 @@ def draft_model_footprint(draft: ModelShape, tp: int) -> DraftFootprint:
 def eagle_head_footprint(shape: ModelShape, tp: int) -> DraftFootprint:
     """An EAGLE-3 head for `shape`: one decoder layer of the target's dimensions, the fusion
     of three hidden states (3h x h) and a draft LM head over `EAGLE_DRAFT_VOCAB` tokens
-    (about 0.4 B parameters for Llama-3.1-8B); its KV is one layer's."""
+    (about 0.4 B parameters for Llama-3.1-8B); its KV is one full-attention layer's."""
     h, kv = shape.hidden_size, shape.num_kv_heads * shape.head_dim
     layer = h * shape.num_heads * shape.head_dim * 2 + h * kv * 2 + 3 * h * shape.intermediate_size
     params = layer + 3 * h * h + EAGLE_DRAFT_VOCAB * h
-    kv_per_token = shape.kv_bytes_per_token(tp) // shape.num_layers
+    kv_per_token = shape.kv_bytes_per_token(tp) // shape.num_full_attention_layers
     return DraftFootprint(params * shape.dtype_bytes // tp, kv_per_token)
 
 
@@ -140,8 +148,23 @@ def kv_capacity_blocks(
     """KV blocks per instance, or per DP rank of a MoE instance (each rank's tp GPUs hold
     its own cache; DOMAIN.md §3); <= 0 when the model does not fit.
     `draft`: a speculative drafter sharing the GPU (its weights, and its KV in each block)."""
+    free = kv_cache_bytes(shape, inst, draft, total_bytes)
+    return max(0, int(free // kv_block_bytes(shape, inst, draft)))
+
+
+def kv_block_bytes(shape: ModelShape, inst: EngineLimits, draft: DraftFootprint | None) -> int:
+    """Bytes of one KV block on one GPU: `block_size` tokens of the model's (and the
+    drafter's) KV."""
     per_token = shape.kv_bytes_per_token(inst.tp)
     if draft is not None:
         per_token += draft.kv_bytes_per_token
-    free = kv_cache_bytes(shape, inst, draft, total_bytes)
-    return max(0, int(free // (per_token * inst.block_size)))
+    return per_token * inst.block_size
+
+
+def state_blocks_per_sequence(
+    shape: ModelShape, inst: EngineLimits, draft: DraftFootprint | None = None
+) -> int:
+    """Blocks every running sequence holds for its fixed Gated DeltaNet state (module
+    docstring): ceil(state bytes / block bytes); 0 for a model without GDN layers."""
+    state = shape.gdn_state_bytes_per_sequence(inst.tp)
+    return -(-state // kv_block_bytes(shape, inst, draft)) if state else 0

@@ -4,13 +4,16 @@ and KV-cache bytes they make.
 A `ModelShape` is the single description of a decoder-only transformer used by the
 profiler (to build kernels), the latency model (to compute features) and the simulator
 (to size the KV cache): dense, or mixture-of-experts (`moe`), with GQA or multi-head
-latent attention (`mla`), optionally sliding-window on some layers, with its number
-formats: activations (`dtype`), linear-layer weights (`quantization`, over
-`quantized_scope`) and KV cache (`kv_cache_dtype`). Torch-free.
+latent attention (`mla`), optionally sliding-window on some layers or with Gated
+DeltaNet linear attention in place of softmax attention on some layers (`gdn`: a fixed
+state per sequence instead of a KV cache), with its number formats: activations
+(`dtype`), linear-layer weights (`quantization`, over `quantized_scope`) and KV cache
+(`kv_cache_dtype`). Torch-free.
 
 Parameter counts leave out biases (gpt-oss's attention and expert biases, 0.04% of its
-weights), attention sinks, QK norms and MTP modules; they count every projection
-matrix, router, norm and embedding table.
+weights), attention sinks, QK norms, shared-expert gates (Qwen's hidden x 1 per MoE
+layer) and MTP modules; they count every projection matrix, router, norm, convolution
+filter and embedding table.
 """
 
 from __future__ import annotations
@@ -25,11 +28,25 @@ from optimizer.shape_parts import (
     KV_CACHE_DTYPES,
     QUANTIZATIONS,
     QUANTIZED_SCOPES,
+    GatedDeltaNetSpec,
     MLASpec,
     MoESpec,
     Precision,
     ShapeError,
+    check_layer_mix,
+    check_positive,
     weight_element_bytes,
+)
+
+_POSITIVE_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "int4_group_size",
 )
 
 
@@ -46,7 +63,10 @@ class ModelShape:
     the dense layers before and between them) by routed and shared experts. With `mla`,
     attention is latent: `head_dim` is then the query/key head width
     (qk_nope_head_dim + qk_rope_head_dim) and `num_kv_heads` the number of heads the
-    latent is expanded to (= num_heads).
+    latent is expanded to (= num_heads). With `gdn`, gdn.num_layers of the layers are Gated
+    DeltaNet and the other `num_full_attention_layers` softmax attention (the only ones
+    with a KV cache). `attn_output_gate` (Qwen3-Next, Qwen3.5): the query projection also
+    yields a per-head sigmoid gate on the attention output (q_proj h x 2·a·d).
     """
 
     name: str
@@ -72,78 +92,45 @@ class ModelShape:
     # "experts", the routed experts only (gpt-oss MXFP4, Kimi-K2-Thinking INT4).
     quantized_scope: str = "linear"
     int4_group_size: int = DEFAULT_INT4_GROUP_SIZE  # weights per 16-bit scale ("int4")
+    gdn: GatedDeltaNetSpec | None = None  # None: every layer is softmax attention
+    attn_output_gate: bool = False  # q_proj also yields a gate on the attention output
 
     def __post_init__(self) -> None:
-        for field in (
-            "num_layers",
-            "hidden_size",
-            "num_heads",
-            "num_kv_heads",
-            "head_dim",
-            "intermediate_size",
-            "vocab_size",
-            "int4_group_size",
-        ):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ShapeError(f"{self.name}: {field} must be a positive integer, got {value!r}")
+        check_positive(self.name, **{f: getattr(self, f) for f in _POSITIVE_FIELDS})
         if self.num_heads % self.num_kv_heads:
             raise ShapeError(
                 f"{self.name}: num_heads ({self.num_heads}) must be a multiple of "
                 f"num_kv_heads ({self.num_kv_heads})"
             )
-        if self.dtype not in DTYPE_BYTES:
-            raise ShapeError(
-                f"{self.name}: dtype {self.dtype!r} is not one of {sorted(DTYPE_BYTES)}"
-            )
-        if self.quantization not in QUANTIZATIONS:
-            raise ShapeError(
-                f"{self.name}: quantization {self.quantization!r} is not one of {QUANTIZATIONS}"
-            )
-        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise ShapeError(
-                f"{self.name}: kv_cache_dtype {self.kv_cache_dtype!r} is not one of "
-                f"{KV_CACHE_DTYPES}"
-            )
-        if self.quantized_scope not in QUANTIZED_SCOPES:
-            raise ShapeError(
-                f"{self.name}: quantized_scope {self.quantized_scope!r} is not one of "
-                f"{QUANTIZED_SCOPES}"
-            )
-        if self.moe is not None:
-            if not isinstance(self.moe, MoESpec):
-                raise ShapeError(f"{self.name}: moe must be a MoESpec, got {self.moe!r}")
-            self.moe.check(f"{self.name}.moe")
-            if self.moe.num_moe_layers(self.num_layers) == 0:
-                raise ShapeError(
-                    f"{self.name}.moe: no MoE layer among {self.num_layers} layers "
-                    f"(first_dense_layers {self.moe.first_dense_layers}, "
-                    f"layer_step {self.moe.layer_step})"
-                )
-        elif self.quantized_scope == "experts":
-            raise ShapeError(
-                f"{self.name}: quantized_scope 'experts' needs a MoE shape (moe is None)"
-            )
-        if self.mla is not None:
-            if not isinstance(self.mla, MLASpec):
-                raise ShapeError(f"{self.name}: mla must be an MLASpec, got {self.mla!r}")
-            self.mla.check(f"{self.name}.mla")
-        for field in ("sliding_window", "sliding_window_layers"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ShapeError(f"{self.name}: {field} must be an integer >= 0, got {value!r}")
-        if self.sliding_window_layers > self.num_layers or (
-            bool(self.sliding_window) != bool(self.sliding_window_layers)
+        for field, allowed in (
+            ("dtype", tuple(DTYPE_BYTES)),
+            ("quantization", QUANTIZATIONS),
+            ("kv_cache_dtype", KV_CACHE_DTYPES),
+            ("quantized_scope", QUANTIZED_SCOPES),
         ):
-            raise ShapeError(
-                f"{self.name}: sliding_window ({self.sliding_window}) and sliding_window_layers "
-                f"({self.sliding_window_layers}) must both be 0 or both set, with at most "
-                f"num_layers ({self.num_layers}) layers"
-            )
+            value = getattr(self, field)
+            if value not in allowed:
+                raise ShapeError(f"{self.name}: {field} {value!r} is not one of {allowed}")
+        check_layer_mix(
+            self.name,
+            self.num_layers,
+            moe=self.moe,
+            mla=self.mla,
+            gdn=self.gdn,
+            sliding_window=self.sliding_window,
+            sliding_window_layers=self.sliding_window_layers,
+            quantized_scope=self.quantized_scope,
+            attn_output_gate=self.attn_output_gate,
+        )
 
     @property
     def is_moe(self) -> bool:
         return self.moe is not None
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        """Layers of softmax attention (all but the Gated DeltaNet ones): those with KV."""
+        return self.num_layers - (0 if self.gdn is None else self.gdn.num_layers)
 
     # -- number formats ------------------------------------------------------------------
 
@@ -207,14 +194,15 @@ class ModelShape:
 
     @property
     def attention_params(self) -> int:
-        """Projection weights of one layer's attention. GQA: QKV h x (a + 2g) x d and output
-        a x d x h. MLA: query (h x q_lora + q_lora x a x qk, or h x a x qk without a query
-        latent), the KV down-projection h x (kv_lora + rope), its up-projection
-        kv_lora x a x (nope + v) and output a x v x h."""
+        """Projection weights of one full-attention layer. GQA: QKV h x (a + 2g) x d (with
+        `attn_output_gate`, h x (2a + 2g) x d: the query projection also yields the gate)
+        and output a x d x h. MLA: query (h x q_lora + q_lora x a x qk, or h x a x qk
+        without a query latent), the KV down-projection h x (kv_lora + rope), its
+        up-projection kv_lora x a x (nope + v) and output a x v x h."""
         h, a = self.hidden_size, self.num_heads
         if self.mla is None:
-            d = self.head_dim
-            return h * (a + 2 * self.num_kv_heads) * d + a * d * h
+            d, q = self.head_dim, (2 if self.attn_output_gate else 1) * a
+            return h * (q + 2 * self.num_kv_heads) * d + a * d * h
         m = self.mla
         if m.q_lora_rank:
             query = h * m.q_lora_rank + m.q_lora_rank * a * m.qk_head_dim
@@ -223,6 +211,16 @@ class ModelShape:
         kv_down = h * (m.kv_lora_rank + m.qk_rope_head_dim)
         kv_up = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
         return query + kv_down + kv_up + a * m.v_head_dim * h
+
+    @property
+    def gdn_layer_params(self) -> int:
+        """Weights of one Gated DeltaNet layer (0 without `gdn`): its linear layers
+        in_proj_qkvz h x (2 key_dim + 2 value_dim), in_proj_ba h x 2 value heads and
+        out_proj value_dim x h, which count as linear layers (quantised like attention's
+        projections), plus the conv1d filters (conv_dim x conv_kernel), A_log and dt_bias
+        (one per value head) and the gated norm (value_head_dim), which stay in `dtype`."""
+        gdn = self.gdn
+        return 0 if gdn is None else gdn.projection_params(self.hidden_size) + gdn.small_params
 
     @property
     def _mlp_factor(self) -> int:
@@ -270,11 +268,15 @@ class ModelShape:
     @property
     def num_linear_params(self) -> int:
         """Parameters of the linear layers (what weight quantisation covers at most:
-        attention, dense MLPs, shared and routed experts); the rest (embedding, LM head,
-        norms, routers) stays in `dtype`, as in vLLM's quantised checkpoints."""
+        attention, Gated DeltaNet projections, dense MLPs, shared and routed experts); the
+        rest (embedding, LM head, norms, routers, GDN convolutions) stays in `dtype`, as in
+        vLLM's quantised checkpoints."""
         dense_mlp = self._mlp_factor * self.hidden_size * self.intermediate_size
+        gdn = self.gdn
+        gdn_linear = 0 if gdn is None else gdn.num_layers * gdn.projection_params(self.hidden_size)
         return (
-            self.num_layers * self.attention_params
+            self.num_full_attention_layers * self.attention_params
+            + gdn_linear
             + self.num_dense_layers * dense_mlp
             + self.shared_expert_params
             + self.routed_expert_params
@@ -282,11 +284,14 @@ class ModelShape:
 
     @property
     def _norm_params(self) -> int:
-        """Norm weights: two per layer (plus MLA's query and KV latent norms), one final."""
+        """Norm weights: two per layer (plus MLA's query and KV latent norms), one final;
+        with the Gated DeltaNet layers' other small weights (conv1d, A_log, dt_bias, gated
+        norm)."""
         per_layer = 2 * self.hidden_size
         if self.mla is not None:
             per_layer += self.mla.q_lora_rank + self.mla.kv_lora_rank
-        return self.num_layers * per_layer + self.hidden_size
+        gdn = 0 if self.gdn is None else self.gdn.num_layers * self.gdn.small_params
+        return self.num_layers * per_layer + self.hidden_size + gdn
 
     @property
     def embedding_params(self) -> int:
@@ -295,8 +300,9 @@ class ModelShape:
 
     @property
     def num_params(self) -> int:
-        """All parameters: linear layers, routers, norms, embedding and LM head (one table
-        when tied). Biases, sinks, QK norms and MTP modules are left out."""
+        """All parameters: linear layers, routers, norms, GDN convolutions, embedding and LM
+        head (one table when tied). Biases, sinks, QK norms, shared-expert gates and MTP
+        modules are left out."""
         tables = 1 if self.tie_word_embeddings else 2
         return (
             self.num_linear_params
@@ -343,7 +349,8 @@ class ModelShape:
         return replicated // tp + experts // gpus
 
     def kv_bytes_per_token(self, tp: int = 1) -> int:
-        """KV-cache bytes per token on one GPU.
+        """KV-cache bytes per token on one GPU, over the full-attention layers only (Gated
+        DeltaNet layers hold a fixed state instead: `gdn_state_bytes_per_sequence`).
 
         GQA: 2 x layers x kv_heads x head_dim x KV dtype / tp (KV heads are replicated
         when tp exceeds them). MLA: layers x (kv_lora_rank + qk_rope_head_dim) x KV dtype,
@@ -353,10 +360,11 @@ class ModelShape:
         gpt-oss's 128-token window makes its true per-token cost about half this at long
         context).
         """
+        layers = self.num_full_attention_layers
         if self.mla is not None:
-            return self.num_layers * self.mla.cache_width * self.kv_dtype_bytes
+            return layers * self.mla.cache_width * self.kv_dtype_bytes
         kv_heads_per_gpu = max(1, self.num_kv_heads // tp)
-        return 2 * self.num_layers * kv_heads_per_gpu * self.head_dim * self.kv_dtype_bytes
+        return 2 * layers * kv_heads_per_gpu * self.head_dim * self.kv_dtype_bytes
 
     def kv_bytes_per_sequence(self, num_tokens: int, tp: int = 1) -> int:
         """KV-cache bytes one sequence of `num_tokens` tokens holds on one GPU, with its
@@ -364,7 +372,23 @@ class ModelShape:
         rounding left out); without sliding layers, num_tokens x `kv_bytes_per_token`."""
         if num_tokens < 0:
             raise ShapeError(f"{self.name}: num_tokens must be >= 0, got {num_tokens}")
-        per_layer = self.kv_bytes_per_token(tp) // self.num_layers
-        full_layers = self.num_layers - self.sliding_window_layers
+        per_layer = self.kv_bytes_per_token(tp) // self.num_full_attention_layers
+        full_layers = self.num_full_attention_layers - self.sliding_window_layers
         windowed = min(num_tokens, self.sliding_window)
         return per_layer * (full_layers * num_tokens + self.sliding_window_layers * windowed)
+
+    def gdn_state_bytes_per_sequence(self, tp: int = 1) -> int:
+        """The fixed state one running sequence holds on one GPU in the Gated DeltaNet
+        layers, whatever its length: per layer (num_value_heads / tp) x key_head_dim x
+        value_head_dim in gdn.ssm_dtype (float32: 4 B) plus (conv_dim / tp) x
+        (conv_kernel - 1) in `dtype` (`GatedDeltaNetSpec.state_bytes`); 0 without `gdn`.
+        Speculative decoding's extra conv slots (vLLM: conv_kernel - 1 + K) are left out."""
+        gdn = self.gdn
+        if gdn is None:
+            return 0
+        if tp < 1 or gdn.num_key_heads % tp or gdn.num_value_heads % tp:
+            raise ShapeError(
+                f"{self.name}: tp {tp} must divide gdn num_key_heads ({gdn.num_key_heads}) "
+                f"and num_value_heads ({gdn.num_value_heads})"
+            )
+        return gdn.num_layers * gdn.state_bytes(tp, self.dtype_bytes)

@@ -5,13 +5,8 @@ experts, the rest bf16; DeepSeek, Kimi-K2-Instruct and MiniMax-M2: block-scaled 
 counted as "fp8"); `MOE_CHECKPOINTS` maps further Hugging Face ids (case-folded) to a
 preset and that checkpoint's weight format. Dimensions are those of each model's
 Hugging Face `config.json`, as cited beside each preset (read through the code search
-of public repositories that quote or load them). Torch-free.
-
-Not here: Qwen3.6-35B-A3B, the MoE measured in the shared observations (vLLM resolves it
-to `Qwen3_5MoeForConditionalGeneration`). Its recorded metadata gives only the vocabulary
-(248,320), not the dimensions, and 30 of its 40 layers are Gated DeltaNet linear
-attention (a fixed recurrent state per sequence, no KV cache), which `ModelShape` does
-not model: `load_hf_config` rejects its `linear_attention` layer types.
+of public repositories that quote or load them). Torch-free. The Gated DeltaNet hybrids
+(Qwen3.5 / 3.6 MoE, Qwen3-Next) are in `optimizer.gdn_presets`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The vocabulary a `ModelShape` is built from: number formats (`DTYPE_BYTES`,
 `QUANTIZATIONS`, `KV_CACHE_DTYPES`, `Precision`, bytes per quantised weight), and the
-parts beyond a dense transformer's: mixture-of-experts MLPs (`MoESpec`) and multi-head
-latent attention (`MLASpec`). Each checks itself; the shape that holds them checks how
-they fit together. Torch-free.
+parts beyond a dense transformer's: mixture-of-experts MLPs (`MoESpec`), multi-head
+latent attention (`MLASpec`) and Gated DeltaNet linear-attention layers
+(`GatedDeltaNetSpec`). Each checks itself; the shape that holds them checks how they fit
+together. Torch-free.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class Precision:
 DEFAULT_PRECISION = Precision()
 
 
-def _check_positive(where: str, **values: int) -> None:
+def check_positive(where: str, **values: int) -> None:
     for field, value in values.items():
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
             raise ShapeError(f"{where}: {field} must be a positive integer, got {value!r}")
@@ -117,7 +118,7 @@ class MoESpec:
     layer_step: int = 1
 
     def check(self, where: str) -> None:
-        _check_positive(
+        check_positive(
             where,
             num_experts=self.num_experts,
             experts_per_token=self.experts_per_token,
@@ -156,7 +157,7 @@ class MLASpec:
     q_lora_rank: int = 0
 
     def check(self, where: str) -> None:
-        _check_positive(
+        check_positive(
             where,
             kv_lora_rank=self.kv_lora_rank,
             qk_rope_head_dim=self.qk_rope_head_dim,
@@ -173,3 +174,149 @@ class MLASpec:
     def cache_width(self) -> int:
         """KV-cache elements per token and layer (the latent plus the rotary key)."""
         return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True, slots=True)
+class GatedDeltaNetSpec:
+    """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5 / 3.6): `num_layers` of the
+    model's layers have it in place of softmax attention; the others are full attention.
+
+    Each GDN layer (vLLM's `vllm/model_executor/layers/mamba/gdn_linear_attn.py`) has an
+    input projection in_proj_qkvz, hidden x (2 key_dim + 2 value_dim) (queries and keys of
+    num_key_heads x key_head_dim, values and the output gate z of num_value_heads x
+    value_head_dim; Qwen3.5 stores it as in_proj_qkv and in_proj_z), in_proj_ba, hidden x
+    2 num_value_heads (the per-head beta and decay inputs), a depthwise causal conv1d over
+    the conv_dim = 2 key_dim + value_dim channels of q, k and v, `conv_kernel` wide,
+    A_log and dt_bias (one per value head), a gated RMSNorm of value_head_dim and out_proj,
+    value_dim x hidden.
+
+    Its state per sequence is fixed, whatever the context: a recurrent state of
+    num_value_heads x key_head_dim x value_head_dim in `ssm_dtype` and a convolution
+    window of conv_dim x (conv_kernel - 1) in the activation dtype, per layer; it holds
+    no KV cache (vLLM's MambaStateShapeCalculator.gated_delta_net_state_shape, split over
+    tp by heads and channels). `ssm_dtype` is vLLM's --mamba-ssm-cache-dtype: Qwen3.5 /
+    3.6 pin "float32" (their config's mamba_ssm_dtype); without that key vLLM keeps the
+    state in the activation dtype (Qwen3-Next).
+    """
+
+    num_layers: int
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int = 4
+    ssm_dtype: str = "float32"
+
+    def check(self, where: str) -> None:
+        check_positive(
+            where,
+            num_layers=self.num_layers,
+            num_key_heads=self.num_key_heads,
+            num_value_heads=self.num_value_heads,
+            key_head_dim=self.key_head_dim,
+            value_head_dim=self.value_head_dim,
+            conv_kernel=self.conv_kernel,
+        )
+        if self.num_value_heads % self.num_key_heads:
+            raise ShapeError(
+                f"{where}: num_value_heads ({self.num_value_heads}) must be a multiple of "
+                f"num_key_heads ({self.num_key_heads})"
+            )
+        if self.ssm_dtype not in DTYPE_BYTES or self.ssm_dtype == "fp8":
+            raise ShapeError(
+                f"{where}: ssm_dtype {self.ssm_dtype!r} is not one of float32, bfloat16, float16"
+            )
+
+    @property
+    def key_dim(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the causal convolution: queries, keys and values."""
+        return 2 * self.key_dim + self.value_dim
+
+    def projection_params(self, hidden: int) -> int:
+        """Weights of one layer's linear layers (quantisable): in_proj_qkvz, in_proj_ba and
+        out_proj."""
+        qkvz = hidden * (2 * self.key_dim + 2 * self.value_dim)
+        return qkvz + hidden * 2 * self.num_value_heads + self.value_dim * hidden
+
+    @property
+    def small_params(self) -> int:
+        """Weights of one layer kept in the activation dtype: the conv1d filters, A_log,
+        dt_bias and the gated norm."""
+        return self.conv_dim * self.conv_kernel + 2 * self.num_value_heads + self.value_head_dim
+
+    def state_bytes(self, tp: int, dtype_bytes: int) -> int:
+        """One layer's state of one sequence on one of `tp` GPUs (vLLM divides the heads and
+        channels by tp): (num_value_heads / tp) x key_head_dim x value_head_dim x ssm_dtype
+        + (conv_dim / tp) x (conv_kernel - 1) x `dtype_bytes` (the activation dtype)."""
+        recurrent = self.num_value_heads // tp * self.key_head_dim * self.value_head_dim
+        conv = self.conv_dim // tp * (self.conv_kernel - 1)
+        return recurrent * DTYPE_BYTES[self.ssm_dtype] + conv * dtype_bytes
+
+
+def check_layer_mix(
+    name: str,
+    num_layers: int,
+    *,
+    moe: MoESpec | None,
+    mla: MLASpec | None,
+    gdn: GatedDeltaNetSpec | None,
+    sliding_window: int,
+    sliding_window_layers: int,
+    quantized_scope: str,
+    attn_output_gate: bool,
+) -> None:
+    """How a shape's parts fit its `num_layers` layers and each other (`ModelShape` calls
+    this on construction): each part checks itself; a MoE has at least one MoE layer;
+    sliding windows and Gated DeltaNet leave full-attention layers; GDN goes with neither
+    MLA nor sliding windows; "experts" quantisation needs experts."""
+    if moe is not None:
+        if not isinstance(moe, MoESpec):
+            raise ShapeError(f"{name}: moe must be a MoESpec, got {moe!r}")
+        moe.check(f"{name}.moe")
+        if moe.num_moe_layers(num_layers) == 0:
+            raise ShapeError(
+                f"{name}.moe: no MoE layer among {num_layers} layers (first_dense_layers "
+                f"{moe.first_dense_layers}, layer_step {moe.layer_step})"
+            )
+    elif quantized_scope == "experts":
+        raise ShapeError(f"{name}: quantized_scope 'experts' needs a MoE shape (moe is None)")
+    if mla is not None:
+        if not isinstance(mla, MLASpec):
+            raise ShapeError(f"{name}: mla must be an MLASpec, got {mla!r}")
+        mla.check(f"{name}.mla")
+    _check_non_negative(
+        name, sliding_window=sliding_window, sliding_window_layers=sliding_window_layers
+    )
+    if sliding_window_layers > num_layers or bool(sliding_window) != bool(sliding_window_layers):
+        raise ShapeError(
+            f"{name}: sliding_window ({sliding_window}) and sliding_window_layers "
+            f"({sliding_window_layers}) must both be 0 or both set, with at most "
+            f"num_layers ({num_layers}) layers"
+        )
+    if not isinstance(attn_output_gate, bool):
+        raise ShapeError(f"{name}: attn_output_gate must be a bool, got {attn_output_gate!r}")
+    if attn_output_gate and mla is not None:
+        raise ShapeError(f"{name}: attn_output_gate and mla: a gated latent attention is not "
+                         "modelled")  # fmt: skip
+    if gdn is None:
+        return
+    if not isinstance(gdn, GatedDeltaNetSpec):
+        raise ShapeError(f"{name}: gdn must be a GatedDeltaNetSpec, got {gdn!r}")
+    gdn.check(f"{name}.gdn")
+    if gdn.num_layers >= num_layers:
+        raise ShapeError(
+            f"{name}.gdn: num_layers ({gdn.num_layers}) must leave at least one of the "
+            f"model's {num_layers} layers full attention"
+        )
+    if mla is not None:
+        raise ShapeError(f"{name}: gdn and mla together are not modelled")
+    if sliding_window:
+        raise ShapeError(f"{name}: gdn and sliding_window together are not modelled")

@@ -1,11 +1,12 @@
 """Model shapes: presets and look-up.
 
 The vocabulary lives in `optimizer.shape_parts` (number formats, `Precision`, `MoESpec`,
-`MLASpec`) and `optimizer.model_shape` (`ModelShape` and its weight and KV-cache bytes);
-`optimizer.hf_config` reads a Hugging Face `config.json` from a local path (never the
-network), its `quantization_config` included. This module names the models users ask
-about most, under their short names and their Hugging Face ids (FP8 and 4-bit
-checkpoints included), dense here and mixture-of-experts in `optimizer.moe_presets`, and
+`MLASpec`, `GatedDeltaNetSpec`) and `optimizer.model_shape` (`ModelShape` and its weight
+and KV-cache bytes); `optimizer.hf_config` reads a Hugging Face `config.json` from a local
+path (never the network), its `quantization_config` included. This module names the
+models users ask about most, under their short names and their Hugging Face ids (FP8 and
+4-bit checkpoints included), dense here, mixture-of-experts in `optimizer.moe_presets`
+and Gated DeltaNet hybrids (Qwen3.5 / 3.6, Qwen3-Next) in `optimizer.gdn_presets`, and
 re-exports the rest so `from optimizer.shapes import ...` keeps working.
 
 This module imports neither torch nor anything else heavy, so the optimizer
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from optimizer.gdn_presets import GDN_CHECKPOINTS, GDN_HF_IDS, GDN_PRESETS
 from optimizer.hf_config import load_hf_config
 from optimizer.model_shape import ModelShape
 from optimizer.moe_presets import MOE_CHECKPOINTS, MOE_HF_IDS, MOE_PRESETS, Checkpoint
@@ -26,6 +28,7 @@ from optimizer.shape_parts import (
     KV_CACHE_DTYPES,
     QUANTIZATIONS,
     QUANTIZED_SCOPES,
+    GatedDeltaNetSpec,
     MLASpec,
     MoESpec,
     Precision,
@@ -40,6 +43,7 @@ __all__ = [
     "PRESETS",
     "QUANTIZATIONS",
     "QUANTIZED_SCOPES",
+    "GatedDeltaNetSpec",
     "MLASpec",
     "MoESpec",
     "ModelShape",
@@ -55,51 +59,65 @@ def _llama(name: str, layers: int, hidden: int, heads: int, kv: int, inter: int,
     return ModelShape(name, layers, hidden, heads, kv, hidden // heads, inter, vocab)
 
 
-PRESETS: dict[str, ModelShape] = {
-    s.name: s
-    for s in (
-        _llama("llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256),
-        _llama("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256),
-        replace(_llama("llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256), tie_word_embeddings=True),
-        _llama("llama-2-7b", 32, 4096, 32, 32, 11008, 32000),
-        _llama("llama-2-70b", 80, 8192, 64, 8, 28672, 32000),
-        _llama("llama-2-13b", 40, 5120, 40, 40, 13824, 32000),
-        _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32768),
-        ModelShape("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936),
-        ModelShape("qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936),
-        ModelShape("qwen3-0.6b", 28, 1024, 16, 8, 128, 3072, 151936, tie_word_embeddings=True),
-        _llama("qwen2-7b", 28, 3584, 28, 4, 18944, 152064),
-        _llama("qwen1.5-7b", 32, 4096, 32, 32, 11008, 151936),
-        _llama("qwen2-72b", 80, 8192, 64, 8, 29568, 152064),
-        # Tiny shapes sized for CPU profiling and the reference engine.
-        ModelShape("tiny", 4, 256, 8, 2, 32, 768, 4096, dtype="float32"),
-        ModelShape("tiny-draft", 1, 256, 8, 2, 32, 768, 4096, dtype="float32"),
-        ModelShape("small", 8, 512, 8, 2, 64, 1536, 8192, dtype="float32"),
-    )
-} | MOE_PRESETS
+PRESETS: dict[str, ModelShape] = (
+    {
+        s.name: s
+        for s in (
+            _llama("llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256),
+            _llama("llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256),
+            replace(
+                _llama("llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256), tie_word_embeddings=True
+            ),
+            _llama("llama-2-7b", 32, 4096, 32, 32, 11008, 32000),
+            _llama("llama-2-70b", 80, 8192, 64, 8, 28672, 32000),
+            _llama("llama-2-13b", 40, 5120, 40, 40, 13824, 32000),
+            _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32768),
+            ModelShape("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936),
+            ModelShape("qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936),
+            ModelShape("qwen3-0.6b", 28, 1024, 16, 8, 128, 3072, 151936, tie_word_embeddings=True),
+            _llama("qwen2-7b", 28, 3584, 28, 4, 18944, 152064),
+            _llama("qwen1.5-7b", 32, 4096, 32, 32, 11008, 151936),
+            _llama("qwen2-72b", 80, 8192, 64, 8, 29568, 152064),
+            # Tiny shapes sized for CPU profiling and the reference engine.
+            ModelShape("tiny", 4, 256, 8, 2, 32, 768, 4096, dtype="float32"),
+            ModelShape("tiny-draft", 1, 256, 8, 2, 32, 768, 4096, dtype="float32"),
+            ModelShape("small", 8, 512, 8, 2, 64, 1536, 8192, dtype="float32"),
+        )
+    }
+    | MOE_PRESETS
+    | GDN_PRESETS
+)
 
 
 # Each preset's canonical Hugging Face checkpoint (what launch commands name).
-HF_IDS: dict[str, str] = {
-    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
-    "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
-    "llama-3.2-1b": "meta-llama/Llama-3.2-1B-Instruct",
-    "llama-2-7b": "meta-llama/Llama-2-7b-chat-hf",
-    "llama-2-13b": "meta-llama/Llama-2-13b-chat-hf",
-    "llama-2-70b": "meta-llama/Llama-2-70b-chat-hf",
-    "mistral-7b": "mistralai/Mistral-7B-Instruct-v0.3",
-    "qwen3-8b": "Qwen/Qwen3-8B",
-    "qwen3-32b": "Qwen/Qwen3-32B",
-    "qwen3-0.6b": "Qwen/Qwen3-0.6B",
-    "qwen2-7b": "Qwen/Qwen2-7B-Instruct",
-    "qwen1.5-7b": "Qwen/Qwen1.5-7B-Chat",
-    "qwen2-72b": "Qwen/Qwen2-72B-Instruct",
-} | MOE_HF_IDS
+HF_IDS: dict[str, str] = (
+    {
+        "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+        "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
+        "llama-3.2-1b": "meta-llama/Llama-3.2-1B-Instruct",
+        "llama-2-7b": "meta-llama/Llama-2-7b-chat-hf",
+        "llama-2-13b": "meta-llama/Llama-2-13b-chat-hf",
+        "llama-2-70b": "meta-llama/Llama-2-70b-chat-hf",
+        "mistral-7b": "mistralai/Mistral-7B-Instruct-v0.3",
+        "qwen3-8b": "Qwen/Qwen3-8B",
+        "qwen3-32b": "Qwen/Qwen3-32B",
+        "qwen3-0.6b": "Qwen/Qwen3-0.6B",
+        "qwen2-7b": "Qwen/Qwen2-7B-Instruct",
+        "qwen1.5-7b": "Qwen/Qwen1.5-7B-Chat",
+        "qwen2-72b": "Qwen/Qwen2-72B-Instruct",
+    }
+    | MOE_HF_IDS
+    | GDN_HF_IDS
+)
 
 # Hugging Face checkpoints -> (preset of the same dimensions, weight quantisation of the
 # checkpoint). FP8 checkpoints are pre-quantised: vLLM reads their quantization_config.
 _DENSE_CHECKPOINTS: dict[str, tuple[str, str]] = {
-    **{hf.lower(): (preset, "none") for preset, hf in HF_IDS.items() if preset not in MOE_PRESETS},
+    **{
+        hf.lower(): (preset, "none")
+        for preset, hf in HF_IDS.items()
+        if preset not in MOE_PRESETS and preset not in GDN_PRESETS
+    },
     **{
         f"meta-llama/{m}".lower(): (preset, "none")
         for preset, names in {
@@ -155,6 +173,7 @@ _CHECKPOINTS: dict[str, Checkpoint] = {
         for k, (preset, quantization) in _DENSE_CHECKPOINTS.items()
     },
     **MOE_CHECKPOINTS,
+    **GDN_CHECKPOINTS,
 }
 
 

@@ -38,7 +38,18 @@ class ModelWeights:
 def random_weights(
     shape: ModelShape, device: torch.device, generator: torch.Generator | None = None
 ) -> ModelWeights:
-    """All of `shape`'s weights on `device` in its dtype (see the module docstring)."""
+    """All of `shape`'s weights on `device` in its dtype (see the module docstring).
+
+    Every layer is built as softmax attention with an ungated query projection: a shape
+    with Gated DeltaNet layers or an attention output gate (Qwen3-Next, Qwen3.5) is
+    refused rather than timed as a model it is not."""
+    if shape.gdn is not None or shape.attn_output_gate:
+        raise ValueError(
+            f"{shape.name}: Gated DeltaNet (linear attention) layers and the attention "
+            "output gate are not supported by the reference profiler's whole-model forwards "
+            "and engine (every layer is built as ungated softmax attention); its GEMM, norm "
+            "and attention operators can still be profiled one by one"
+        )
     dtype = kernels.torch_dtype(shape.dtype)
     h, a, g, d = shape.hidden_size, shape.num_heads, shape.num_kv_heads, shape.head_dim
     f, vocab = shape.intermediate_size, shape.vocab_size

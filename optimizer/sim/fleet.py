@@ -119,7 +119,9 @@ def make_scheduler(
 def request_limit(config: ServingConfig, plan: RolePlan) -> int:
     """The most prompt + output tokens one request may have on `plan`'s instances."""
     inst = plan.instance
-    limit = plan.kv_blocks * inst.block_size - config.speculation.num_speculative_tokens
+    # One sequence's fixed state (Gated DeltaNet) takes blocks of the same pool.
+    blocks = plan.kv_blocks - plan.state_blocks
+    limit = blocks * inst.block_size - config.speculation.num_speculative_tokens
     if not inst.enable_chunked_prefill:
         limit = min(limit, inst.max_num_batched_tokens)
     if config.max_model_len is not None:
@@ -227,6 +229,7 @@ def build_fleet(
                 enable_chunked_prefill=icfg.enable_chunked_prefill,
                 block_size=icfg.block_size,
                 num_blocks=plan.kv_blocks,
+                state_blocks=plan.state_blocks,
                 log=log,
                 rng=Random(seed * 1_000_003 + index),
                 prefix=prefix,

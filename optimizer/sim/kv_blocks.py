@@ -10,6 +10,11 @@ when the pool has them; a preempted or finished request `release`s its blocks.
 The fast decode path allocates for its decodes in aggregate (decrementing
 `num_free`) and materialises a decode's count on the request when it leaves
 that path.
+
+A Gated DeltaNet model's sequence also holds a fixed recurrent state in pages of the
+same pool (vLLM's hybrid KV-cache manager: its MambaManager gives a running request one
+page per layer group, whatever its length): `state_blocks` more blocks of its own from
+its first token to its release (0 for other models), counted in `num_blocks`.
 """
 
 from __future__ import annotations
@@ -26,14 +31,21 @@ def blocks_for(num_tokens: int, block_size: int) -> int:
 class KVBlockPool:
     """Free-block count of one instance (the blocks themselves are not modelled)."""
 
-    __slots__ = ("block_size", "cache", "num_blocks", "num_free")
+    __slots__ = ("block_size", "cache", "num_blocks", "num_free", "state_blocks")
 
-    def __init__(self, num_blocks: int, block_size: int, cache: PrefixCache | None = None) -> None:
-        if num_blocks < 0 or block_size <= 0:
-            raise ValueError(f"KV pool: need num_blocks >= 0, block_size > 0, got "
-                             f"{num_blocks}, {block_size}")  # fmt: skip
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        cache: PrefixCache | None = None,
+        state_blocks: int = 0,
+    ) -> None:
+        if num_blocks < 0 or block_size <= 0 or state_blocks < 0:
+            raise ValueError(f"KV pool: need num_blocks >= 0, block_size > 0, state_blocks >= 0, "
+                             f"got {num_blocks}, {block_size}, {state_blocks}")  # fmt: skip
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.state_blocks = state_blocks  # a sequence's fixed (Gated DeltaNet) state
         self.num_free = num_blocks
         self.cache = cache  # evicted from when new blocks are taken
 
@@ -41,10 +53,15 @@ class KVBlockPool:
     def num_used(self) -> int:
         return self.num_blocks - self.num_free
 
+    def blocks_held(self, num_tokens: int) -> int:
+        """Blocks a running sequence of `num_tokens` (>= 1) tokens holds: its KV and its
+        fixed state."""
+        return -(-num_tokens // self.block_size) + self.state_blocks
+
     def extra_blocks(self, r: SimRequest, num_tokens: int) -> int:
         """Blocks `r` needs beyond those it holds (its own, and shared prefix-cache blocks it
-        references) to hold `num_tokens` tokens (may be <= 0)."""
-        return -(-num_tokens // self.block_size) - r.num_blocks - r.num_ref_blocks
+        references) to hold `num_tokens` tokens and its state (may be <= 0)."""
+        return self.blocks_held(num_tokens) - r.num_blocks - r.num_ref_blocks
 
     def grow(self, r: SimRequest, need: int) -> None:
         """Give `r` `need` more blocks (the caller checked `need <= num_free`)."""

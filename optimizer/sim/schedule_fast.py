@@ -46,7 +46,7 @@ class AggregateDecodeScheduler(BaseScheduler):
         progressed = step - r.join_step
         computed = r.join_computed + progressed
         r.num_generated = r.join_generated + progressed
-        r.num_blocks = blocks_for(computed, bs) - r.num_ref_blocks
+        r.num_blocks = self.pool.blocks_held(computed) - r.num_ref_blocks
         r.last_token_s = now  # its last token came at the end of the previous step
         self.kv_sum -= computed + 1
         self.phase_count[(r.join_step - r.join_computed) % bs] -= 1
@@ -151,7 +151,7 @@ class AggregateDecodeScheduler(BaseScheduler):
                 self.phase_count[(r.join_step - r.join_computed) % bs] -= 1
                 r.num_computed = computed
                 r.num_generated = r.stop_at
-                r.num_blocks = blocks_for(computed, bs) - r.num_ref_blocks
+                r.num_blocks = self.pool.blocks_held(computed) - r.num_ref_blocks
                 r.join_step = -1
                 r.last_token_s = t
                 self._finish(r, t)
@@ -179,5 +179,6 @@ class AggregateDecodeScheduler(BaseScheduler):
         # A decode holds its cached tokens plus the slot of the token this step writes.
         held = sum(blocks_for(r.join_computed + step - r.join_step + 1, bs) - r.num_ref_blocks
                    for r in self.decodes.values())  # fmt: skip
+        held += self.pool.state_blocks * len(self.decodes)
         held += sum(r.num_blocks for r, _, _ in self.chunks)
         return held + (self.partial.num_blocks if self.partial is not None else 0)

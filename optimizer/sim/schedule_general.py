@@ -38,7 +38,7 @@ class PerRequestScheduler(BaseScheduler):
         budget = self.budget
         chunks = self.chunks
         pool = self.pool
-        bs = pool.block_size
+        bs, state = pool.block_size, pool.state_blocks
         preempted = False
         i = 0
         while i < len(running):
@@ -55,7 +55,7 @@ class PerRequestScheduler(BaseScheduler):
                 continue
             # pool.extra_blocks, inlined: this line runs for every running request of every
             # step, where a method call costs ~5% of a speculative simulation.
-            need = -(-(r.num_computed + num_new) // bs) - r.num_blocks - r.num_ref_blocks
+            need = -(-(r.num_computed + num_new) // bs) + state - r.num_blocks - r.num_ref_blocks
             victim = None
             while need > pool.num_free:
                 victim = running.pop()

@@ -98,6 +98,7 @@ class BaseScheduler(ABC):
         block_size: int,
         num_blocks: int,
         num_spec: int,
+        state_blocks: int = 0,
         log: RunLog,
         rng: Random,
         prefix: PrefixCache | None = None,
@@ -113,7 +114,7 @@ class BaseScheduler(ABC):
         self.budget = max_num_batched_tokens
         self.max_seqs = max_num_seqs
         self.chunked = enable_chunked_prefill
-        self.pool = KVBlockPool(num_blocks, block_size, prefix)
+        self.pool = KVBlockPool(num_blocks, block_size, prefix, state_blocks)
         self.num_spec = num_spec
         self.log = log
         self.rng = rng

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
 
 from optimizer.records import OpKind
-from optimizer.shapes import get_shape
+from optimizer.shapes import GatedDeltaNetSpec, get_shape
 from profiler.mixed import build_forward, measure_mixed_iteration
 from profiler.sweep import (
     ProfileGrid,
@@ -195,6 +196,21 @@ def test_mixed_forward_output_and_record() -> None:
 def test_mixed_rejects_bad_parameters(chunk: int, decodes: int, kv: int, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         build_forward(TINY, chunk, decodes, kv, torch.device("cpu"))
+
+
+def test_whole_model_forwards_refuse_deltanet_layers_and_gated_attention() -> None:
+    """The mixed iterations and the reference engine build every layer as ungated softmax
+    attention: a Gated DeltaNet hybrid, or a gated attention alone, is refused by name."""
+    from profiler.reference_engine.model import PagedTransformer
+
+    gdn = GatedDeltaNetSpec(num_layers=2, num_key_heads=2, num_value_heads=4,
+                            key_head_dim=16, value_head_dim=16)  # fmt: skip
+    cpu = torch.device("cpu")
+    for shape in (replace(TINY, gdn=gdn), replace(TINY, attn_output_gate=True)):
+        with pytest.raises(ValueError, match=r"Gated DeltaNet .* not supported by the reference"):
+            build_forward(shape, 4, 1, 8, cpu)
+        with pytest.raises(ValueError, match=f"{shape.name}: Gated DeltaNet"):
+            PagedTransformer(shape, num_blocks=4, block_size=16, device=cpu)
 
 
 @pytest.mark.gpu
