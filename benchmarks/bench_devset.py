@@ -21,9 +21,10 @@ Sections (`--only steps|closed-loop|offline|online`; all by default):
 - online: four `vllm bench serve` runs of vLLM 0.8.3 (V1, synchronous) serving
   Llama-3.3-70B on 8 x A100 40 GB, replayed back to back with their warm prefix cache.
 
-`--fit` also prints the constants `optimizer/engines.py` holds, fitted as they were:
-the async generation's on the per-step timings, the synchronous V1 overhead on the
-development runs' training half, V0's on the offline batches' training half. The
+`--fit` also prints the constants `optimizer/engines.py` holds, fitted as they were: the
+async generation's on the per-step timings (benchmarks/step_fit.py), the synchronous V1
+overhead on the development runs' training half, V0's on the offline batches' training
+half. The
 database (a temporary SQLite one unless given) gets the AIConfigurator A100, H100 and
 B300 tables imported and fitted once.
 """
@@ -39,7 +40,6 @@ import subprocess
 import sys
 import tempfile
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -47,11 +47,9 @@ import yaml
 from bench_common import SERVETUNE, SHARED, prepare_database
 from scipy.optimize import nnls
 
-from optimizer.engines import CUDA_GRAPH_MAX_TOKENS, NO_OVERHEAD, EngineRelease
+from optimizer.engines import NO_OVERHEAD, EngineRelease
 from optimizer.latency.base import StepLoad, TableReach
-from optimizer.latency.launches import NO_HOST_FLOOR, HostFloor, count_launches
-from optimizer.parallel import DENSE_LAYOUT
-from optimizer.shapes import DEFAULT_PRECISION, get_shape
+from optimizer.shapes import DEFAULT_PRECISION
 from optimizer.sim import simulate
 from optimizer.validation.devset import (
     ClosedLoopRun,
@@ -63,7 +61,6 @@ from optimizer.validation.devset import (
 )
 from optimizer.validation.forward_passes import (
     StepPhase,
-    fit_async_step_pricing,
     price_step_s,
     read_forward_pass_metrics,
 )
@@ -99,12 +96,8 @@ def steps_section(url: str, fit: bool) -> None:
     reach = TableReach(8192, 256, 8192, 32768)
     by_phase: dict[StepPhase, list[float]] = defaultdict(list)
     single: list[float] = []
-    groups = {}
     for tp in (1, 2, 4, 8):
         table = source.for_instance("b300", tp, reach, DEFAULT_PRECISION, engine=STEPS_RELEASE)
-        raw = replace(table, host=NO_HOST_FLOOR)  # the kernels alone, for the fit
-        n = count_launches(get_shape("qwen3-32b"), tp, DENSE_LAYOUT)
-        launches = HostFloor(CUDA_GRAPH_MAX_TOKENS, n.piecewise, n.eager)
         steps = read_forward_pass_metrics(FPM / f"tp{tp}_ep1_past4096" / "fpm_metrics_detail.csv")
         per: dict[StepPhase, list[float]] = defaultdict(list)
         for s in steps:
@@ -113,8 +106,6 @@ def steps_section(url: str, fit: bool) -> None:
             by_phase[s.phase].append(err)
             if s.phase is StepPhase.MIXED and len(s.load.prefill_q) == 1:
                 single.append(err)
-            host = launches.floor_s(s.load.num_tokens, bool(s.load.prefill_q))
-            groups.setdefault(f"{s.phase}-tp{tp}", []).append((s, raw.kernel_time_s(s.load), host))
         print(f" TP{tp}: " + ", ".join(
             f"{p.value} {_median_abs(e):.1%} ({statistics.median(e):+.1%}, n={len(e)})"
             for p, e in per.items()
@@ -125,16 +116,10 @@ def steps_section(url: str, fit: bool) -> None:
     # A record holds each step's sums: a step of several prefill chunks is priced as equal
     # chunks over the mean cached prefix; with one chunk the reconstruction is exact.
     print(_line("mixed steps of one prefill chunk", single, 0.05))
-    if fit:
-        # The fit reads the kernels as tabulated without the engine's scale.
-        g = STEPS_RELEASE.generation
-        scale = g.kernel_scale("b300")
-        unscaled = {k: [(s, kern / scale, n) for s, kern, n in v] for k, v in groups.items()}
-        f = fit_async_step_pricing(unscaled)
-        print(f" fitted (V1 async, B300): kernel scale {f.kernel_scale:.3f}, exposed "
-              f"{f.exposed.describe()}, CPU {f.cpu.describe()}, host "
-              f"{f.host_launch_s * 1e6:.1f} us per launch outside CUDA graphs "
-              f"({f.num_steps} steps, {f.num_dropped} dropped)")  # fmt: skip
+    if fit:  # the async generation's constants, fitted as engines.py holds them
+        from step_fit import describe, fit_b300, fit_v1_async
+
+        print(f" fitted (V1 async, B300): {describe(fit_v1_async(fit_b300()))}")
 
 
 # ----------------------------------------------------------------------------- closed loop

@@ -178,22 +178,24 @@ class EngineGeneration:
 # tables held fixed, on half the (GPU, TP, model, length) groups; on the other half the
 # median error is 6.5% (A100), 9.4% (GH200), 5.7% (H100).
 V0_OVERHEAD = EngineOverhead(base_s=1.32e-3, per_seq_s=76e-6, per_token_s=2.93e-6)
-# V1 with async scheduling: fitted on the per-step timings of vLLM 0.20.1 (Qwen3-32B on
-# B300, TP 1/2/4/8), each (step type, TP degree) weighed alike: the kernels run 7.9%
-# slower in the engine than the B300 tables measured them alone, 36.7 us per sequence is
-# not hidden, and the CPU work, 1.96 ms a step, shows on the first step after an idle
-# gap (nothing to overlap it with). The kernel scale is the B300's; other chips have no
-# per-step measurements and keep their tables' timings. The host spends 18.0 us per kernel
-# launch outside CUDA graphs (`optimizer.latency.launches`): a forward lasts at least its
-# launches, which binds Qwen3-32B's eager steps (> 512 tokens) at TP 8. Fitted jointly
-# with the rest (the per-launch time on a grid, the rest by least squares at each).
-V1_HOST_LAUNCH_S = 18.0e-6
-V1_EXPOSED = EngineOverhead(per_seq_s=36.7e-6)
-V1_CPU = EngineOverhead(base_s=1.96e-3)
-V1_KERNEL_SCALES = (("b300", 1.079),)
+# V1 with async scheduling: fitted on the per-step timings of vLLM 0.20.1 on B300
+# (benchmarks/step_fit.py): every step of Qwen3-32B at TP 1/2/4/8 and the prefill and mixed
+# steps of Qwen3.6-35B-A3B at TP 2/4/8 with and without EP, each (run, step type) weighed
+# alike. The kernels run 8.0% slower in the engine than the B300 tables measured them
+# alone; 38.6 us per sequence is not hidden; the CPU work, 1.60 ms a step, shows on the
+# first step after an idle gap (nothing to overlap it with); the host spends 25.0 us per
+# kernel launch outside CUDA graphs (`optimizer.latency.launches`: a forward lasts at
+# least its launches), which the MoE's steps fix (Qwen3-32B's only bound it: up to ~22 us
+# changes none of their errors). The MoE's DP + EP runs are left out and check the fit.
+# The kernel scale is the B300's; other chips have no per-step measurements and keep
+# their tables' timings.
+V1_HOST_LAUNCH_S = 25.0e-6
+V1_EXPOSED = EngineOverhead(per_seq_s=38.6e-6)
+V1_CPU = EngineOverhead(base_s=1.60e-3)
+V1_KERNEL_SCALES = (("b300", 1.080),)
 V1_ASYNC_CALIBRATION = (
-    "per-step timings of vLLM 0.20.1 serving Qwen3-32B on B300 at TP 1/2/4/8 "
-    "(AIConfigurator's forward-pass metrics)"
+    "per-step timings of vLLM 0.20.1 serving Qwen3-32B (TP 1/2/4/8) and Qwen3.6-35B-A3B "
+    "(TP 2/4/8, with and without EP) on B300 (AIConfigurator's forward-pass metrics)"
 )
 # V1 with synchronous scheduling (vLLM 0.8-0.13): its CPU work adds to every step; fitted
 # on the training half of the closed-loop runs of vLLM 0.12 (Qwen3-32B on H100, the

@@ -66,6 +66,7 @@ PRICING_MODULES = (
     "optimizer.latency.compile",
     "optimizer.latency.compose",
     "optimizer.latency.features",
+    "optimizer.latency.gdn",
     "optimizer.latency.iterations",
     "optimizer.latency.launches",
     "optimizer.latency.mla",

@@ -56,7 +56,7 @@ import numpy as np
 
 from optimizer.dims import GEMM_OPS, RankDims, sample_nk
 from optimizer.engines import LEGACY_RULES, StepRules
-from optimizer.latency import mla, moe
+from optimizer.latency import gdn, mla, moe
 from optimizer.latency.features import (
     A2A_OPS,
     ALL_REDUCE_OPS,
@@ -185,6 +185,8 @@ class Pricing:
         names = [op_name(op, self.weight_format(op)) for op in ops if self._source(op)[1] is None]
         if self.shape.mla is not None:
             names = [f"{n}:mla" if n.split(":")[0] in ATTENTION_NAMES else n for n in names]
+        if self.shape.gdn is not None:
+            names += gdn.ESTIMATED
         return (*names, *moe.estimated_parts(self))
 
     @property
@@ -220,6 +222,8 @@ class Pricing:
         once = self.price_ms(OpKind.EMBEDDING, num_tokens=m, **nk(OpKind.EMBEDDING))
         once = once + self.price_ms(OpKind.NORM, num_tokens=m, **nk(OpKind.NORM))
         spec = self.shape.moe
+        if self.shape.gdn is not None:
+            return gdn.layers_ms(self, m) + once
         if spec is None:
             return self.shape.num_layers * self.layer_ms(m) + once
         num_moe = spec.num_moe_layers(self.shape.num_layers)
@@ -230,13 +234,17 @@ class Pricing:
             total = total + num_dense * self.layer_ms(m)
         return total + once
 
-    def layer_ms(self, m: np.ndarray, mlp: bool = True, tp_reduces: int = 2) -> np.ndarray:
-        """One layer's token-parallel work over `m` (padded) tokens: projections, RoPE,
-        elementwise ops, `tp_reduces` TP all-reduces and, with `mlp`, the dense MLP (a MoE
-        layer's experts are `moe.moe_block_ms`)."""
+    def layer_ms(
+        self, m: np.ndarray, mlp: bool = True, tp_reduces: int = 2, attention: bool = True
+    ) -> np.ndarray:
+        """One layer's token-parallel work over `m` (padded) tokens: with `attention` its
+        projections and RoPE, the elementwise ops, `tp_reduces` TP all-reduces and, with
+        `mlp`, the dense MLP (a MoE layer's experts are `moe.moe_block_ms`, a GDN layer's
+        projections `gdn.block_ms`)."""
         rules = self.rules
         nk = self._nk
-        ops = (*GEMM_OPS, OpKind.ROPE) if mlp else (*GEMM_OPS[:2], OpKind.ROPE)
+        ops = (*GEMM_OPS[:2], OpKind.ROPE) if attention else ()
+        ops = (*ops, *GEMM_OPS[2:]) if mlp else ops
         if mla.block_models(self) is not None:  # the MLA block prices them (`mla`)
             ops = tuple(op for op in ops if op not in mla.BLOCK_OPS)
         layer = sum(self.price_ms(op, num_tokens=m, **nk(op)) for op in ops)
@@ -321,7 +329,10 @@ class Pricing:
         q = np.asarray(q_len, dtype=np.float64)
         kv = np.maximum(np.asarray(kv_len, dtype=np.float64), q)
         window = self.shape.sliding_window_layers
-        full = self.shape.num_layers - window
+        full = self.shape.num_full_attention_layers - window
+        if self.shape.gdn is not None:  # a GDN layer's chunk reads its state, not the prefix
+            linear = self.shape.num_layers - self.shape.num_full_attention_layers
+            return full * self._prefill_layer_ms(q, kv) + linear * gdn.chunk_ms(self, q)
         if not window:
             return full * self._prefill_layer_ms(q, kv)
         w = float(self.shape.sliding_window)
@@ -342,7 +353,11 @@ class Pricing:
         b = np.maximum(np.asarray(num_seqs, dtype=np.float64), 1.0)
         kv = np.maximum(np.asarray(kv_mean, dtype=np.float64), 1.0)
         window = self.shape.sliding_window_layers
-        full, per = self.shape.num_layers - window, self._decode_layer_ms(b, kv, decode_q)
+        full = self.shape.num_full_attention_layers - window
+        per = self._decode_layer_ms(b, kv, decode_q)
+        if self.shape.gdn is not None:  # decode_q positions update the state in turn
+            linear = self.shape.num_layers - self.shape.num_full_attention_layers
+            return full * per + linear * decode_q * gdn.decode_ms(self, b)
         if not window:
             return full * per
         kv_w = np.minimum(kv, float(self.shape.sliding_window))

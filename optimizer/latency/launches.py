@@ -20,8 +20,8 @@ most of a prefill step. The per-launch time is the engine generation's
 off vLLM's model code (0.20), per layer, with what runs outside piecewise graphs in
 parentheses:
 
-- GQA attention, 7: QKV GEMM, the QK norms, RoPE, the KV-cache write, attention (2: the
-  attention backend plans and runs), output GEMM (the KV-cache write and attention: 3).
+- GQA attention, 5: QKV GEMM, the QK norms and RoPE (one Inductor kernel: `custom_ops`
+  none), the KV-cache write, attention, output GEMM (the KV-cache write and attention: 2).
   Qwen3.5's output gate adds its sigmoid-multiply, 1.
 - MLA attention, 10: q_a, q norm, q_b, kv_a, kv norm, RoPE, KV-cache write, attention as
   two kernels (latent absorb, attend), output GEMM (KV-cache write and attention: 3).
@@ -34,7 +34,10 @@ parentheses:
 - Dense MLP, 3: gate/up GEMM, SiLU-and-mul, down GEMM.
 - MoE MLP, 8: router GEMM, top-k, token-to-expert alignment, the output's zeroing, two
   expert GEMMs, activation, weighted sum; shared experts 5 more (gate/up, activation,
-  down, their gate's GEMM, gate-multiply-add); dp > 1 the dispatch and combine, 2.
+  down, their gate's GEMM, gate-multiply-add). With dp > 1 the experts' tokens come and go
+  through vLLM's default all2all (`AgRsAll2AllManager`): the hidden states, top-k weights
+  and ids are all-gathered and the output reduce-scattered, and PyNccl's variable-size
+  gather and scatter call NCCL once per dp rank: 4 x dp.
 - Each block's end: the residual add + RMSNorm, and with tp > 1 the all-reduce before it.
   Where FlashInfer fuses the two (vLLM >= 0.17, small messages) the count keeps two.
 
@@ -51,8 +54,8 @@ from optimizer.engines import StepRules
 from optimizer.parallel import ExpertLayout
 from optimizer.shapes import ModelShape
 
-GQA_ATTENTION = 7  # QKV GEMM, QK norms, RoPE, KV-cache write, attention (2), output GEMM
-GQA_SPLIT = 3  # KV-cache write, attention (2): outside the piecewise graphs
+GQA_ATTENTION = 5  # QKV GEMM, QK norms + RoPE, KV-cache write, attention, output GEMM
+GQA_SPLIT = 2  # KV-cache write, attention: outside the piecewise graphs
 OUTPUT_GATE = 1  # Qwen3.5's gated attention output
 MLA_ATTENTION = 10
 MLA_SPLIT = 3
@@ -61,7 +64,7 @@ GDN_CORE = 20  # gdn_attention_core: all of it outside the piecewise graphs
 DENSE_MLP = 3
 MOE_MLP = 8
 SHARED_EXPERTS = 5
-DP_EXCHANGE = 2  # all-gather + reduce-scatter, or DeepEP dispatch + combine
+DP_EXCHANGE = 4  # per dp rank: 3 tensors all-gathered, 1 reduce-scattered (PyNccl v-ops)
 ONCE = 3  # embedding, final norm, LM head
 
 
@@ -98,13 +101,13 @@ class LaunchCount:
 def count_launches(shape: ModelShape, tp: int, layout: ExpertLayout) -> LaunchCount:
     """The host's kernel launches of one forward of `shape` on one GPU (module table)."""
     block_end = 2 if tp > 1 else 1  # (all-reduce +) add + RMSNorm
-    gdn = shape.gdn.num_layers if getattr(shape, "gdn", None) is not None else 0
+    gdn = 0 if shape.gdn is None else shape.gdn.num_layers
     full = shape.num_layers - gdn
     if shape.mla is not None:
         attention, split = MLA_ATTENTION, MLA_SPLIT
     else:
         attention, split = GQA_ATTENTION, GQA_SPLIT
-    if getattr(shape, "attn_output_gate", False):
+    if shape.attn_output_gate:
         attention += OUTPUT_GATE
     eager = full * (attention + block_end) + gdn * (GDN_PROJECTIONS + GDN_CORE + block_end)
     piecewise = full * split + gdn * GDN_CORE + shape.num_layers + 1  # + graph replays
@@ -112,7 +115,7 @@ def count_launches(shape: ModelShape, tp: int, layout: ExpertLayout) -> LaunchCo
     num_moe = 0 if moe is None else moe.num_moe_layers(shape.num_layers)
     mlp = MOE_MLP + (SHARED_EXPERTS if moe is not None and moe.shared_intermediate_size else 0)
     if layout.dp > 1:
-        mlp += DP_EXCHANGE
+        mlp += DP_EXCHANGE * layout.dp
     eager += num_moe * (mlp + block_end) + (shape.num_layers - num_moe) * (DENSE_MLP + block_end)
     return LaunchCount(eager + ONCE, piecewise)
 

@@ -195,13 +195,14 @@ def fit_async_step_pricing(
         )
         if usable.sum() < 3:
             continue
-        weight = 1.0 / np.sqrt(np.bincount(group[usable], minlength=len(sizes))[group])
+        counts = np.bincount(group[usable], minlength=len(sizes))[group]
+        weight = np.where(usable, 1.0 / np.sqrt(np.maximum(counts, 1)), 0.0)
         scale = 1.0
         for _ in range(3):  # which steps the host bounds depends on the scale
             bound = floor > scale * kernels
             a = np.column_stack([np.where(bound, 0.0, kernels), seqs, sync]) / latency[:, None]
             b = 1.0 - np.where(bound, floor, 0.0) / latency
-            w = (weight * usable)[:, None]
+            w = weight[:, None]
             (scale, per_seq, cpu), _ = nnls(a * w, b * w[:, 0])
         predicted = np.maximum(scale * kernels, floor) + per_seq * seqs + cpu * sync
         error = np.abs(predicted / latency - 1.0)
@@ -213,6 +214,30 @@ def fit_async_step_pricing(
             best = (score, fit)
     if best is None:
         raise ValidationError("fitting step pricing found no host time with >= 3 usable steps")
+    return best[1]
+
+
+def fit_host_launch_s(
+    groups: dict[str, Sequence[MeasuredStep]],
+    price_s: Callable[[MeasuredStep, float], float],
+    host_grid_s: Sequence[float] = HOST_LAUNCH_GRID_S,
+) -> float:
+    """The host time per launch on `host_grid_s` at which `price_s(step, host_launch_s)`
+    prices the steps of `groups` best: the least mean, over groups, of the median
+    |error| of the group's steps (each group, e.g. a step type of one run, weighed
+    alike)."""
+    if not any(groups.values()):
+        raise ValidationError("fitting the host time per launch needs steps")
+    best: tuple[float, float] | None = None
+    for host in host_grid_s:
+        score = statistics.fmean(
+            statistics.median(abs(price_s(s, host) / s.latency_s - 1.0) for s in steps)
+            for steps in groups.values()
+            if steps
+        )
+        if best is None or score < best[0]:
+            best = (score, host)
+    assert best is not None
     return best[1]
 
 

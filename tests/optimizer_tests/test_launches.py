@@ -23,18 +23,28 @@ TOY = ModelShape("toy", 2, 256, 4, 2, 64, 512, 1000)
 
 
 def test_launch_counts_of_a_dense_and_a_moe_model_worked_by_hand() -> None:
-    """Dense, 2 layers, tp 1. Eager: per layer GQA attention 7 + its block end 1 (add +
-    RMSNorm) + dense MLP 3 + its block end 1 = 12, x 2 = 24, + embedding, final norm and
-    LM head 3 = 27. Piecewise: per layer the KV-cache write and attention, 3, x 2 = 6,
-    + one graph replay per piece (layers + 1 = 3) = 9.
-    tp 2: each block end also all-reduces: 2 x (7 + 2 + 3 + 2) + 3 = 31 eager; piecewise
+    """Dense, 2 layers, tp 1. Eager: per layer GQA attention 5 + its block end 1 (add +
+    RMSNorm) + dense MLP 3 + its block end 1 = 10, x 2 = 20, + embedding, final norm and
+    LM head 3 = 23. Piecewise: per layer the KV-cache write and attention, 2, x 2 = 4,
+    + one graph replay per piece (layers + 1 = 3) = 7.
+    tp 2: each block end also all-reduces: 2 x (5 + 2 + 3 + 2) + 3 = 27 eager; piecewise
     unchanged (the all-reduces are inside the graphs).
-    MoE with shared experts on dp 2: the MLP is 8 + 5 (shared) + 2 (dispatch, combine) =
-    15, so at tp 1: 2 x (7 + 1 + 15 + 1) + 3 = 51 eager."""
-    assert count_launches(TOY, 1, DENSE_LAYOUT) == LaunchCount(27, 9)
-    assert count_launches(TOY, 2, DENSE_LAYOUT) == LaunchCount(31, 9)
+    MoE with shared experts on dp 2: the MLP is 8 + 5 (shared) + 4 x 2 (three tensors
+    all-gathered and one reduce-scattered, one NCCL call per rank each) = 21, so at tp 1:
+    2 x (5 + 1 + 21 + 1) + 3 = 59 eager."""
+    assert count_launches(TOY, 1, DENSE_LAYOUT) == LaunchCount(23, 7)
+    assert count_launches(TOY, 2, DENSE_LAYOUT) == LaunchCount(27, 7)
     moe = dataclasses.replace(TOY, moe=MoESpec(8, 2, 128, shared_intermediate_size=128))
-    assert count_launches(moe, 1, ExpertLayout(2, True)) == LaunchCount(51, 9)
+    assert count_launches(moe, 1, ExpertLayout(2, True)) == LaunchCount(59, 7)
+
+
+def test_launch_counts_of_qwen3_6_worked_by_hand() -> None:
+    """Qwen3.6-35B-A3B at tp 2: 10 gated full-attention layers (5 + the gate's 1 + a block
+    end of 2 = 8 each: 80), 30 Gated DeltaNet layers (7 projections and copies + the
+    core's 20 + 2 = 29 each: 870), 40 MoE MLPs with a shared expert (8 + 5 + 2 = 15 each:
+    600), + 3 = 1,553 eager. Piecewise: 10 x 2 + 30 x 20 + 41 graph replays = 661."""
+    shape = get_shape("qwen3.6-35b-a3b")
+    assert count_launches(shape, 2, DENSE_LAYOUT) == LaunchCount(1553, 661)
 
 
 def test_the_host_floor_bounds_prefill_and_eager_steps_but_not_graphed_decode() -> None:
@@ -104,3 +114,15 @@ def test_the_fit_recovers_the_per_launch_time_beside_the_other_constants() -> No
     assert fit.kernel_scale == pytest.approx(1.05, rel=1e-6)
     assert fit.exposed.per_seq_s == pytest.approx(30e-6, rel=1e-6)
     assert fit.cpu.base_s == pytest.approx(2e-3, rel=1e-6)
+
+
+def test_the_host_time_per_launch_alone_is_found_where_it_prices_best() -> None:
+    """Steps whose kernels take 5 ms and whose forwards launch 1,000 kernels at 22 us
+    (22 ms): priced as max(kernels, launches x host), the fit lands on 22 us."""
+    from optimizer.validation.forward_passes import fit_host_launch_s
+
+    load = StepLoad(600, 1, (600,), (600,))
+    steps = [MeasuredStep(StepPhase.PREFILL, "sweep", load, 22e-3 * (1 + 0.01 * (i % 3 - 1)),
+                          False) for i in range(30)]  # fmt: skip
+    host = fit_host_launch_s({"prefill": steps}, lambda s, h: max(5e-3, 1000 * h))
+    assert host == pytest.approx(22e-6)

@@ -28,6 +28,9 @@ MODELS = (
     ("MiniMaxAI/MiniMax-M2", "fp8"),
     ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "none"),
     ("nvidia/DeepSeek-R1-FP4", "fp4"),
+    ("Qwen/Qwen3.6-35B-A3B", "none"),
+    ("Qwen/Qwen3.5-397B-A17B", "none"),
+    ("Qwen/Qwen3-Next-80B-A3B-Instruct", "none"),
 )
 # (tp, dp, expert_parallel), smallest first: one node of 8 GPUs, then two
 LAYOUTS = ((1, 1, False), (2, 1, True), (4, 1, True), (8, 1, True), (8, 2, True))

@@ -1,0 +1,119 @@
+"""The per-step data of vLLM 0.20.1 on B300 (observations/aic-fpm-b300) and the one fit of
+the async generation's step constants on it (`optimizer.engines`: kernel scale, exposed
+time per sequence, CPU work per step, host time per kernel launch outside CUDA graphs),
+shared by benchmarks/bench_devset.py and benchmarks/bench_moe_steps.py (`--fit`).
+
+What the fit uses, each (run, step type) weighed alike (`fit_async_step_pricing`):
+- every step of Qwen3-32B (dense) at TP 1/2/4/8;
+- the prefill and mixed steps of Qwen3.6-35B-A3B (a MoE of 3B active parameters, 30
+  Gated DeltaNet layers) at TP 2/4/8 with and without expert parallelism: the steps the
+  host's launches bind, which fix the time per launch (the dense steps only bound it).
+  Its TP 1 run is left out: its records of host-bound steps pair up (the first of two
+  consecutive prefill steps carries both, the second reads 0.3 ms), and its DP + EP runs
+  are left out to check the fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from bench_common import AICONFIGURATOR, SHARED
+
+from optimizer.engines import CUDA_GRAPH_MAX_TOKENS, EngineRelease
+from optimizer.latency import TableReach, build_catalog, fit_latency_model
+from optimizer.latency.launches import NO_HOST_FLOOR, HostFloor, count_launches
+from optimizer.latency.model import FitOptions, LatencyModel
+from optimizer.latency.table import CompiledStepLatency
+from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
+from optimizer.records import OpKind
+from optimizer.shapes import DEFAULT_PRECISION, ModelShape, get_shape
+from optimizer.validation.forward_passes import (
+    StepPhase,
+    StepPricingFit,
+    fit_async_step_pricing,
+    read_forward_pass_metrics,
+)
+from profiler.importers.aiconfigurator_moe import DEFAULT_MOE_DISTRIBUTION
+
+RUNS = SHARED / "observations" / "aic-fpm-b300"
+DENSE = RUNS / "fpm_upfront_qwen32_full_once_20260613_194007"
+UPFRONT = RUNS / "fpm_upfront_qwen36_moe_full_once_20260613_201336"
+DP_EP = RUNS / "fpm_gap_qwen36_dp_ep_official_20260614_025420"
+RELEASE = EngineRelease("vllm", "0.20.1")
+REACH = TableReach(8192, 256, 8192, 32768)
+STEPS = "fpm_metrics_detail.csv"
+
+
+def fit_b300(routing: str = DEFAULT_MOE_DISTRIBUTION, max_iter: int = 100) -> LatencyModel:
+    """The B300 tables fitted as `servetune profile import` + fit does, the MoE op on
+    `routing`'s rows."""
+    from profiler.importers import ImportFormat, import_profile
+    from profiler.importers.aiconfigurator_moe import moe_samples
+
+    folder = AICONFIGURATOR / "b300_sxm"
+    samples = import_profile(folder, ImportFormat.AICONFIGURATOR).samples
+    if routing != DEFAULT_MOE_DISTRIBUTION:
+        samples = [s for s in samples if s.op is not OpKind.MOE] + moe_samples(folder, routing)
+    return fit_latency_model(samples, accelerator="b300", options=FitOptions(max_iter=max_iter))
+
+
+def moe_folders() -> Iterator[tuple[Path, int, ExpertLayout]]:
+    """(folder, tp, layout) of every MoE run: the TP/EP runs (`tpN_ep1`, `tpN_epN`), then
+    the DP + EP ones (`tpT_epE`: dp = E / T, rank 0's steps)."""
+    for d in sorted(UPFRONT.glob("tp*_ep*_past4096")):
+        tp, ep = (int(x) for x in d.name.removeprefix("tp").split("_past")[0].split("_ep"))
+        yield d, tp, ExpertLayout(1, ep > 1)
+    for d in sorted(DP_EP.glob("tp*_dp_ep/tp*_ep*_past4096")):
+        tp, ep = (int(x) for x in d.name.removeprefix("tp").split("_past")[0].split("_ep"))
+        yield d, tp, ExpertLayout(ep // tp, True)
+
+
+def table(model: LatencyModel, shape: ModelShape, tp: int, layout=DENSE_LAYOUT):
+    """`shape` on `tp` B300s as the simulator prices it with `model`."""
+    return build_catalog(shape, [model]).for_instance(
+        "b300", tp, REACH, DEFAULT_PRECISION, engine=RELEASE, layout=layout
+    )
+
+
+def _groups(t: CompiledStepLatency, shape: ModelShape, tp: int, layout, path: Path, name: str,
+            phases: set[StepPhase]) -> dict[str, list]:  # fmt: skip
+    """(step, its kernels as tabulated before the engine's scale, its forward's launches)
+    per step type of one run."""
+    raw = replace(t, host=NO_HOST_FLOOR)
+    scale = RELEASE.generation.kernel_scale("b300")
+    n = count_launches(shape, tp, layout)
+    launches = HostFloor(CUDA_GRAPH_MAX_TOKENS, n.piecewise, n.eager)
+    out: dict[str, list] = {}
+    for s in read_forward_pass_metrics(path):
+        if s.phase in phases:
+            host = launches.floor_s(s.load.num_tokens, bool(s.load.prefill_q))
+            out.setdefault(f"{name}-{s.phase}", []).append(
+                (s, raw.kernel_time_s(s.load) / scale, host)
+            )
+    return out
+
+
+def fit_v1_async(model: LatencyModel) -> StepPricingFit:
+    """The async generation's constants fitted on the steps the module docstring names."""
+    dense = get_shape("qwen3-32b")
+    groups: dict[str, list] = {}
+    for tp in (1, 2, 4, 8):
+        path = DENSE / f"tp{tp}_ep1_past4096" / STEPS
+        groups |= _groups(table(model, dense, tp), dense, tp, DENSE_LAYOUT, path,
+                          f"qwen3-32b-tp{tp}", set(StepPhase))  # fmt: skip
+    moe = get_shape("qwen3.6-35b-a3b")
+    for folder, tp, layout in moe_folders():
+        path = folder / STEPS
+        if layout.dp > 1 or tp == 1 or not path.is_file():
+            continue
+        groups |= _groups(table(model, moe, tp, layout), moe, tp, layout, path, folder.name,
+                          {StepPhase.PREFILL, StepPhase.MIXED})  # fmt: skip
+    return fit_async_step_pricing(groups)
+
+
+def describe(fit: StepPricingFit) -> str:
+    return (f"kernel scale {fit.kernel_scale:.3f}, exposed {fit.exposed.describe()}, CPU "
+            f"{fit.cpu.describe()}, host {fit.host_launch_s * 1e6:.1f} us per launch outside "
+            f"CUDA graphs ({fit.num_steps} steps, {fit.num_dropped} dropped)")  # fmt: skip
