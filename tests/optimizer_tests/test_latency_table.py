@@ -21,6 +21,7 @@ from optimizer.latency.table import compile_step_latency
 from optimizer.records import KernelSample, OpKind
 from optimizer.shapes import get_shape
 from optimizer.sim.floor import decode_floor_s
+from tests.optimizer_tests.step_loads import batch_step_times
 
 SHAPE = get_shape("llama-3.1-8b")
 
@@ -109,14 +110,7 @@ def test_batch_api_equals_scalar_path(learned) -> None:
     loads.append(StepLoad(40000, 1, (40000,), (2_000_000,)))  # beyond every grid end
     loads.append(StepLoad(5000, 5000, (), (), 5000, 5000 * 100))
     scalar = np.array([table.step_time_s(ld) for ld in loads])
-    batch = table.step_times_s(
-        np.array([ld.num_tokens for ld in loads]),
-        np.array([ld.num_logits for ld in loads]),
-        np.array([ld.num_decode_seqs for ld in loads]),
-        np.array([ld.decode_kv_tokens for ld in loads]),
-        np.array([ld.prefill_q[0] if ld.prefill_q else 0 for ld in loads]),
-        np.array([ld.prefill_kv[0] if ld.prefill_kv else 0 for ld in loads]),
-    )
+    batch = batch_step_times(table, list(loads))
     np.testing.assert_allclose(batch, scalar, rtol=1e-9)
 
 

@@ -18,6 +18,7 @@ from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
 from optimizer.shape_parts import MoESpec
 from optimizer.shapes import get_shape
 from optimizer.validation.forward_passes import MeasuredStep, StepPhase, fit_async_step_pricing
+from tests.optimizer_tests.step_loads import batch_step_times
 
 TOY = ModelShape("toy", 2, 256, 4, 2, 64, 512, 1000)
 
@@ -71,14 +72,7 @@ def test_the_host_floor_bounds_prefill_and_eager_steps_but_not_graphed_decode() 
     assert raw.kernel_time_s(eager) < host.eager_s == table.kernel_time_s(eager)
     # the vectorised path prices the same steps alike
     loads = (decode, prefill, eager)
-    batch = table.step_times_s(
-        np.array([ld.num_tokens for ld in loads]),
-        np.array([ld.num_logits for ld in loads]),
-        np.array([ld.num_decode_seqs for ld in loads]),
-        np.array([ld.decode_kv_tokens for ld in loads]),
-        np.array([ld.prefill_q[0] if ld.prefill_q else 0 for ld in loads]),
-        np.array([ld.prefill_kv[0] if ld.prefill_kv else 0 for ld in loads]),
-    )
+    batch = batch_step_times(table, list(loads))
     assert batch == pytest.approx([table.step_time_s(ld) for ld in loads])
     sync = compile_roofline(shape, h100, 1, engine=EngineRelease("vllm", "0.12.0"))
     assert sync.host == NO_HOST_FLOOR
