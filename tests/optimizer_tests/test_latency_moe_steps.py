@@ -2,45 +2,60 @@
 B300 tables, imported as `servetune profile import` does and fitted, price the steps of
 vLLM 0.20.1 serving Qwen3.6-35B-A3B (the preset: 30 Gated DeltaNet and 10 full-attention
 layers) at TP 2 with expert parallelism, and the fused MoE op is priced by its learned
-model (not the roofline)."""
+model (not the roofline). The same model replays a run's whole requests, a closed loop of
+32 clients (benchmarks/bench_fpm_e2e.py prints every run)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+from optimizer.closed_loop_workload import ClosedLoopWorkload
+from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.engines import EngineRelease
 from optimizer.latency import TableReach, build_catalog, fit_latency_model
 from optimizer.latency.model import FitOptions
 from optimizer.parallel import ExpertLayout
 from optimizer.shapes import DEFAULT_PRECISION, get_shape
+from optimizer.sim import simulate
 from optimizer.validation.forward_passes import (
     StepPhase,
     phase_errors,
     price_step_s,
     read_forward_pass_metrics,
 )
+from optimizer.validation.fpm_requests import real_segment
+
+RUN = ("observations", "aic-fpm-b300", "fpm_upfront_qwen36_moe_full_once_20260613_201336",
+       "tp2_ep2_past4096")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def b300_model(shared_data):
+    from profiler.importers import ImportFormat, import_profile
+
+    folder = shared_data / "profiles" / "aiconfigurator" / "b300_sxm"
+    samples = import_profile(folder, ImportFormat.AICONFIGURATOR).samples
+    return fit_latency_model(samples, accelerator="b300", options=FitOptions(max_iter=100))
 
 
 @pytest.mark.shared_data
-def test_b300_tables_price_the_moe_steps_within_the_measured_bounds(shared_data) -> None:
+def test_b300_tables_price_the_moe_steps_within_the_measured_bounds(
+    shared_data, b300_model
+) -> None:
     """Measured (power_law_1.01 routing, the import's): prefill 5.7%, decode 13.1%, mixed
     11.0% median |error|. Prefill and mixed steps are bound by the host's launches outside
     CUDA graphs (the Gated DeltaNet core runs eagerly; above 512 tokens every kernel
     does): without that floor they were 66.9% and 40.7%. The bounds keep what the code
     meets so that a regression shows (balanced routing gave decode 28.7%)."""
-    from profiler.importers import ImportFormat, import_profile
-
-    folder = shared_data / "profiles" / "aiconfigurator" / "b300_sxm"
-    samples = import_profile(folder, ImportFormat.AICONFIGURATOR).samples
-    model = fit_latency_model(samples, accelerator="b300", options=FitOptions(max_iter=100))
+    model = b300_model
     assert {"moe", "moe:fp8", "moe:fp4", "moe_dispatch", "gemm:fp4"} <= set(model.op_names())
     table = build_catalog(get_shape("qwen3.6-35b-a3b"), [model]).for_instance(
         "b300", 2, TableReach(8192, 256, 8192, 32768), DEFAULT_PRECISION,
         engine=EngineRelease("vllm", "0.20.1"), layout=ExpertLayout(1, True),
     )  # fmt: skip
     assert table.layout == "dp1-ep" and not {"moe", "gemm"} & set(table.estimated_ops)
-    run = shared_data / "observations" / "aic-fpm-b300"
-    run = run / "fpm_upfront_qwen36_moe_full_once_20260613_201336" / "tp2_ep2_past4096"
+    run = shared_data.joinpath(*RUN)
     steps = read_forward_pass_metrics(run / "fpm_metrics_detail.csv")
     errors = {e.phase: e for e in phase_errors(steps, lambda s: price_step_s(table, s))}
     assert set(errors) == set(StepPhase)
@@ -48,3 +63,25 @@ def test_b300_tables_price_the_moe_steps_within_the_measured_bounds(shared_data)
     for phase, e in errors.items():
         assert e.median_abs_error <= bounds[phase], (phase, e)
     assert table.host.eager_s > 0.03  # 1,573 launches at tp 2 (test_launches)
+
+
+@pytest.mark.shared_data
+def test_the_simulator_replays_the_runs_whole_requests(shared_data, b300_model) -> None:
+    """The run's 128 "real" requests (100-16,384 tokens in, 100-4,096 out) from 32 clients
+    in a closed loop, replayed by `simulate` on TP 2 + EP: measured mean end-to-end
+    8.30 s, simulated 8.35 s (+0.6%); median |error| per request 5.6%. Without the host's
+    launches it was 7.97 s (-4.0%)."""
+    requests = real_segment(shared_data.joinpath(*RUN))
+    assert len(requests) == 128
+    inst = InstanceConfig(accelerator="b300", tp=2, expert_parallel=True,
+                          max_num_batched_tokens=8192, max_num_seqs=1024)  # fmt: skip
+    config = ServingConfig.colocated("qwen3.6-35b-a3b", inst, engine_version="0.20.1")
+    workload = ClosedLoopWorkload(
+        num_clients=32,
+        input_tokens=np.array([r.prompt_tokens for r in requests]),
+        output_tokens=np.array([r.output_tokens for r in requests]),
+    )
+    got = np.asarray(simulate(workload, config, build_catalog(config.shape, [b300_model])).e2e_s)
+    want = np.array([r.e2e_s for r in requests])
+    assert abs(got.mean() / want.mean() - 1.0) <= 0.03
+    assert np.median(np.abs(got / want - 1.0)) <= 0.07

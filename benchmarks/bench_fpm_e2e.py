@@ -1,0 +1,87 @@
+"""Whole requests of vLLM 0.20.1 on B300, simulated: the "real" segment of each
+observations/aic-fpm-b300 run, 128 requests of OpenAssistant-shaped lengths (100-16,384
+tokens in, 100-4,096 out, ignore_eos, non-streaming) sent by a closed loop of 32 clients
+through NVIDIA Dynamo's frontend, each request's end-to-end seconds in `collect.log`.
+Usage:
+
+    .venv/bin/python benchmarks/bench_fpm_e2e.py
+
+Each run is replayed by `optimizer.sim.simulate` (the function `servetune simulate`
+calls) as a `ClosedLoopWorkload` of the run's own lengths in its own order, on the
+run's layout (TP, EP, DP attention) with vLLM 0.20.1's defaults (8,192 batched tokens),
+priced by the AIConfigurator B300 tables imported and fitted in-process. Printed per
+run: the mean end-to-end latency measured and simulated, the median |error| per request
+and the makespan. Left out: Dynamo's frontend is modelled as vLLM's API server
+(`FrontendDelay` defaults), and the segments before this one (their requests had all
+finished: the loop starts on an idle engine).
+
+Runs: Qwen3-32B (dense) at TP 1/2/4/8; Qwen3.6-35B-A3B (MoE, Gated DeltaNet) at TP 1-8
+with and without EP, and with DP attention + EP.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import numpy as np
+from step_fit import DENSE, RELEASE, fit_b300, moe_folders
+
+from optimizer.closed_loop_workload import ClosedLoopWorkload
+from optimizer.config import InstanceConfig, ServingConfig
+from optimizer.latency import build_catalog
+from optimizer.latency.model import LatencyModel
+from optimizer.parallel import ExpertLayout
+from optimizer.sim import simulate
+from optimizer.validation.compare import ValidationError
+from optimizer.validation.fpm_requests import real_segment
+
+CLIENTS = 32
+
+
+def replay(model: LatencyModel, shape_name: str, folder: Path, tp: int, layout: ExpertLayout):
+    """(mean measured e2e, mean simulated, median |error| per request) of one run's real
+    segment, or the reason it cannot be replayed."""
+    try:
+        requests = real_segment(folder)
+    except ValidationError as exc:
+        return str(exc)
+    inst = InstanceConfig(accelerator="b300", tp=tp, dp=layout.dp,
+                          expert_parallel=layout.expert_parallel,
+                          max_num_batched_tokens=8192, max_num_seqs=1024)  # fmt: skip
+    config = ServingConfig.colocated(shape_name, inst, engine_version=RELEASE.version)
+    workload = ClosedLoopWorkload(
+        num_clients=CLIENTS,
+        input_tokens=np.array([r.prompt_tokens for r in requests]),
+        output_tokens=np.array([r.output_tokens for r in requests]),
+        name=folder.name,
+    )
+    got = np.asarray(simulate(workload, config, build_catalog(config.shape, [model])).e2e_s)
+    want = np.array([r.e2e_s for r in requests])
+    return float(want.mean()), float(got.mean()), float(np.median(np.abs(got / want - 1.0)))
+
+
+def main() -> None:
+    model = fit_b300()
+    runs = [(DENSE / f"tp{tp}_ep1_past4096", tp, ExpertLayout(1, False), "qwen3-32b")
+            for tp in (1, 2, 4, 8)]  # fmt: skip
+    runs += [(f, tp, layout, "qwen3.6-35b-a3b") for f, tp, layout in moe_folders()]
+    print(f"== whole requests, {RELEASE.label}, B300: closed loop of {CLIENTS}, 128 requests ==")
+    errs: dict[str, list[float]] = {}
+    for folder, tp, layout, shape in runs:
+        got = replay(model, shape, folder, tp, layout)
+        if isinstance(got, str):
+            print(f" {shape} {folder.name}: {got}")
+            continue
+        want, sim, med = got
+        errs.setdefault(shape, []).append(sim / want - 1.0)
+        print(f" {shape:16s} {folder.name:18s} tp {tp} {layout.key or 'no EP':7s}: mean e2e "
+              f"measured {want:6.2f} s, simulated {sim:6.2f} s ({sim / want - 1:+6.1%}); "
+              f"median |error| per request {med:5.1%}")  # fmt: skip
+    for shape, e in errs.items():
+        print(f"  {shape}: median |error| of the mean over {len(e)} runs "
+              f"{statistics.median(abs(x) for x in e):.1%}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
