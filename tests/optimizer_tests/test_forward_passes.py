@@ -86,3 +86,20 @@ def test_the_b300_tables_price_vllm_0_20_steps_within_5_percent(shared_data, tmp
     assert set(errors) == set(StepPhase)
     for phase, e in errors.items():
         assert e.median_abs_error <= 0.05, (phase, e)
+
+
+def test_a_record_swallowed_by_the_one_before_is_compared_with_it() -> None:
+    """vLLM at TP 1 logs two consecutive host-bound prefill steps as 74 ms and 0.4 ms.
+    Priced 38 ms each, the pair is one comparison: 76 / 74.4 - 1 = +2.2%, not -49% and
+    +9,400%. A short record after an idle gap is a step of its own."""
+    from optimizer.latency import StepLoad
+    from optimizer.validation.forward_passes import MeasuredStep
+
+    load = StepLoad(928, 1, (928,), (4096,))
+    long_ = MeasuredStep(StepPhase.PREFILL, "sweep", load, 0.074, True)
+    short = MeasuredStep(StepPhase.PREFILL, "sweep", load, 0.0004, False)
+    (e,) = phase_errors([long_, short], lambda s: 0.038)
+    assert e.num_steps == 1 and e.median_error == pytest.approx(0.076 / 0.0744 - 1.0)
+    after_idle = MeasuredStep(StepPhase.PREFILL, "sweep", load, 0.0004, True)
+    (e,) = phase_errors([long_, after_idle], lambda s: 0.038)
+    assert e.num_steps == 2
