@@ -117,4 +117,5 @@ def compile_roofline(
 
 
 def _host(pricing: Pricing, how: StepPricing) -> HostFloor:
-    return host_floor(pricing.shape, pricing.tp, pricing.layout, how.rules, how.host_launch_s)
+    return host_floor(pricing.shape, pricing.tp, pricing.layout, how.rules, how.host_launch_s,
+                      pricing.all2all)  # fmt: skip

@@ -37,7 +37,8 @@ parentheses:
   down, their gate's GEMM, gate-multiply-add). With dp > 1 the experts' tokens come and go
   through vLLM's default all2all (`AgRsAll2AllManager`): the hidden states, top-k weights
   and ids are all-gathered and the output reduce-scattered, and PyNccl's variable-size
-  gather and scatter call NCCL once per dp rank: 4 x dp.
+  gather and scatter call NCCL once per dp rank: 4 x dp (DeepEP's dispatch and combine:
+  2).
 - Each block's end: the residual add + RMSNorm, and with tp > 1 the all-reduce before it.
   Where FlashInfer fuses the two (vLLM >= 0.17, small messages) the count keeps two.
 
@@ -51,6 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optimizer.engines import StepRules
+from optimizer.latency.moe import DEFAULT_ALL2ALL
 from optimizer.parallel import ExpertLayout
 from optimizer.shapes import ModelShape
 
@@ -65,6 +67,7 @@ DENSE_MLP = 3
 MOE_MLP = 8
 SHARED_EXPERTS = 5
 DP_EXCHANGE = 4  # per dp rank: 3 tensors all-gathered, 1 reduce-scattered (PyNccl v-ops)
+DEEPEP_EXCHANGE = 2  # DeepEP's dispatch and combine kernels
 ONCE = 3  # embedding, final norm, LM head
 
 
@@ -98,8 +101,11 @@ class LaunchCount:
     piecewise: int
 
 
-def count_launches(shape: ModelShape, tp: int, layout: ExpertLayout) -> LaunchCount:
-    """The host's kernel launches of one forward of `shape` on one GPU (module table)."""
+def count_launches(
+    shape: ModelShape, tp: int, layout: ExpertLayout, all2all: str = DEFAULT_ALL2ALL
+) -> LaunchCount:
+    """The host's kernel launches of one forward of `shape` on one GPU (module table), the
+    dp ranks' tokens exchanged by `all2all` (`moe.ALL2ALL_BACKENDS`)."""
     block_end = 2 if tp > 1 else 1  # (all-reduce +) add + RMSNorm
     gdn = 0 if shape.gdn is None else shape.gdn.num_layers
     full = shape.num_layers - gdn
@@ -115,7 +121,7 @@ def count_launches(shape: ModelShape, tp: int, layout: ExpertLayout) -> LaunchCo
     num_moe = 0 if moe is None else moe.num_moe_layers(shape.num_layers)
     mlp = MOE_MLP + (SHARED_EXPERTS if moe is not None and moe.shared_intermediate_size else 0)
     if layout.dp > 1:
-        mlp += DP_EXCHANGE * layout.dp
+        mlp += DEEPEP_EXCHANGE if all2all == "deepep" else DP_EXCHANGE * layout.dp
     eager += num_moe * (mlp + block_end) + (shape.num_layers - num_moe) * (DENSE_MLP + block_end)
     return LaunchCount(eager + ONCE, piecewise)
 
@@ -126,10 +132,11 @@ def host_floor(
     layout: ExpertLayout,
     rules: StepRules,
     host_launch_s: float,
+    all2all: str = DEFAULT_ALL2ALL,
 ) -> HostFloor:
     """The host floor of a table priced with `rules` at `host_launch_s` per launch (none
     without CUDA graphs in the rules or without a per-launch time)."""
     if not rules.cuda_graph_tokens or host_launch_s <= 0.0:
         return NO_HOST_FLOOR
-    n = count_launches(shape, tp, layout)
+    n = count_launches(shape, tp, layout, all2all)
     return HostFloor(rules.cuda_graph_tokens, n.piecewise * host_launch_s, n.eager * host_launch_s)

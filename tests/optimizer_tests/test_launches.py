@@ -37,6 +37,8 @@ def test_launch_counts_of_a_dense_and_a_moe_model_worked_by_hand() -> None:
     assert count_launches(TOY, 2, DENSE_LAYOUT) == LaunchCount(27, 7)
     moe = dataclasses.replace(TOY, moe=MoESpec(8, 2, 128, shared_intermediate_size=128))
     assert count_launches(moe, 1, ExpertLayout(2, True)) == LaunchCount(59, 7)
+    # DeepEP's dispatch and combine are two kernels: 2 x (5 + 1 + 15 + 1) + 3 = 47
+    assert count_launches(moe, 1, ExpertLayout(2, True), "deepep") == LaunchCount(47, 7)
 
 
 def test_launch_counts_of_qwen3_6_worked_by_hand() -> None:
