@@ -4,7 +4,8 @@ For one (model shape in one precision, accelerator, TP degree) every operator
 prediction is tabulated once on quantised grids:
 
 - token-parallel work (all layers' GEMMs, elementwise ops, all-reduces) and
-  the LM head by token count, rounded *up* to a multiple of 8;
+  the LM head by token count: exactly up to 7 tokens (a MoE's experts cost far more at 8
+  tokens than at 1), beyond that rounded *up* to a multiple of 8;
 - prefill attention of one chunk by (q, kv) and decode attention by
   (number of sequences, mean KV length), on log2 grids with `points_per_octave`
   points, interpolated bilinearly in log2 coordinates.
@@ -39,6 +40,13 @@ from optimizer.latency.launches import NO_HOST_FLOOR, HostFloor
 from optimizer.shapes import DEFAULT_PRECISION
 
 TOKEN_STEP = 8
+# Token-table index of n tokens: n itself below TOKEN_STEP, then one entry per TOKEN_STEP
+# (entry SMALL_TOKENS + k holds k x TOKEN_STEP tokens).
+SMALL_TOKENS = TOKEN_STEP - 1
+
+
+def token_index(n: int) -> int:
+    return n if n < TOKEN_STEP else SMALL_TOKENS + (n + TOKEN_STEP - 1) // TOKEN_STEP
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +111,7 @@ class CompiledStepLatency:
     estimated_ops: tuple[str, ...]  # operators priced by the roofline inside a learned model
     overhead: EngineOverhead  # the engine's own time per step that the GPU waits for
     ppo: int
-    dense_ms: list[float]  # index (T + 7) // 8
+    dense_ms: list[float]  # index `token_index(T)`
     lm_head_ms: list[float]
     prefill_ms: list[float]  # flat [iq * n_kv + ikv]
     decode_ms: list[list[float]]  # per decode_q (index q - 1), flat [ib * n_kv + ikv]
@@ -121,13 +129,13 @@ class CompiledStepLatency:
 
     # -- scalar path ---------------------------------------------------------------
     def _tokens(self, table: list[float], n: int) -> float:
-        j = (n + TOKEN_STEP - 1) // TOKEN_STEP
+        j = token_index(n)
         last = len(table) - 1
         if j <= last:
             return table[j]
-        span = min(512, last)
+        span = min(512, last - TOKEN_STEP)
         slope = (table[last] - table[last - span]) / (span * TOKEN_STEP)
-        return table[last] + slope * (n - last * TOKEN_STEP)
+        return table[last] + slope * (n - (last - SMALL_TOKENS) * TOKEN_STEP)
 
     def _bilinear(self, table: list[float], x: float, n_x: int, y: float) -> float:
         return _interpolate(table, x, n_x, y, self.ppo, self.n_kv)
@@ -139,12 +147,12 @@ class CompiledStepLatency:
         # once, the common in-range token lookups are inlined (`_tokens`: the tail).
         dense = self.dense_ms
         n = load.num_tokens
-        j = (n + TOKEN_STEP - 1) // TOKEN_STEP
+        j = n if n < TOKEN_STEP else SMALL_TOKENS + (n + TOKEN_STEP - 1) // TOKEN_STEP
         ms = dense[j] if j < len(dense) else self._tokens(dense, n)
         m = load.num_logits
         if m > 0:
             head = self.lm_head_ms
-            j = (m + TOKEN_STEP - 1) // TOKEN_STEP
+            j = m if m < TOKEN_STEP else SMALL_TOKENS + (m + TOKEN_STEP - 1) // TOKEN_STEP
             ms += head[j] if j < len(head) else self._tokens(head, m)
         prefill_q = load.prefill_q
         if prefill_q:
@@ -189,12 +197,13 @@ class CompiledStepLatency:
 
     # -- batch path ------------------------------------------------------------------
     def _tokens_np(self, table: np.ndarray, n: np.ndarray) -> np.ndarray:
-        j = (n + TOKEN_STEP - 1) // TOKEN_STEP
+        j = np.where(n < TOKEN_STEP, n, SMALL_TOKENS + (n + TOKEN_STEP - 1) // TOKEN_STEP)
         last = table.shape[0] - 1
-        span = min(512, last)
+        span = min(512, last - TOKEN_STEP)
         slope = (table[last] - table[last - span]) / (span * TOKEN_STEP)
         inside = table[np.minimum(j, last)]
-        return np.where(j <= last, inside, table[last] + slope * (n - last * TOKEN_STEP))
+        tail = table[last] + slope * (n - (last - SMALL_TOKENS) * TOKEN_STEP)
+        return np.where(j <= last, inside, tail)
 
     def _bilinear_np(self, table: np.ndarray, x: np.ndarray, n_x: int, y: np.ndarray):
         ppo, n_y = self.ppo, self.n_kv
@@ -303,7 +312,8 @@ def compile_step_latency(
         if not isinstance(value, EngineOverhead):
             raise ValueError(f"{name} must be an EngineOverhead, got {value!r}")
     ppo = grid.points_per_octave
-    tokens = np.maximum(np.arange(0, grid.max_tokens + 1, TOKEN_STEP), 1)
+    small = np.maximum(np.arange(SMALL_TOKENS + 1), 1)  # 1 (for 0), 1, 2, ..., 7
+    tokens = np.concatenate([small, np.arange(TOKEN_STEP, grid.max_tokens + 1, TOKEN_STEP)])
     q_axis = _log_grid(grid.max_log2_q, ppo)
     b_axis = _log_grid(grid.max_log2_batch, ppo)
     kv_axis = _log_grid(grid.max_log2_kv, ppo)

@@ -18,8 +18,8 @@ _TABLES = ("dense_ms", "lm_head_ms", "prefill_ms")
 # Of table_to_bytes (bump when the document's layout changes). 2: tables honour the
 # shape's precision (FP8 GEMMs, FP8 KV cache) and record it. 4: the hidden (async) CPU
 # work and the engine release; an optional "layout" entry (the MoE layout's key). 5: the
-# host floor (`HostFloor`).
-TABLE_FORMAT = 5
+# host floor (`HostFloor`). 6: the token tables hold 1-7 tokens exactly (`token_index`).
+TABLE_FORMAT = 6
 
 
 def table_to_bytes(table: CompiledStepLatency) -> bytes:

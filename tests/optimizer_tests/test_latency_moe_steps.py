@@ -69,7 +69,7 @@ def test_b300_tables_price_the_moe_steps_within_the_measured_bounds(
 def test_the_simulator_replays_the_runs_whole_requests(shared_data, b300_model) -> None:
     """The run's 128 "real" requests (100-16,384 tokens in, 100-4,096 out) from 32 clients
     in a closed loop, replayed by `simulate` on TP 2 + EP: measured mean end-to-end
-    8.30 s, simulated 8.35 s (+0.6%); median |error| per request 5.6%. Without the host's
+    8.30 s, simulated 8.33 s (+0.4%); median |error| per request 5.3%. Without the host's
     launches it was 7.97 s (-4.0%)."""
     requests = real_segment(shared_data.joinpath(*RUN))
     assert len(requests) == 128
