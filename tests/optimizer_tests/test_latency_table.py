@@ -361,3 +361,19 @@ def test_engine_overhead_grows_with_sequences_and_tokens() -> None:
     assert table_from_bytes(table_to_bytes(with_o)).overhead == overhead
     with pytest.raises(ValueError, match=r"EngineOverhead\.per_seq_s must be a finite number"):
         EngineOverhead(per_seq_s=-1.0)
+
+
+def test_small_decode_steps_are_tabulated_at_their_own_token_counts() -> None:
+    """A decode of 1-7 sequences runs at 1-7 tokens padded to vLLM's capture sizes (1, 2,
+    4, 8), not at 8: for a MoE each token brings its own experts, so 1 and 8 tokens differ
+    by far more than the rounding allowed. The table equals the composition it tabulates."""
+    shape = get_shape("qwen3-30b-a3b")
+    acc = get_accelerator("h100")
+    table = compile_roofline(shape, acc, 1)
+    roof = Pricing(shape, 1, RooflinePricer(acc), rules=DEFAULT_RELEASE.rules)
+    for b in range(1, 8):
+        load = StepLoad(b, b, (), (), b, b * 1000)
+        exact = table.with_engine_s(iteration_ms(roof, load, 0.0) / 1e3, load)
+        assert table.step_time_s(load) == pytest.approx(exact, rel=0.01), b
+    one, eight = (table.kernel_time_s(StepLoad(b, b, (), (), b, b * 1000)) for b in (1, 8))
+    assert eight > 1.5 * one
