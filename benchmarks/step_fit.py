@@ -4,13 +4,14 @@ time per sequence, CPU work per step, host time per kernel launch outside CUDA g
 shared by benchmarks/bench_devset.py and benchmarks/bench_moe_steps.py (`--fit`).
 
 What the fit uses, each (run, step type) weighed alike (`fit_async_step_pricing`):
-- every step of Qwen3-32B (dense) at TP 1/2/4/8;
+- every step of Qwen3-32B (dense) at TP 1/2/4/8: the kernel scale, the exposed time per
+  sequence and the CPU work per step are fitted on these, at each host time per launch;
 - the prefill and mixed steps of Qwen3.6-35B-A3B (a MoE of 3B active parameters, 30
   Gated DeltaNet layers) at TP 2/4/8 with and without expert parallelism: the steps the
-  host's launches bind, which fix the time per launch (the dense steps only bound it).
-  Its TP 1 run is left out: its records of host-bound steps pair up (the first of two
-  consecutive prefill steps carries both, the second reads 0.3 ms), and its DP + EP runs
-  are left out to check the fit.
+  host's launches bind, which pick the time per launch (the dense steps only bound it)
+  without moving the rest. Its TP 1 run is left out: its records of host-bound steps pair
+  up (the first of two consecutive prefill steps carries both, the second reads 0.3 ms),
+  and its DP + EP runs are left out to check the fit.
 """
 
 from __future__ import annotations
@@ -104,13 +105,14 @@ def fit_v1_async(model: LatencyModel) -> StepPricingFit:
         groups |= _groups(table(model, dense, tp), dense, tp, DENSE_LAYOUT, path,
                           f"qwen3-32b-tp{tp}", set(StepPhase))  # fmt: skip
     moe = get_shape("qwen3.6-35b-a3b")
+    judge: dict[str, list] = {}
     for folder, tp, layout in moe_folders():
         path = folder / STEPS
         if layout.dp > 1 or tp == 1 or not path.is_file():
             continue
-        groups |= _groups(table(model, moe, tp, layout), moe, tp, layout, path, folder.name,
-                          {StepPhase.PREFILL, StepPhase.MIXED})  # fmt: skip
-    return fit_async_step_pricing(groups)
+        judge |= _groups(table(model, moe, tp, layout), moe, tp, layout, path, folder.name,
+                         {StepPhase.PREFILL, StepPhase.MIXED})  # fmt: skip
+    return fit_async_step_pricing(groups, judge=judge)
 
 
 def describe(fit: StepPricingFit) -> str:

@@ -31,6 +31,7 @@ from typing import Protocol
 import numpy as np
 
 from optimizer.latency import moe
+from optimizer.latency.launches import GDN_CORE
 from optimizer.records import OpKind
 
 
@@ -44,6 +45,8 @@ class Pricing(moe.Pricing, Protocol):
 
 
 CHUNK = 64  # FLA's chunk of the delta rule
+CORE_KERNELS = GDN_CORE  # a prefill chunk's kernels (`launches`), each at least a launch
+DECODE_KERNELS = 2  # causal_conv1d_update and the packed recurrent decode
 ESTIMATED = ("gdn_prefill", "gdn_decode")
 
 
@@ -93,7 +96,7 @@ def chunk_ms(pricing: Pricing, q: np.ndarray) -> np.ndarray:
     snapshots = np.ceil(q / CHUNK) * state * 2.0  # written by the recurrence, read by output
     copies = q * conv * act * 2.0  # q, k, v made contiguous after the conv
     moved = q * conv * act * 2.0 + q * value * act + 2.0 * state + snapshots + copies
-    return _memory_ms(pricing, moved)
+    return _memory_ms(pricing, moved, CORE_KERNELS)
 
 
 def decode_ms(pricing: Pricing, num_seqs: np.ndarray) -> np.ndarray:
@@ -101,10 +104,11 @@ def decode_ms(pricing: Pricing, num_seqs: np.ndarray) -> np.ndarray:
     _, value, conv, state = _rank(pricing)
     b = np.asarray(num_seqs, dtype=np.float64)
     act = pricing.shape.dtype_bytes
-    return _memory_ms(pricing, b * (2.0 * state + conv * act + value * act))
+    return _memory_ms(pricing, b * (2.0 * state + conv * act + value * act), DECODE_KERNELS)
 
 
-def _memory_ms(pricing: Pricing, moved: np.ndarray) -> np.ndarray:
+def _memory_ms(pricing: Pricing, moved: np.ndarray, kernels: int) -> np.ndarray:
+    """`moved` bytes at the roofline's rate, and each of `kernels` kernels' launch."""
     roofline = pricing.roofline
     rate = roofline.accelerator.hbm_bytes_per_s * roofline.options.memory_efficiency
-    return (roofline.options.launch_ms + 1e3 * moved / rate) * pricing.scale
+    return (kernels * roofline.options.launch_ms + 1e3 * moved / rate) * pricing.scale

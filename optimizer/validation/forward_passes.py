@@ -160,9 +160,35 @@ class StepPricingFit:
 HOST_LAUNCH_GRID_S = tuple(i * 0.5e-6 for i in range(121))
 
 
+class _Steps:
+    """The columns `fit_async_step_pricing` works on, one row a step."""
+
+    def __init__(self, groups: dict[str, Sequence[tuple[MeasuredStep, float, float]]]) -> None:
+        rows = [(g, s, k, n) for g, members in enumerate(groups.values())
+                for s, k, n in members]  # fmt: skip
+        if len(rows) < 3:
+            raise ValidationError(f"fitting step pricing needs >= 3 steps, got {len(rows)}")
+        self.group = np.array([r[0] for r in rows])
+        self.latency = np.array([r[1].latency_s for r in rows])
+        self.kernels = np.array([r[2] for r in rows])
+        self.launches = np.array([r[3] for r in rows], dtype=np.float64)
+        self.seqs = np.array([r[1].load.num_decode_seqs + len(r[1].load.prefill_q)
+                              for r in rows])  # fmt: skip
+        self.sync = np.array([float(synchronous(r[1])) for r in rows])
+        self.num_groups = len(np.bincount(self.group))
+
+    def score(self, scale: float, per_seq: float, cpu: float, host: float) -> float:
+        """Mean over groups of the median |error| of the priced steps."""
+        predicted = np.maximum(scale * self.kernels, self.launches * host)
+        error = np.abs((predicted + per_seq * self.seqs + cpu * self.sync) / self.latency - 1)
+        return float(np.mean([np.median(error[self.group == g])
+                              for g in range(self.num_groups)]))  # fmt: skip
+
+
 def fit_async_step_pricing(
     groups: dict[str, Sequence[tuple[MeasuredStep, float, float]]],
     host_grid_s: Sequence[float] = HOST_LAUNCH_GRID_S,
+    judge: dict[str, Sequence[tuple[MeasuredStep, float, float]]] | None = None,
 ) -> StepPricingFit:
     """Fit `step = max(scale x kernels, launches x host) + per_seq x sequences` on steady
     steps, `+ cpu` on synchronous ones (`synchronous`). `groups` maps a name (e.g. a step
@@ -173,19 +199,14 @@ def fit_async_step_pricing(
     squares on relative error, each group weighed alike, over the steps predicted within
     2x (with async scheduling a step's record can take in its neighbour's time); the
     host time kept is the one whose fit has the least mean, over groups, of the median
-    |error| of all the group's steps."""
+    |error| of all the group's steps, or of `judge`'s steps when given (other steps that
+    fix the host time without moving the rest)."""
     from scipy.optimize import nnls
 
-    rows = [(g, s, k, n) for g, members in enumerate(groups.values())
-            for s, k, n in members]  # fmt: skip
-    if len(rows) < 3:
-        raise ValidationError(f"fitting step pricing needs >= 3 steps, got {len(rows)}")
-    group = np.array([r[0] for r in rows])
-    latency = np.array([r[1].latency_s for r in rows])
-    kernels = np.array([r[2] for r in rows])
-    launches = np.array([r[3] for r in rows], dtype=np.float64)
-    seqs = np.array([r[1].load.num_decode_seqs + len(r[1].load.prefill_q) for r in rows])
-    sync = np.array([float(synchronous(r[1])) for r in rows])
+    steps = _Steps(groups)
+    judged = steps if judge is None else _Steps(judge)
+    group, latency, kernels = steps.group, steps.latency, steps.kernels
+    launches, seqs, sync = steps.launches, steps.seqs, steps.sync
     sizes = np.bincount(group)
     best: tuple[float, StepPricingFit] | None = None
     for host in host_grid_s:
@@ -204,9 +225,7 @@ def fit_async_step_pricing(
             b = 1.0 - np.where(bound, floor, 0.0) / latency
             w = weight[:, None]
             (scale, per_seq, cpu), _ = nnls(a * w, b * w[:, 0])
-        predicted = np.maximum(scale * kernels, floor) + per_seq * seqs + cpu * sync
-        error = np.abs(predicted / latency - 1.0)
-        score = float(np.mean([np.median(error[group == g]) for g in range(len(sizes))]))
+        score = judged.score(float(scale), float(per_seq), float(cpu), host)
         fit = StepPricingFit(float(scale), EngineOverhead(per_seq_s=float(per_seq)),
                              EngineOverhead(base_s=float(cpu)), float(host),
                              int(usable.sum()), int((~usable).sum()))  # fmt: skip
@@ -214,30 +233,6 @@ def fit_async_step_pricing(
             best = (score, fit)
     if best is None:
         raise ValidationError("fitting step pricing found no host time with >= 3 usable steps")
-    return best[1]
-
-
-def fit_host_launch_s(
-    groups: dict[str, Sequence[MeasuredStep]],
-    price_s: Callable[[MeasuredStep, float], float],
-    host_grid_s: Sequence[float] = HOST_LAUNCH_GRID_S,
-) -> float:
-    """The host time per launch on `host_grid_s` at which `price_s(step, host_launch_s)`
-    prices the steps of `groups` best: the least mean, over groups, of the median
-    |error| of the group's steps (each group, e.g. a step type of one run, weighed
-    alike)."""
-    if not any(groups.values()):
-        raise ValidationError("fitting the host time per launch needs steps")
-    best: tuple[float, float] | None = None
-    for host in host_grid_s:
-        score = statistics.fmean(
-            statistics.median(abs(price_s(s, host) / s.latency_s - 1.0) for s in steps)
-            for steps in groups.values()
-            if steps
-        )
-        if best is None or score < best[0]:
-            best = (score, host)
-    assert best is not None
     return best[1]
 
 

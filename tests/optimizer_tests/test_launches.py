@@ -112,13 +112,19 @@ def test_the_fit_recovers_the_per_launch_time_beside_the_other_constants() -> No
     assert fit.cpu.base_s == pytest.approx(2e-3, rel=1e-6)
 
 
-def test_the_host_time_per_launch_alone_is_found_where_it_prices_best() -> None:
-    """Steps whose kernels take 5 ms and whose forwards launch 1,000 kernels at 22 us
-    (22 ms): priced as max(kernels, launches x host), the fit lands on 22 us."""
-    from optimizer.validation.forward_passes import fit_host_launch_s
-
-    load = StepLoad(600, 1, (600,), (600,))
-    steps = [MeasuredStep(StepPhase.PREFILL, "sweep", load, 22e-3 * (1 + 0.01 * (i % 3 - 1)),
-                          False) for i in range(30)]  # fmt: skip
-    host = fit_host_launch_s({"prefill": steps}, lambda s, h: max(5e-3, 1000 * h))
-    assert host == pytest.approx(22e-6)
+def test_judged_steps_pick_the_host_time_and_leave_the_rest_to_the_fitted_ones() -> None:
+    """Dense-like steps the host never binds fit scale 1.05 and 30 us a sequence whatever
+    the host time; host-bound steps (1,000 launches, 22 ms measured, 5 ms of kernels)
+    judged alone pick 22 us, and the scale stays the dense steps'."""
+    rng = np.random.default_rng(1)
+    load = StepLoad(8, 8, (), (), 8, 800)
+    dense = []
+    for _ in range(200):
+        kernels = float(rng.uniform(10e-3, 40e-3))
+        step = MeasuredStep(StepPhase.DECODE, "sweep", load, 1.05 * kernels + 8 * 30e-6, False)
+        dense.append((step, kernels, 0.0))
+    bound = [(MeasuredStep(StepPhase.MIXED, "sweep", load, 22e-3 + 8 * 30e-6, False), 5e-3,
+              1000.0) for _ in range(20)]  # fmt: skip
+    fit = fit_async_step_pricing({"dense": dense}, judge={"moe": bound})
+    assert fit.host_launch_s == pytest.approx(22e-6)
+    assert fit.kernel_scale == pytest.approx(1.05, rel=1e-6)
