@@ -39,6 +39,14 @@ class ExpertLayout:
         """GPUs each expert is tensor-split over (1 with expert parallelism)."""
         return 1 if self.expert_parallel else tp * self.dp
 
+    def sequence_parallel(self, tp: int) -> bool:
+        """vLLM's sequence-parallel MoE (`ParallelConfig.use_sequence_parallel_moe`, for its
+        all-gather and DeepEP all2all backends): with expert parallelism, dp > 1 and
+        tp > 1, each TP rank sends only its 1/tp of the tokens to the experts, the tokens
+        travel over the whole EP group (tp x dp GPUs), and a MoE layer's output is
+        all-gathered over the tp GPUs."""
+        return self.expert_parallel and self.dp > 1 and tp > 1
+
     @property
     def key(self) -> str:
         """A short stable name for table keys and labels ("" for the dense layout)."""

@@ -37,8 +37,9 @@ parentheses:
   down, their gate's GEMM, gate-multiply-add). With dp > 1 the experts' tokens come and go
   through vLLM's default all2all (`AgRsAll2AllManager`): the hidden states, top-k weights
   and ids are all-gathered and the output reduce-scattered, and PyNccl's variable-size
-  gather and scatter call NCCL once per dp rank: 4 x dp (DeepEP's dispatch and combine:
-  2).
+  gather and scatter call NCCL once per rank of the group: 4 x dp (DeepEP's dispatch and
+  combine: 2). With sequence-parallel MoE (`ExpertLayout.sequence_parallel`: EP, dp > 1,
+  tp > 1) the group is the tp x dp EP group, and the output's all-gather over tp adds 1.
 - Each block's end: the residual add + RMSNorm, and with tp > 1 the all-reduce before it.
   Where FlashInfer fuses the two (vLLM >= 0.17, small messages) the count keeps two.
 
@@ -121,7 +122,10 @@ def count_launches(
     num_moe = 0 if moe is None else moe.num_moe_layers(shape.num_layers)
     mlp = MOE_MLP + (SHARED_EXPERTS if moe is not None and moe.shared_intermediate_size else 0)
     if layout.dp > 1:
-        mlp += DEEPEP_EXCHANGE if all2all == "deepep" else DP_EXCHANGE * layout.dp
+        group = layout.ep_size(tp) if layout.sequence_parallel(tp) else layout.dp
+        mlp += DEEPEP_EXCHANGE if all2all == "deepep" else DP_EXCHANGE * group
+    if layout.sequence_parallel(tp):
+        mlp += 1  # the output's all-gather over tp
     eager += num_moe * (mlp + block_end) + (shape.num_layers - num_moe) * (DENSE_MLP + block_end)
     return LaunchCount(eager + ONCE, piecewise)
 

@@ -60,6 +60,8 @@ class Pricing(Protocol):
 
     def price_ms(self, op: OpKind, **params: object) -> np.ndarray: ...
 
+    def all_reduce_kinds(self) -> tuple[OpKind, OpKind]: ...
+
 
 ALL2ALL_BACKENDS = ("allgather_reducescatter", "deepep")
 DEFAULT_ALL2ALL = "allgather_reducescatter"  # vLLM's default --all2all-backend
@@ -128,11 +130,19 @@ def _a2a_params(pricing: Pricing, m: np.ndarray) -> dict[str, object]:
             "num_heads": spec.num_experts, "num_gpus": ep}  # fmt: skip
 
 
+def _exchange_gpus(pricing: Pricing) -> int:
+    """GPUs the dp ranks' tokens are exchanged over: the dp GPUs, or with sequence-parallel
+    MoE the whole EP group."""
+    layout, tp = pricing.layout, pricing.tp
+    return layout.ep_size(tp) if layout.sequence_parallel(tp) else layout.dp
+
+
 def _gather_ms(pricing: Pricing, m: np.ndarray) -> np.ndarray:
-    """All-gather + reduce-scatter of dp x m tokens' hidden states over the dp GPUs."""
-    dp = pricing.layout.dp
+    """All-gather + reduce-scatter of dp x m tokens' hidden states over the exchange GPUs
+    (`_exchange_gpus`)."""
+    dp, gpus = pricing.layout.dp, _exchange_gpus(pricing)
     msg = dp * m * pricing.shape.hidden_size * pricing.shape.dtype_bytes
-    batch = OpBatch.make(OpKind.ALL_REDUCE, float(pricing.shape.dtype_bytes), num_gpus=dp,
+    batch = OpBatch.make(OpKind.ALL_REDUCE, float(pricing.shape.dtype_bytes), num_gpus=gpus,
                          message_bytes=msg, num_tokens=dp * m)  # fmt: skip
     model = _measured_reduce(pricing)
     alone = pricing.roofline.predict_ms(batch) if model is None else model.predict_ms(batch)
@@ -142,7 +152,7 @@ def _gather_ms(pricing: Pricing, m: np.ndarray) -> np.ndarray:
 def _measured_reduce(pricing: Pricing) -> OpModel | None:
     learned = pricing.learned
     model = None if learned is None else learned.op_model(OpKind.ALL_REDUCE)
-    if model is None or pricing.layout.dp not in model.num_gpus:
+    if model is None or _exchange_gpus(pricing) not in model.num_gpus:
         return None
     return model
 
@@ -167,6 +177,10 @@ def moe_block_ms(pricing: Pricing, m: np.ndarray) -> np.ndarray:
         total = total + pricing.price_ms(OpKind.MOE_COMBINE, **a2a)
     elif pricing.layout.dp > 1:
         total = total + _gather_ms(pricing, m)
+    if pricing.layout.sequence_parallel(tp):  # the layer's output all-gathered over tp
+        msg = m * h * shape.dtype_bytes
+        kind = pricing.all_reduce_kinds()[0]
+        total = total + pricing.price_ms(kind, num_gpus=tp, message_bytes=msg, num_tokens=m)
     return total
 
 

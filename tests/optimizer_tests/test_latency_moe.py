@@ -174,3 +174,26 @@ def test_experts_touched_by_random_routing_worked_by_hand() -> None:
     tokens = np.array([1.0, 16.0, 4096.0, 1.0, 16.0])
     got = expected_experts_touched(local, tokens, np.full(5, 8.0), np.full(5, 128.0))
     assert got == pytest.approx([8.0, 82.423, 128.0, 1.0, 10.303], abs=1e-3)
+
+
+def test_sequence_parallel_moe_exchanges_over_the_ep_group_and_gathers_over_tp(
+    monkeypatch,
+) -> None:
+    """tp 2 x dp 4 with EP is vLLM's sequence-parallel MoE: the all-gather/reduce-scatter
+    spans all 8 GPUs (not the 4 dp ranks) and each MoE layer's output is all-gathered
+    over tp. Against the same layout priced without it, a layer costs exactly the wider
+    exchange's difference plus the tp all-gather; at tp 1 there is nothing to split."""
+    from optimizer.latency import moe
+
+    layout = ExpertLayout(dp=4, expert_parallel=True)
+    sp = Pricing(MOE, 2, B300, layout=layout)
+    assert moe._exchange_gpus(sp) == 8
+    assert moe._exchange_gpus(Pricing(MOE, 1, B300, layout=layout)) == 4
+    m = np.array([64.0])
+    with_sp, wide = moe_block_ms(sp, m), moe._gather_ms(sp, m)
+    kind = sp.all_reduce_kinds()[0]
+    gather = sp.price_ms(kind, num_gpus=2, message_bytes=m * MOE.hidden_size * 2, num_tokens=m)
+    monkeypatch.setattr(ExpertLayout, "sequence_parallel", lambda self, tp: False)
+    without, narrow = moe_block_ms(sp, m), moe._gather_ms(sp, m)
+    assert wide[0] != narrow[0] and gather[0] > 0
+    assert with_sp[0] == pytest.approx(without[0] - narrow[0] + wide[0] + gather[0])

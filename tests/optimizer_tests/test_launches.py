@@ -39,6 +39,14 @@ def test_launch_counts_of_a_dense_and_a_moe_model_worked_by_hand() -> None:
     assert count_launches(moe, 1, ExpertLayout(2, True)) == LaunchCount(59, 7)
     # DeepEP's dispatch and combine are two kernels: 2 x (5 + 1 + 15 + 1) + 3 = 47
     assert count_launches(moe, 1, ExpertLayout(2, True), "deepep") == LaunchCount(47, 7)
+    # tp 2 x dp 2 with EP is vLLM's sequence-parallel MoE: the exchange spans the 4-GPU EP
+    # group (4 x 4 calls) and the output is all-gathered over tp (1): the MLP is
+    # 8 + 5 + 16 + 1 = 30, so 2 x (5 + 2 + 30 + 2) + 3 = 81
+    assert ExpertLayout(2, True).sequence_parallel(2)
+    assert not ExpertLayout(2, True).sequence_parallel(1)
+    assert not ExpertLayout(1, True).sequence_parallel(2)
+    assert not ExpertLayout(2, False).sequence_parallel(2)
+    assert count_launches(moe, 2, ExpertLayout(2, True)) == LaunchCount(81, 7)
 
 
 def test_launch_counts_of_qwen3_6_worked_by_hand() -> None:
