@@ -3,7 +3,8 @@ result, and /ui/deployments/{id}, a deployment's observed windows over time.
 
 A page carries no data itself: it asks for the API key once (kept in the browser's
 localStorage) and reads the JSON API with it, so the page obeys the same project
-isolation as the API. common.js and common.css are inlined into every page.
+isolation as the API. common.js, common.css and the key form (key_form.html) are inlined
+into every page.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ def _read(name: str) -> str:
 
 def _page(name: str, **values: object) -> HTMLResponse:
     html = Template(_read(name)).substitute(
-        common_js=_read("common.js"), common_css=_read("common.css"), **values
+        common_js=_read("common.js"),
+        common_css=_read("common.css"),
+        key_form=_read("key_form.html").rstrip("\n"),
+        **values,
     )
     return HTMLResponse(html)
 
