@@ -38,9 +38,8 @@ has one, else by the roofline at FP8 widths, and is then listed by
 A mixture-of-experts shape (`ModelShape.moe`) is priced as vLLM runs it under the
 instance's `ExpertLayout` (`optimizer.latency.moe`): its MoE layers run the fused MoE
 operator, the router and shared experts, and the communication the layout needs; its
-dense layers, attention and everything else as above. A dense shape prices exactly as
-before (its layout is `DENSE_LAYOUT`). `sliding_window_layers` of the layers attend to
-the last `sliding_window` keys only.
+dense layers, attention and everything else as above (`sliding_window_layers` attend to
+the last `sliding_window` keys only; Gated DeltaNet layers: `optimizer.latency.gdn`).
 
 A multi-head latent attention shape (`ModelShape.mla`) is priced as `optimizer.latency.mla`
 says: by vLLM's measured MLA block when the model has it for the shape's dims and formats
