@@ -207,16 +207,14 @@ def fit_async_step_pricing(
     judged = steps if judge is None else _Steps(judge)
     group, latency, kernels = steps.group, steps.latency, steps.kernels
     launches, seqs, sync = steps.launches, steps.seqs, steps.sync
-    sizes = np.bincount(group)
     best: tuple[float, StepPricingFit] | None = None
     for host in host_grid_s:
         floor = launches * host
-        usable = (np.maximum(kernels, floor) / latency > 0.5) & (
-            np.maximum(kernels, floor) / latency < 2.0
-        )
+        ratio = np.maximum(kernels, floor) / latency
+        usable = (ratio > 0.5) & (ratio < 2.0)
         if usable.sum() < 3:
             continue
-        counts = np.bincount(group[usable], minlength=len(sizes))[group]
+        counts = np.bincount(group[usable], minlength=steps.num_groups)[group]
         weight = np.where(usable, 1.0 / np.sqrt(np.maximum(counts, 1)), 0.0)
         scale = 1.0
         for _ in range(3):  # which steps the host bounds depends on the scale
