@@ -24,9 +24,8 @@ Sections (`--only steps|closed-loop|offline|online`; all by default):
 `--fit` also prints the constants `optimizer/engines.py` holds, fitted as they were: the
 async generation's on the per-step timings (benchmarks/step_fit.py), the synchronous V1
 overhead on the development runs' training half, V0's on the offline batches' training
-half. The
-database (a temporary SQLite one unless given) gets the AIConfigurator A100, H100 and
-B300 tables imported and fitted once.
+half. The database (a temporary SQLite one unless given) gets the AIConfigurator A100,
+H100 and B300 tables imported and fitted once.
 """
 
 from __future__ import annotations
@@ -46,6 +45,7 @@ import numpy as np
 import yaml
 from bench_common import SERVETUNE, SHARED, prepare_database
 from scipy.optimize import nnls
+from step_fit import DENSE as FPM
 
 from optimizer.engines import NO_OVERHEAD, EngineRelease
 from optimizer.latency.base import StepLoad, TableReach
@@ -66,7 +66,6 @@ from optimizer.validation.forward_passes import (
 )
 
 OBS = SHARED / "observations"
-FPM = OBS / "aic-fpm-b300" / "fpm_upfront_qwen32_full_once_20260613_194007"
 CLOSED_LOOP = OBS / "aic-silicon-dev" / "qwen3_32b_h100_vllm.csv"
 OFFLINE = OBS / "llm-inference-bench" / "vllm_nvidia.csv"
 ONLINE = OBS / "vllm-bench" / "surajssd-llm-k8s-a100"
