@@ -12,6 +12,7 @@ a process pool (implementations must be picklable).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Protocol
 
@@ -45,7 +46,11 @@ class StepLoad:
 
 
 class StepLatency(Protocol):
-    """Prices iterations for one (model shape, accelerator, TP degree)."""
+    """Prices iterations for one (model shape, accelerator, TP degree).
+
+    A model may also price a step that starts on an idle engine differently, with
+    `idle_step_time_s(load)` (optional; `idle_step_time` falls back to `step_time_s`):
+    with async scheduling such a step has nothing to overlap its CPU work with."""
 
     @property
     def is_estimate(self) -> bool:
@@ -92,3 +97,9 @@ class LatencySource(Protocol):
         how a MoE model's instance splits its experts (`optimizer.parallel`; the dense
         layout for a dense model)."""
         ...
+
+
+def idle_step_time(latency: StepLatency) -> Callable[[StepLoad], float]:
+    """`latency`'s price of a step that starts on an idle engine: its
+    `idle_step_time_s` when it has one, else `step_time_s`."""
+    return getattr(latency, "idle_step_time_s", latency.step_time_s)

@@ -188,6 +188,14 @@ class CompiledStepLatency:
             return cpu if cpu > t else t
         return t
 
+    def idle_step_time_s(self, load: StepLoad) -> float:
+        """A step that starts on an idle engine: with nothing running, async scheduling has
+        no step to overlap its CPU work with, so kernels, exposed overhead and CPU work add
+        up (a synchronous engine's `hidden` is zero: the same as `step_time_s`)."""
+        seqs, n = load.num_decode_seqs + len(load.prefill_q), load.num_tokens
+        cpu = self.hidden.step_s(seqs, n)
+        return self.kernel_time_s(load) + self.overhead.step_s(seqs, n) + cpu
+
     def with_engine_s(self, gpu_s: float, load: StepLoad) -> float:
         """A step of `load` whose kernels take `gpu_s`, with the engine's time: the exposed
         overhead adds to the GPU's, the hidden CPU work (async scheduling) bounds it below

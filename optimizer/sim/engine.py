@@ -234,9 +234,10 @@ class _EventLoop:
         if load is None:
             inst.busy = False
             return
+        t = inst.price(load) if inst.busy else inst.price_idle(load)
         inst.busy = True
         inst.step_start = now
-        heappush(self.heap, (now + inst.price(load), next(self.seq), self.on_step_end, inst.index))
+        heappush(self.heap, (now + t, next(self.seq), self.on_step_end, inst.index))
 
     def _plan(self, inst: BaseScheduler, now: float) -> StepLoad | None:
         """`inst`'s next step, with the KV pulls it starts (None: nothing to run)."""
@@ -261,12 +262,13 @@ class _EventLoop:
         stepping = group.stepping
         stepping.clear()
         longest = 0.0
+        was_idle = not group.ranks[0].busy
         for rank in group.ranks:
             load = self._plan(rank, now)
             rank.step_start = now
             if load is not None:
                 stepping.append(rank)
-                t = rank.price(load)
+                t = rank.price_idle(load) if was_idle else rank.price(load)
                 if t > longest:
                     longest = t
         busy = bool(stepping)

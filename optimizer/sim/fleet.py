@@ -23,7 +23,13 @@ import numpy as np
 
 from optimizer.closed_loop_workload import ClosedLoopWorkload
 from optimizer.config import Role, RolePlan, RoutingPolicy, ServingConfig
-from optimizer.latency.base import LatencySource, StepLatency, StepLoad, TableReach
+from optimizer.latency.base import (
+    LatencySource,
+    StepLatency,
+    StepLoad,
+    TableReach,
+    idle_step_time,
+)
 from optimizer.sim.floor import PROBE_KV_LENGTHS, check_decode_floor
 from optimizer.sim.kv_cache import PrefixCache
 from optimizer.sim.metrics import RunLog
@@ -66,6 +72,7 @@ def log_alphas(workload: Workload | ClosedLoopWorkload, config: ServingConfig) -
 
 
 def _make_price(
+    step: Callable[[StepLoad], float],
     target: StepLatency,
     draft: StepLatency | None,
     relative_cost: float,
@@ -73,9 +80,9 @@ def _make_price(
     floor_s: float,
     clamped: list[int],
 ) -> Callable[[StepLoad], float]:
-    """StepLoad -> seconds: the target step (clamped at the floor), plus K draft steps over
-    the decoding sequences and the drafter's prefill of the step's prompt chunks."""
-    step = target.step_time_s
+    """StepLoad -> seconds: the target step as `step` prices it (`target`'s steady or
+    idle-start price, clamped at the floor), plus K draft steps over the decoding
+    sequences and the drafter's prefill of the step's prompt chunks."""
     if not num_spec:
 
         def price_target(load: StepLoad) -> float:
@@ -87,6 +94,8 @@ def _make_price(
 
         return price_target
 
+    steady = target.step_time_s  # the drafter's steps run inside the target's
+
     def price(load: StepLoad) -> float:
         t = step(load)
         if t < floor_s:
@@ -95,12 +104,12 @@ def _make_price(
         n = load.num_decode_seqs
         if n and load.decode_q > 1:
             dl = StepLoad(n, n, (), (), n, load.decode_kv_tokens - n * num_spec, 1)
-            per = draft.step_time_s(dl) if draft is not None else relative_cost * step(dl)
+            per = draft.step_time_s(dl) if draft is not None else relative_cost * steady(dl)
             t += num_spec * per
         if load.prefill_q:  # the drafter prefills the same prompt chunks (its own KV)
             q = sum(load.prefill_q)
             pl = StepLoad(q, len(load.prefill_q), load.prefill_q, load.prefill_kv, 0, 0, 1)
-            t += draft.step_time_s(pl) if draft is not None else relative_cost * step(pl)
+            t += draft.step_time_s(pl) if draft is not None else relative_cost * steady(pl)
         return t
 
     return price
@@ -208,7 +217,10 @@ def build_fleet(
             raise SimulationError(f"{plan.role} instances: {exc}") from exc
         floor_s = check_decode_floor(target, shape, acc, icfg.tp, layout=icfg.layout)
         num_spec = spec.num_speculative_tokens if speculate else 0
-        price = _make_price(target, draft, spec.draft_relative_cost, num_spec, floor_s, clamped)
+        steady, idle = (
+            _make_price(step, target, draft, spec.draft_relative_cost, num_spec, floor_s, clamped)
+            for step in (target.step_time_s, idle_step_time(target))
+        )
         limits.append(request_limit(config, plan))
         for k in range(plan.count * icfg.dp):
             index = len(front) + len(back)
@@ -236,7 +248,8 @@ def build_fleet(
                 hashes=hashes,
                 tp=icfg.tp,
                 floor_s=floor_s,
-                price=price,
+                price=steady,
+                price_idle=idle,
                 async_admission=release.generation.async_scheduling,
             )
             side = back if plan.role is Role.DECODE else front

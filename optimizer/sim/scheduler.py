@@ -74,6 +74,7 @@ class BaseScheduler(ABC):
         "prefill_first",
         "prefix",
         "price",
+        "price_idle",
         "pulls",
         "ready",
         "rng",
@@ -106,6 +107,7 @@ class BaseScheduler(ABC):
         tp: int = 1,
         floor_s: float = 0.0,
         price: Callable[[StepLoad], float] | None = None,
+        price_idle: Callable[[StepLoad], float] | None = None,
         prefill_first: bool = False,
         async_admission: bool = False,
     ) -> None:
@@ -141,6 +143,9 @@ class BaseScheduler(ABC):
         self.tp = tp
         self.floor_s = floor_s
         self.price = price  # StepLoad -> seconds
+        # ... of a step that starts on an idle instance (async scheduling: nothing to
+        # overlap its CPU work with)
+        self.price_idle = price if price_idle is None else price_idle
         # vLLM v0 (no chunked prefill): prompts get steps of their own, and a prompt is
         # admitted only while 1% of the blocks stay free (its block manager's watermark).
         self.prefill_first = prefill_first

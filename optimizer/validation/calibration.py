@@ -33,7 +33,13 @@ import numpy as np
 
 from optimizer.config import ServingConfig
 from optimizer.engines import DEFAULT_RELEASE, EngineRelease
-from optimizer.latency.base import LatencySource, StepLatency, StepLoad, TableReach
+from optimizer.latency.base import (
+    LatencySource,
+    StepLatency,
+    StepLoad,
+    TableReach,
+    idle_step_time,
+)
 from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
 from optimizer.shapes import DEFAULT_PRECISION, Precision
 from optimizer.sim import SLO, DecodeFloorError, simulate
@@ -86,8 +92,13 @@ class CalibratedStepLatency:
         return self.base.is_estimate
 
     def step_time_s(self, load: StepLoad) -> float:
+        return self._calibrated(self.base.step_time_s(load), load)
+
+    def idle_step_time_s(self, load: StepLoad) -> float:
+        return self._calibrated(idle_step_time(self.base)(load), load)
+
+    def _calibrated(self, t: float, load: StepLoad) -> float:
         c = self.calibration
-        t = self.base.step_time_s(load)
         prefill = sum(load.prefill_q)
         w = prefill / load.num_tokens if load.num_tokens > 0 else 0.0
         t = c.overhead_s + t * (w * c.prefill_scale + (1.0 - w) * c.decode_scale)

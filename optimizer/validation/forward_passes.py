@@ -138,9 +138,7 @@ def price_step_s(table: CompiledStepLatency, step: MeasuredStep) -> float:
     synchronous one with the engine's CPU work in line (kernels + both overheads)."""
     if not synchronous(step):
         return table.step_time_s(step.load)
-    load = step.load
-    seqs, n = load.num_decode_seqs + len(load.prefill_q), load.num_tokens
-    return table.kernel_time_s(load) + table.overhead.step_s(seqs, n) + table.hidden.step_s(seqs, n)
+    return table.idle_step_time_s(step.load)
 
 
 @dataclass(frozen=True, slots=True)

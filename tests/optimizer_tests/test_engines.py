@@ -167,3 +167,16 @@ def test_v1_prices_all_reduces_with_vllms_own_table_when_measured(monkeypatch) -
     in_graph = v0.dense_ms(small)[0] - v1.dense_ms(small)[0]
     eager = v0.dense_ms(large)[0] - v1.dense_ms(large)[0]
     assert 0 < eager < in_graph  # beyond 512 tokens: the eager all-reduce (20 us)
+
+
+def test_an_idle_start_adds_the_cpu_work_async_scheduling_hides_otherwise() -> None:
+    """The first step on an idle engine has nothing to overlap its CPU work with: with
+    async scheduling it lasts kernels + exposed + CPU, once more than a steady step; a
+    synchronous engine's CPU work is in every step already (no difference)."""
+    h100 = get_accelerator("h100")
+    asy = compile_roofline(SHAPE, h100, 2, engine=EngineRelease("vllm", "0.20.1"))
+    sync = compile_roofline(SHAPE, h100, 2, engine=EngineRelease("vllm", "0.12.0"))
+    cpu = EngineRelease("vllm", "0.20.1").generation.cpu
+    big = StepLoad(8192, 1, (8192,), (8192,))
+    assert asy.idle_step_time_s(big) == pytest.approx(asy.step_time_s(big) + cpu.step_s(1, 8192))
+    assert sync.idle_step_time_s(big) == pytest.approx(sync.step_time_s(big))

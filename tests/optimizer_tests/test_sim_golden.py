@@ -316,3 +316,26 @@ def test_vllm_v0_prefills_before_it_decodes():
     res = simulate(wl, v1, const(), check_invariants=True)
     np.testing.assert_allclose(res.ttft_s, [C, 2 * C, 3 * C])
     np.testing.assert_allclose(res.e2e_s, [3 * C, 4 * C, 5 * C])
+
+
+class _IdleStartCostsMore(LinearLatency):
+    """A constant step, and 4 ms more for one that starts on an idle engine."""
+
+    def idle_step_time_s(self, load) -> float:
+        return self.step_time_s(load) + 0.004
+
+
+def test_a_step_that_starts_on_an_idle_engine_is_priced_as_such():
+    """Request 0 arrives at an idle engine: its prefill step is the idle price (0-14 ms),
+    its two decode steps steady (14-24, 24-34). Request 1 arrives at 15 ms, during the
+    second step, so async scheduling first plans it two steps later: its prefill runs
+    right after request 0's last step (34-44, steady: the engine never idled) and its
+    decode at 44-54. At 100 ms the engine has been idle since 54 ms: request 2's prefill
+    is an idle start again."""
+    lat = SingleLatencySource(_IdleStartCostsMore(base_s=C))
+    res = simulate(make_workload([0.0, 0.015, 0.1], [100] * 3, [3, 2, 1]), colocated(), lat)
+    assert res.ttft_s[0] == pytest.approx(C + 0.004)
+    assert res.e2e_s[0] == pytest.approx(3 * C + 0.004)
+    assert res.ttft_s[1] == pytest.approx(0.044 - 0.015)
+    assert res.e2e_s[1] == pytest.approx(0.054 - 0.015)
+    assert res.ttft_s[2] == pytest.approx(C + 0.004)
