@@ -167,6 +167,10 @@ class EngineGeneration:
     # The host's time per kernel launch outside CUDA graphs: a forward lasts at least its
     # launches (`optimizer.latency.launches`); 0: not priced (not measured for the release).
     host_launch_s: float = 0.0
+    # A Gated DeltaNet (Mamba) hybrid with prefix caching cuts its prompt chunks on its
+    # block boundaries (vLLM's mamba_cache_mode "align", its default then:
+    # `optimizer.sim.scheduler.BaseScheduler.aligned_chunk`).
+    aligned_hybrid_prefill: bool = False
 
     def kernel_scale(self, accelerator_family: str) -> float:
         """The kernels' scale on this chip in a sustained forward (1 where unmeasured)."""
@@ -240,6 +244,7 @@ GENERATIONS = (
         calibrated_on=V1_ASYNC_CALIBRATION,
         kernel_scales=V1_KERNEL_SCALES,
         host_launch_s=V1_HOST_LAUNCH_S,
+        aligned_hybrid_prefill=True,
     ),
 )
 _BY_KEY = {g.key: g for g in GENERATIONS}

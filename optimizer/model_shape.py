@@ -392,3 +392,16 @@ class ModelShape:
                 f"and num_value_heads ({gdn.num_value_heads})"
             )
         return gdn.num_layers * gdn.state_bytes(tp, self.dtype_bytes)
+
+    def hybrid_block_tokens(self, tp: int = 1) -> int:
+        """The attention block, in tokens, vLLM gives a Gated DeltaNet hybrid so that one
+        page of a full-attention layer's KV holds one GDN layer's state of a sequence
+        (`HybridAttentionMambaModelConfig`): 16 x ceil(state / (16 x KV bytes per token
+        and layer)); 0 without `gdn`. Qwen3.6-35B-A3B: 1,056 at TP 2, 528 at TP 4."""
+        gdn = self.gdn
+        if gdn is None:
+            return 0
+        self.gdn_state_bytes_per_sequence(tp)  # checks tp
+        state = gdn.state_bytes(tp, self.dtype_bytes)
+        per_token = self.kv_bytes_per_token(tp) // self.num_full_attention_layers
+        return 16 * -(-state // (16 * per_token))

@@ -22,7 +22,7 @@ from random import Random
 import numpy as np
 
 from optimizer.closed_loop_workload import ClosedLoopWorkload
-from optimizer.config import Role, RolePlan, RoutingPolicy, ServingConfig
+from optimizer.config import Role, RolePlan, RoutingPolicy, ServingConfig, SpecMethod
 from optimizer.latency.base import (
     LatencySource,
     StepLatency,
@@ -118,9 +118,10 @@ def _make_price(
 def make_scheduler(
     *, num_spec: int, force_general: bool = False, prefill_first: bool = False, **kw
 ) -> BaseScheduler:
-    """The aggregate-decode fast path when it applies (no speculation, decodes every step),
-    else per request."""
-    general = num_spec or force_general or prefill_first
+    """The aggregate-decode fast path when it applies (no speculation, decodes every step,
+    at most one prompt chunk left unfinished a step: not with block-aligned chunks), else
+    per request."""
+    general = num_spec or force_general or prefill_first or kw.get("align_block", 0)
     cls = PerRequestScheduler if general else AggregateDecodeScheduler
     return cls(num_spec=num_spec, prefill_first=prefill_first, **kw)
 
@@ -217,6 +218,10 @@ def build_fleet(
             raise SimulationError(f"{plan.role} instances: {exc}") from exc
         floor_s = check_decode_floor(target, shape, acc, icfg.tp, layout=icfg.layout)
         num_spec = spec.num_speculative_tokens if speculate else 0
+        align = 0  # vLLM's "align" Mamba cache mode: prompt chunks end on block boundaries
+        if (release.generation.aligned_hybrid_prefill and config.enable_prefix_caching
+                and icfg.enable_chunked_prefill and plan.role is not Role.DECODE):  # fmt: skip
+            align = shape.hybrid_block_tokens(icfg.tp)
         steady, idle = (
             _make_price(step, target, draft, spec.draft_relative_cost, num_spec, floor_s, clamped)
             for step in (target.step_time_s, idle_step_time(target))
@@ -251,6 +256,8 @@ def build_fleet(
                 price=steady,
                 price_idle=idle,
                 async_admission=release.generation.async_scheduling,
+                align_block=align,
+                align_eagle=bool(num_spec) and spec.method is SpecMethod.EAGLE,
             )
             side = back if plan.role is Role.DECODE else front
             side.append(inst)

@@ -19,6 +19,10 @@ sampling, finishing and the per-step log. Two subclasses run the running set:
 - `PerRequestScheduler` (`schedule_general`: speculation, or forced for
   cross-checking): every running request is visited each step.
 
+A Gated DeltaNet (or Mamba) hybrid with prefix caching (`align_block` > 0) cuts its prompt
+chunks where the recurrent state can be cached, as vLLM's `mamba_cache_mode` "align"
+does (`aligned_chunk`), so many prompts take two steps.
+
 Both record the same per-step log (`StepLog`) and per-request results; a
 property test checks they agree. `optimizer.sim.fleet.make_scheduler` picks one. The engine drives
 either through `schedule(now) -> StepLoad | None` and `complete(t)`;
@@ -51,6 +55,8 @@ class BaseScheduler(ABC):
     __slots__ = (
         "admit_cutoff",
         "admit_reserve",
+        "align_block",
+        "align_eagle",
         "async_admission",
         "budget",
         "busy",
@@ -110,6 +116,8 @@ class BaseScheduler(ABC):
         price_idle: Callable[[StepLoad], float] | None = None,
         prefill_first: bool = False,
         async_admission: bool = False,
+        align_block: int = 0,
+        align_eagle: bool = False,
     ) -> None:
         self.role = role
         self.index = index
@@ -155,6 +163,10 @@ class BaseScheduler(ABC):
         # only the requests that entered before `admit_cutoff` (set before each `schedule`).
         self.async_admission = async_admission
         self.admit_cutoff = math.inf
+        # A hybrid's prompt chunks end on its block boundaries (`aligned_chunk`): the
+        # block in tokens, 0 for none; with EAGLE the last boundary is one block earlier.
+        self.align_block = align_block
+        self.align_eagle = align_eagle
 
     # ------------------------------------------------------------------ queries
 
@@ -190,6 +202,26 @@ class BaseScheduler(ABC):
             self._admit(now, self.budget)
             load = self._build_load()
         return load
+
+    def aligned_chunk(self, r: SimRequest, computed: int, n: int) -> int:
+        """The `n` prompt tokens `r` may compute from `computed` on, cut as vLLM's
+        `Scheduler._mamba_block_aligned_split` cuts them: a chunk ending before the last
+        block boundary of its tokens is rounded down to whole blocks (to none: the request
+        waits a step; unless a block exceeds the token budget), one crossing that boundary
+        stops at it, and the tokens past it are a chunk of their own."""
+        b = self.align_block
+        total = r.num_prompt + r.num_generated
+        if computed >= max(r.num_prompt, total - 1):
+            return n
+        last = total - total % b
+        if self.align_eagle:
+            last = max(last - b, 0)
+        end = computed + n
+        if end < last:
+            return n // b * b if b <= self.budget else n
+        if computed < last:
+            return last - computed
+        return n
 
     @abstractmethod
     def _schedule_running(self, now: float) -> tuple[int, bool]:
@@ -251,6 +283,10 @@ class BaseScheduler(ABC):
             if not self.chunked and remaining > budget:
                 break
             chunk = remaining if remaining < budget else budget
+            if self.align_block:
+                chunk = self.aligned_chunk(r, computed, chunk)
+                if not chunk:
+                    break
             need = pool.extra_blocks(r, computed + chunk)
             if hits:
                 need -= hits * prefix.blocks_per_hash
