@@ -2,8 +2,9 @@
 each run folder's `request_workload.csv` lists what was sent (`workload_label`,
 `request_index`, `prompt_tokens`, `max_tokens`), and the collection's `collect.log` one
 line per finished request (`request_ok index=... elapsed_seconds=...`, end-to-end
-seconds of a non-streaming request). `real_segment` pairs them for the run's "real"
-segment: a closed loop of 32 clients, in sending order.
+seconds of a non-streaming request). `segment_requests` pairs them for one segment of the
+run, in sending order: "real" is a closed loop of 32 clients, "context" prompts of
+128/1,024/4,096 tokens with one output token, one at a time.
 """
 
 from __future__ import annotations
@@ -48,14 +49,15 @@ def _elapsed(folder: Path) -> dict[int, float]:
     return out
 
 
-def real_segment(folder: str | Path) -> list[MeasuredRequest]:
-    """The run's "real" requests in sending order, each with its measured end-to-end
-    time (ValidationError naming the file when a request's row or time is missing)."""
+def segment_requests(folder: str | Path, label: str = "real") -> list[MeasuredRequest]:
+    """The run's requests labelled `label` in sending order, each with its measured
+    end-to-end time (ValidationError naming the file when a request's row or time is
+    missing)."""
     folder = Path(folder)
     path = folder / "request_workload.csv"
     try:
         with path.open(newline="", encoding="utf-8") as f:
-            rows = [r for r in csv.DictReader(f) if r.get("workload_label") == "real"]
+            rows = [r for r in csv.DictReader(f) if r.get("workload_label") == label]
         sent = [(int(r["request_index"]), int(r["prompt_tokens"]), int(r["max_tokens"]))
                 for r in rows]  # fmt: skip
     except (OSError, KeyError, ValueError) as exc:
@@ -63,12 +65,12 @@ def real_segment(folder: str | Path) -> list[MeasuredRequest]:
             f"{path}: expected request_index, prompt_tokens and max_tokens: {exc}"
         ) from exc
     if not sent:
-        raise ValidationError(f"{path}: no requests labelled 'real'")
+        raise ValidationError(f"{path}: no requests labelled {label!r}")
     elapsed = _elapsed(folder)
     missing = [i for i, _, _ in sent if i not in elapsed]
     if missing:
         raise ValidationError(
-            f"{folder}: collect.log has no time for {len(missing)} of the {len(sent)} real "
-            f"requests (first: index {missing[0]})"
+            f"{folder}: collect.log has no time for {len(missing)} of the {len(sent)} "
+            f"{label!r} requests (first: index {missing[0]})"
         )
     return [MeasuredRequest(i, p, o, elapsed[i]) for i, p, o in sent]
