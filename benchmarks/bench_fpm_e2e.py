@@ -99,6 +99,17 @@ def _config(shape_name: str, tp: int, layout: ExpertLayout) -> ServingConfig:
                                    enable_prefix_caching=True)  # as the runs had it  # fmt: skip
 
 
+def _replayed(fn, model: LatencyModel, runs):
+    """(folder, layout, shape, what `fn` gives) of each run it can replay; the reason
+    printed for each it cannot."""
+    for folder, tp, layout, shape in runs:
+        got = fn(model, shape, folder, tp, layout)
+        if isinstance(got, str):
+            print(f" {shape} {folder.name}: {got}")
+            continue
+        yield folder, tp, layout, shape, got
+
+
 def main() -> None:
     model = fit_b300()
     runs = [(DENSE / f"tp{tp}_ep1_past4096", tp, ExpertLayout(1, False), "qwen3-32b")
@@ -106,12 +117,7 @@ def main() -> None:
     runs += [(f, tp, layout, "qwen3.6-35b-a3b") for f, tp, layout in moe_folders()]
     print(f"== whole requests, {RELEASE.label}, B300: closed loop of {CLIENTS}, 128 requests ==")
     errs: dict[str, list[float]] = {}
-    for folder, tp, layout, shape in runs:
-        got = replay(model, shape, folder, tp, layout)
-        if isinstance(got, str):
-            print(f" {shape} {folder.name}: {got}")
-            continue
-        want, sim, med = got
+    for folder, tp, layout, shape, (want, sim, med) in _replayed(replay, model, runs):
         errs.setdefault(shape, []).append(sim / want - 1.0)
         print(f" {shape:16s} {folder.name:18s} tp {tp} {layout.key or 'no EP':7s}: mean e2e "
               f"measured {want:6.2f} s, simulated {sim:6.2f} s ({sim / want - 1:+6.1%}); "
@@ -121,11 +127,7 @@ def main() -> None:
               f"{statistics.median(abs(x) for x in e):.1%}")  # fmt: skip
     print("\n== lone prefills: the context segment, one request at a time on an idle engine ==")
     lone: dict[str, list[float]] = {}
-    for folder, tp, layout, shape in runs:
-        got = lone_prefills(model, shape, folder, tp, layout)
-        if isinstance(got, str):
-            print(f" {shape} {folder.name}: {got}")
-            continue
+    for folder, _, _, shape, got in _replayed(lone_prefills, model, runs):
         cells = []
         for n, (want, sim) in got.items():
             lone.setdefault(shape, []).append(sim / want - 1.0)
