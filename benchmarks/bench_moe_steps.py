@@ -17,8 +17,8 @@ The model is the `qwen3.6-35b-a3b` preset (vllm_metadata.json names the checkpoi
 
 `--fit` prints the async generation's constants fitted as `optimizer/engines.py` holds
 them (benchmarks/step_fit.py: on the dense Qwen3-32B steps and on the prefill and mixed
-steps of these TP/EP runs at TP >= 2, where the host's launches outside CUDA graphs bind;
-the DP + EP runs are left out of the fit and check it).
+steps of these TP/EP runs at TP >= 2 that do not follow an idle gap, where the host's
+launches outside CUDA graphs bind; the DP + EP runs are left out of the fit and check it).
 
 Routing: AIConfigurator measured the fused MoE with balanced routing and two power-law
 skews; the import keeps power_law_1.01, AIConfigurator's own default. `--routing` picks

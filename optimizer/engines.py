@@ -184,19 +184,20 @@ class EngineGeneration:
 V0_OVERHEAD = EngineOverhead(base_s=1.32e-3, per_seq_s=76e-6, per_token_s=2.93e-6)
 # V1 with async scheduling: fitted on the per-step timings of vLLM 0.20.1 on B300
 # (benchmarks/step_fit.py). On every step of Qwen3-32B at TP 1/2/4/8, each (TP degree,
-# step type) weighed alike: the kernels run 8.0% slower in the engine than the B300 tables
-# measured them alone; 36.7 us per sequence is not hidden; the CPU work, 1.75 ms a step,
-# shows on the first step after an idle gap (nothing to overlap it with). The host spends
-# 24.5 us per kernel launch outside CUDA graphs (`optimizer.latency.launches`: a forward
-# lasts at least its launches): picked by the prefill and mixed steps of Qwen3.6-35B-A3B
-# at TP 2/4/8 with and without EP, which the host binds (Qwen3-32B's only bound it: up to
-# ~22 us changes none of their errors), the rest refitted on Qwen3-32B at each value. The
-# MoE's DP + EP runs are left out and check it. The kernel scale is the B300's; other
-# chips have no per-step measurements and keep their tables' timings.
-V1_HOST_LAUNCH_S = 24.5e-6
-V1_EXPOSED = EngineOverhead(per_seq_s=36.7e-6)
-V1_CPU = EngineOverhead(base_s=1.75e-3)
-V1_KERNEL_SCALES = (("b300", 1.080),)
+# step type) weighed alike: the kernels run 8.1% slower in the engine than the B300 tables
+# measured them alone; 36.3 us per sequence is not hidden; the CPU work, 1.68 ms a step,
+# shows on a step with nothing to overlap it with (after an idle gap, or of fresh prompts
+# only). The host spends 25.5 us per kernel launch outside CUDA graphs
+# (`optimizer.latency.launches`: a forward lasts at least its launches): picked by the
+# prefill and mixed steps of Qwen3.6-35B-A3B at TP 2/4/8 with and without EP that do not
+# follow an idle gap, which the host binds (Qwen3-32B's only bound it), the rest refitted
+# on Qwen3-32B at each value. The MoE's DP + EP runs are left out and check it. The kernel
+# scale is the B300's; other chips have no per-step measurements and keep their tables'
+# timings.
+V1_HOST_LAUNCH_S = 25.5e-6
+V1_EXPOSED = EngineOverhead(per_seq_s=36.3e-6)
+V1_CPU = EngineOverhead(base_s=1.68e-3)
+V1_KERNEL_SCALES = (("b300", 1.081),)
 V1_ASYNC_CALIBRATION = (
     "per-step timings of vLLM 0.20.1 serving Qwen3-32B (TP 1/2/4/8) and Qwen3.6-35B-A3B "
     "(TP 2/4/8, with and without EP) on B300 (AIConfigurator's forward-pass metrics)"

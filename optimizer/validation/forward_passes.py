@@ -129,8 +129,12 @@ def read_forward_pass_metrics(path: str | Path) -> list[MeasuredStep]:
 
 def synchronous(step: MeasuredStep) -> bool:
     """Whether the engine ran `step` with nothing to overlap its CPU work with: the first
-    step after an idle gap, or a step of prefill chunks only (no request was running)."""
-    return step.after_idle or step.phase is StepPhase.PREFILL
+    step after an idle gap, or a step of fresh prompts only (no request was running; a
+    chunk that continues a prompt was planned while the prompt's previous chunk ran, as
+    the simulator prices it)."""
+    load = step.load
+    fresh = load.prefill_kv == load.prefill_q  # no chunk continues a prompt begun before
+    return step.after_idle or (step.phase is StepPhase.PREFILL and fresh)
 
 
 def price_step_s(table: CompiledStepLatency, step: MeasuredStep) -> float:

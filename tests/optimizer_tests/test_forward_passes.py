@@ -103,3 +103,17 @@ def test_a_record_swallowed_by_the_one_before_is_compared_with_it() -> None:
     after_idle = MeasuredStep(StepPhase.PREFILL, "sweep", load, 0.0004, True)
     (e,) = phase_errors([long_, after_idle], lambda s: 0.038)
     assert e.num_steps == 2
+
+
+def test_a_chunk_that_continues_a_prompt_is_a_steady_step() -> None:
+    """A prefill-only step of a fresh prompt ran with nothing beside it (its CPU work in
+    line); one that continues a prompt (KV before its tokens) was planned while the
+    prompt's previous chunk ran, as async scheduling does and the simulator prices it."""
+    from optimizer.latency import StepLoad
+    from optimizer.validation.forward_passes import MeasuredStep
+
+    fresh = MeasuredStep(StepPhase.PREFILL, "sweep", StepLoad(3168, 1, (3168,), (3168,)),
+                         0.04, False)  # fmt: skip
+    tail = MeasuredStep(StepPhase.PREFILL, "sweep", StepLoad(928, 1, (928,), (4096,)),
+                        0.04, False)  # fmt: skip
+    assert synchronous(fresh) and not synchronous(tail)
