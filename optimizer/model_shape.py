@@ -401,7 +401,6 @@ class ModelShape:
         gdn = self.gdn
         if gdn is None:
             return 0
-        self.gdn_state_bytes_per_sequence(tp)  # checks tp
-        state = gdn.state_bytes(tp, self.dtype_bytes)
+        state = self.gdn_state_bytes_per_sequence(tp) // gdn.num_layers  # one layer's
         per_token = self.kv_bytes_per_token(tp) // self.num_full_attention_layers
         return 16 * -(-state // (16 * per_token))

@@ -116,14 +116,19 @@ def _make_price(
 
 
 def make_scheduler(
-    *, num_spec: int, force_general: bool = False, prefill_first: bool = False, **kw
+    *,
+    num_spec: int,
+    force_general: bool = False,
+    prefill_first: bool = False,
+    align_block: int = 0,
+    **kw,
 ) -> BaseScheduler:
     """The aggregate-decode fast path when it applies (no speculation, decodes every step,
     at most one prompt chunk left unfinished a step: not with block-aligned chunks), else
     per request."""
-    general = num_spec or force_general or prefill_first or kw.get("align_block", 0)
+    general = num_spec or force_general or prefill_first or align_block
     cls = PerRequestScheduler if general else AggregateDecodeScheduler
-    return cls(num_spec=num_spec, prefill_first=prefill_first, **kw)
+    return cls(num_spec=num_spec, prefill_first=prefill_first, align_block=align_block, **kw)
 
 
 def request_limit(config: ServingConfig, plan: RolePlan) -> int:

@@ -39,6 +39,7 @@ class PerRequestScheduler(BaseScheduler):
         chunks = self.chunks
         pool = self.pool
         bs, state = pool.block_size, pool.state_blocks
+        align = self.align_block
         preempted = False
         i = 0
         while i < len(running):
@@ -50,7 +51,7 @@ class PerRequestScheduler(BaseScheduler):
             num_new = 1 + self.num_spec if is_dec else remaining
             if num_new > budget:
                 num_new = budget
-            if self.align_block and not is_dec and num_new > 0:
+            if align and not is_dec and num_new > 0:
                 num_new = self.aligned_chunk(r, r.num_computed, num_new)
             if num_new <= 0:
                 i += 1
