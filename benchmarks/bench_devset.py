@@ -15,7 +15,11 @@ Sections (`--only steps|closed-loop|offline|online`; all by default):
   path users run: `servetune simulate --workload W --config C --json` in a subprocess.
   Mean TTFT and TPOT against measured, medians per TP degree and prompt length, and per
   half (the V1-synchronous overhead is fitted on the training half); targets TTFT <=
-  15%, TPOT <= 5%, no run refused.
+  15%, TPOT <= 5%, no run refused. `--closed-loop-csv FILE` runs this section on another
+  sample of AIConfigurator's schema (either its development-set columns or its current
+  ones: gemm/moe/kvcache quant modes, attention DP, MoE TP/EP; `optimizer.validation.
+  devset`): each vLLM row through the CLI, the share representable, each refusal by
+  reason, medians per model, GPU, precision, TP and length (the GPUs' tables imported).
 - offline: 754 offline batch runs of a V0-era vLLM (LLM-Inference-Bench), priced as V0;
   makespan median |error| per GPU on the half the V0 overhead was not fitted on.
 - online: four `vllm bench serve` runs of vLLM 0.8.3 (V1, synchronous) serving
@@ -38,7 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -52,11 +56,14 @@ from optimizer.latency.base import StepLoad, TableReach
 from optimizer.shapes import DEFAULT_PRECISION
 from optimizer.sim import simulate
 from optimizer.validation.devset import (
+    GPU_OF_SYSTEM,
     ClosedLoopRun,
     Deployment,
+    DevSetError,
     closed_loop_deployment,
     closed_loop_runs_of,
     deployment,
+    read_closed_loop,
     runs_of,
 )
 from optimizer.validation.forward_passes import (
@@ -131,7 +138,10 @@ def _in_train(run: ClosedLoopRun) -> bool:
 
 def _simulate_cli(run: ClosedLoopRun, workdir: Path, env: dict[str, str]) -> dict | str:
     """`servetune simulate --workload --config --json` for one run (a string: why not)."""
-    config, spec = closed_loop_deployment(run)
+    try:
+        config, spec = closed_loop_deployment(run)
+    except DevSetError as exc:
+        return str(exc)
     cfg, wl = workdir / "config.yaml", workdir / "workload.yaml"
     cfg.write_text(yaml.safe_dump(config.to_dict()), encoding="utf-8")
     wl.write_text(yaml.safe_dump(spec.to_plain()), encoding="utf-8")
@@ -144,37 +154,50 @@ def _simulate_cli(run: ClosedLoopRun, workdir: Path, env: dict[str, str]) -> dic
     return json.loads(done.stdout)
 
 
-def closed_loop_section(url: str, env: dict[str, str], fit: bool) -> None:
-    print("\n== closed-loop runs: vLLM 0.12.0 (V1, synchronous), Qwen3-32B, H100, aiperf ==")
-    runs = closed_loop_runs_of(CLOSED_LOOP)
+def closed_loop_section(url: str, env: dict[str, str], fit: bool, path: Path = CLOSED_LOOP) -> None:
+    if path == CLOSED_LOOP:
+        print("\n== closed-loop runs: vLLM 0.12.0 (V1, synchronous), Qwen3-32B, H100, aiperf ==")
+    else:
+        print(f"\n== closed-loop runs of {path} (each priced as its vLLM release) ==")
+    sample = read_closed_loop(path)
+    runs = sample.runs
+    if sample.left_out:
+        print(f" left out: {len(sample.left_out)} rows of other backends")
     rows, refused = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for run in runs:
             out = _simulate_cli(run, Path(tmp), env)
             if isinstance(out, str):
-                refused.append(f"{run.key}: {out}")
+                refused.append(f"{run.model} on {run.gpu}: {out.removeprefix(run.key + ': ')}")
                 continue
             ttft = out["ttft_s"]["mean"] / run.ttft_s - 1.0
             tpot = out["tpot_s"]["mean"] / run.tpot_s - 1.0
             rows.append((run, ttft, tpot, out["ttft_s"]["p50"]))
-    print(f" {len(rows)} of {len(runs)} runs simulated through the CLI; refused: "
-          f"{len(refused)}" + "".join(f"\n   {r}" for r in refused))  # fmt: skip
+    print(
+        f" {len(rows)} of {len(runs)} runs simulated through the CLI "
+        f"({len(rows) / max(len(runs), 1):.0%} representable); refused: {len(refused)}"
+    )
+    for reason, count in Counter(refused).most_common():
+        print(f"   {count:4d} x {reason}")  # fmt: skip
     print(" mean TTFT / TPOT against measured (targets 15% / 5%):")
     print(_line("TTFT, all", [r[1] for r in rows], 0.15))
     print(_line("TPOT, all", [r[2] for r in rows], 0.05))
-    for label, pick in (("training half", True), ("held-out half", False)):
+    halves = (("training half", True), ("held-out half", False)) if path == CLOSED_LOOP else ()
+    for label, pick in halves:
         half = [r for r in rows if _in_train(r[0]) is pick]
         print(_line(f"TTFT, {label}", [r[1] for r in half]))
         print(_line(f"TPOT, {label}", [r[2] for r in half]))
     groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    several = len({(r.model, r.gpu) for r in runs}) > 1
     for run, ttft, tpot, _ in rows:
-        groups[f"{run.precision or 'bf16'} TP{run.tp} ISL {run.isl}"].append((ttft, tpot))
+        where = f"{run.model.rsplit('/', 1)[-1]} {run.gpu} " if several else ""
+        groups[f"{where}{run.precision or 'bf16'} TP{run.tp} ISL {run.isl}"].append((ttft, tpot))
     print(" per precision, TP degree and prompt length (median |error| TTFT / TPOT):")
     for key in sorted(groups):
         e = groups[key]
         print(f"   {key:24s} n={len(e):3d}  TTFT {_median_abs([a for a, _ in e]):6.1%}  "
               f"TPOT {_median_abs([b for _, b in e]):6.1%}")  # fmt: skip
-    if fit:
+    if fit and path == CLOSED_LOOP:
         _fit_sync_overhead(url, [r for r in runs if _in_train(r)])
 
 
@@ -322,18 +345,25 @@ def main() -> int:
     parser.add_argument("--database", default=None, help="a database with fitted models")
     parser.add_argument("--only", choices=("steps", "closed-loop", "offline", "online"))
     parser.add_argument("--fit", action="store_true", help="also print the fitted constants")
+    parser.add_argument("--closed-loop-csv", type=Path, default=CLOSED_LOOP,
+                        help="a sample file of AIConfigurator's schema for the closed-loop "
+                        "section (default: the development set)")  # fmt: skip
     args = parser.parse_args()
     if not OBS.is_dir():
         print(f"measured data not found: {OBS}", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory() as tmp:
-        url, env = prepare_database(args.database, Path(tmp), gpus=("h100", "a100", "b300"))
+        gpus = {"h100", "a100", "b300"}
+        if args.only in (None, "closed-loop") and args.closed_loop_csv != CLOSED_LOOP:
+            systems = {r.gpu for r in closed_loop_runs_of(args.closed_loop_csv)}
+            gpus |= {GPU_OF_SYSTEM[s] for s in systems if s in GPU_OF_SYSTEM}
+        url, env = prepare_database(args.database, Path(tmp), gpus=tuple(sorted(gpus)))
         env = {**env, **{k: v for k, v in os.environ.items() if k.startswith("SERVETUNE_")}}
         env["SERVETUNE_DATABASE_URL"] = url
         if args.only in (None, "steps"):
             steps_section(url, args.fit)
         if args.only in (None, "closed-loop"):
-            closed_loop_section(url, env, args.fit)
+            closed_loop_section(url, env, args.fit, args.closed_loop_csv)
         if args.only in (None, "offline"):
             offline_section(url, args.fit)
         if args.only in (None, "online"):

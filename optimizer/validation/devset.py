@@ -157,68 +157,199 @@ def abs_error(predicted: float, measured: float) -> float:
 # AIConfigurator's benchmark (../shared/data/observations/aic-silicon-dev, its README):
 # aiperf's chat endpoint, streaming, closed loop at concurrency C with 20 x C measured
 # requests after 2 x C warm-up requests, fixed lengths, ignore_eos; vLLM's API-server
-# defaults on an H100 (8,192 batched tokens, 1,024 sequences, chunked prefill, prefix
-# caching on; random prompts share no prefix).
-QWEN3_CHAT_TOKENS = 8  # Qwen3's chat template around one user message (docs/closed-loop.md)
-GPU_OF_SYSTEM = {"h100_sxm": "h100", "h200_sxm": "h200"}
+# defaults for the GPU (`vllm_server_budget`), chunked prefill, prefix caching on (random
+# prompts share no prefix).
+#
+# The sample's rows come in two schemas: the development set's (`precision`: "" or "fp8")
+# and AIConfigurator's current one (`gemm_quant_mode`, `moe_quant_mode`,
+# `kvcache_quant_mode`, `attention_dp_size`, `moe_tp_size`, `moe_ep_size`: the fields its
+# tools/accuracy_regression_testing pass to `cli_estimate`). Both read here; a column a
+# file lacks takes its default. `batch_size` is per attention-DP rank, as AIConfigurator
+# counts it: the client's concurrency is batch_size x attention_dp_size.
+# Qwen3's chat template around one user message (docs/closed-loop.md); other models' rows
+# are given the same 8 tokens, not measured for their own templates.
+QWEN3_CHAT_TOKENS = 8
+GPU_OF_SYSTEM = {
+    "a100_sxm": "a100", "h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200",
+    "b300_sxm": "b300", "l40s": "l40s",
+}  # fmt: skip
+# AIConfigurator's quant modes (its sdk/common.py GEMMQuantMode / MoEQuantMode) as
+# servetune's weight formats; "" is the checkpoint's own. A mode missing here is refused
+# by name (int8 weight-only, SmoothQuant, W4A8 FP8: formats servetune does not price).
+QUANT_MODES = {
+    "": "", "bfloat16": "", "float16": "", "fp8": "fp8", "fp8_block": "fp8",
+    "fp8_static": "fp8", "fp8_ootb": "fp8", "nvfp4": "fp4", "int4_wo": "int4",
+    "w4a16_mxfp4": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4", "w4a8_mxfp4_mxfp8_trtllm": "mxfp4",
+    "w4a16_mxfp4_cutlass": "mxfp4",
+}  # fmt: skip
+KV_MODES = {"": "", "bfloat16": "auto", "float16": "auto", "fp8": "fp8"}
 
 
 @dataclass(frozen=True, slots=True)
 class ClosedLoopRun:
-    """One measured closed-loop run: its deployment, protocol and mean TTFT / TPOT."""
+    """One measured closed-loop run: its deployment, protocol and mean TTFT / TPOT.
+
+    `precision` is the row's weight format as written (the development set's column, or
+    `gemm_quant_mode`); `moe_precision` and `kv_precision` the MoE and KV-cache modes where
+    the row gives them. `dp` is the attention-DP ranks, `moe_tp` / `moe_ep` how the experts
+    are split (0: not given), `concurrency` the client's (all ranks')."""
 
     version: str
     model: str
     gpu: str
-    precision: str  # "" (bf16) or "fp8"
+    precision: str  # "" (bf16) or a quant mode
     isl: int
     osl: int
     concurrency: int
     tp: int
     ttft_s: float
     tpot_s: float
+    mode: str = "agg"
+    pp: int = 1
+    dp: int = 1
+    moe_tp: int = 0
+    moe_ep: int = 0
+    moe_precision: str = ""
+    kv_precision: str = ""
 
     @property
     def key(self) -> str:
-        return f"{self.precision or 'bf16'} tp{self.tp} {self.isl}/{self.osl} c{self.concurrency}"
+        parts = [self.precision or "bf16", f"tp{self.tp}"]
+        if self.moe_precision and self.moe_precision != self.precision:
+            parts.insert(1, f"moe-{self.moe_precision}")
+        if self.dp > 1:
+            parts.append(f"dp{self.dp}")
+        if self.moe_ep > 1:
+            parts.append(f"ep{self.moe_ep}")
+        parts += [f"{self.isl}/{self.osl}", f"c{self.concurrency}"]
+        return " ".join(parts)
 
 
-def closed_loop_runs_of(path: str | Path) -> list[ClosedLoopRun]:
-    """Rows of AIConfigurator's validation sample (`qwen3_32b_h100_vllm.csv`)."""
+@dataclass(frozen=True, slots=True)
+class ClosedLoopSample:
+    """The vLLM runs of a sample file and the rows left out (other backends), each named."""
+
+    runs: list[ClosedLoopRun]
+    left_out: list[str]
+
+
+def _int(row: dict[str, str], column: str, default: int) -> int:
+    value = (row.get(column) or "").strip()
+    return int(float(value)) if value else default
+
+
+def read_closed_loop(path: str | Path) -> ClosedLoopSample:
+    """Rows of AIConfigurator's validation sample (`qwen3_32b_h100_vllm.csv`, or a file of
+    its current schema); rows of other backends are left out, by line. A row that cannot
+    be read raises DevSetError naming its line."""
     path = Path(path)
-    out = []
+    runs, left_out = [], []
     for i, row in enumerate(_csv_rows(path), start=2):
         try:
-            if row["backend"] != "vllm" or int(row["pp_size"]) != 1:
-                raise ValueError(f"backend {row['backend']!r}, pp {row['pp_size']}: not vLLM, PP 1")
-            out.append(ClosedLoopRun(
+            if row["backend"] != "vllm":
+                left_out.append(f"line {i}: backend {row['backend']!r} (not vLLM)")
+                continue
+            dp = _int(row, "attention_dp_size", 1)
+            precision = row.get("precision")
+            if precision is None:
+                precision = row.get("gemm_quant_mode") or ""
+            runs.append(ClosedLoopRun(
                 version=row["backend_version"], model=row["model_path"], gpu=row["system"],
-                precision=row["precision"], isl=int(row["isl"]), osl=int(row["osl"]),
-                concurrency=int(row["batch_size"]), tp=int(row["tp_size"]),
+                precision=precision.strip(), isl=int(row["isl"]), osl=int(row["osl"]),
+                concurrency=int(row["batch_size"]) * dp, tp=int(row["tp_size"]),
                 ttft_s=float(row["silicon_ttft_ms"]) / 1e3,
                 tpot_s=float(row["silicon_tpot_ms"]) / 1e3,
+                mode=(row.get("mode") or "agg").strip(), pp=_int(row, "pp_size", 1), dp=dp,
+                moe_tp=_int(row, "moe_tp_size", 0), moe_ep=_int(row, "moe_ep_size", 0),
+                moe_precision=(row.get("moe_quant_mode") or "").strip(),
+                kv_precision=(row.get("kvcache_quant_mode") or "").strip(),
             ))  # fmt: skip
         except (KeyError, ValueError) as exc:
             raise DevSetError(f"{path}: line {i}: {exc!r}") from None
-    return out
+    return ClosedLoopSample(runs, left_out)
+
+
+def closed_loop_runs_of(path: str | Path) -> list[ClosedLoopRun]:
+    """The vLLM runs of a sample file (`read_closed_loop`)."""
+    return read_closed_loop(path).runs
+
+
+def vllm_server_budget(accelerator: str) -> tuple[int, int]:
+    """vLLM's API-server defaults (max_num_batched_tokens, max_num_seqs): 8,192 and 1,024
+    on a GPU of >= 70 GiB other than an A100, else 2,048 and 256 (vLLM's
+    EngineArgs._set_default_args; its test_defaults_with_usage_context)."""
+    from optimizer.hardware import get_accelerator
+
+    acc = get_accelerator(accelerator)
+    if acc.hbm_bytes >= 70 * 2**30 and acc.family != "a100":
+        return 8192, 1024
+    return 2048, 256
+
+
+def _format(run: ClosedLoopRun, mode: str, table: dict[str, str], what: str) -> str:
+    if mode not in table:
+        raise DevSetError(
+            f"{run.key}: {what} {mode!r} is not a format servetune prices (one of "
+            f"{sorted(m for m in table if m)})"
+        )
+    return table[mode]
+
+
+def _expert_parallel(run: ClosedLoopRun) -> bool:
+    """Whether `run` splits its experts by EP (vLLM's --enable-expert-parallel: EP over all
+    tp x dp GPUs) or by TP over them; other splits are refused."""
+    gpus = run.tp * run.dp
+    ep = run.moe_ep or 1
+    tp = run.moe_tp or gpus // ep
+    if ep == gpus and tp == 1 and gpus > 1:
+        return True
+    if ep == 1 and tp == gpus:
+        return False
+    raise DevSetError(
+        f"{run.key}: moe_tp_size {run.moe_tp} x moe_ep_size {run.moe_ep} over tp {run.tp} x "
+        f"attention dp {run.dp}: vLLM splits experts by EP over all {gpus} GPUs or by TP"
+    )
 
 
 def closed_loop_deployment(run: ClosedLoopRun) -> tuple[ServingConfig, BenchServeSpec]:
-    """The config and the benchmark client that replay `run`. Its "fp8" rows ran FP8
-    weights quantised at load and an FP8 KV cache: with a 16-bit KV cache, one decode step
-    of their batches would read more bytes than the measured TPOT leaves time for on the
-    GPU's bandwidth (e.g. TP1, 24 x ~4,500 tokens: 61 GB, 18 ms at 3.35 TB/s, against
-    16.9 ms measured)."""
+    """The config and the benchmark client that replay `run`; DevSetError (why) when it
+    cannot be replayed. The development set's "fp8" rows ran FP8 weights quantised at load
+    and an FP8 KV cache: with a 16-bit KV cache, one decode step of their batches would
+    read more bytes than the measured TPOT leaves time for on the GPU's bandwidth (e.g.
+    TP1, 24 x ~4,500 tokens: 61 GB, 18 ms at 3.35 TB/s, against 16.9 ms measured). A
+    pre-quantised checkpoint (an -FP8 or NVFP4 id) runs as it ships."""
     gpu = GPU_OF_SYSTEM.get(run.gpu)
     if gpu is None:
         raise DevSetError(f"{run.key}: system {run.gpu!r} is not one of {sorted(GPU_OF_SYSTEM)}")
-    fp8 = run.precision == "fp8"
-    inst = InstanceConfig(accelerator=gpu, tp=run.tp, max_num_batched_tokens=8192,
-                          max_num_seqs=1024)  # fmt: skip
-    config = ServingConfig.colocated(
-        run.model, inst, engine_version=run.version, enable_prefix_caching=True,
-        quantization="fp8" if fp8 else None, kv_cache_dtype="fp8" if fp8 else "auto",
-    )  # fmt: skip
+    if run.mode != "agg":
+        raise DevSetError(f"{run.key}: mode {run.mode!r}: only aggregated (agg) runs replay")
+    if run.pp != 1:
+        raise DevSetError(f"{run.key}: pipeline parallel ({run.pp}) is not modelled")
+    try:
+        shape = get_shape(run.model)
+    except ShapeError as exc:
+        raise DevSetError(f"{run.key}: {exc}") from None
+    weights = _format(run, run.precision, QUANT_MODES, "weight format")
+    experts = _format(run, run.moe_precision, QUANT_MODES, "MoE format")
+    kv = _format(run, run.kv_precision, KV_MODES, "KV-cache format") or "auto"
+    quantization = None
+    if shape.quantization == "none":  # a 16-bit checkpoint, quantised at load if the row says
+        quantization = weights or experts or None
+        if quantization == "fp8" and not run.kv_precision:
+            kv = "fp8"  # quantised at load, no KV mode given: FP8 KV (the docstring)
+    expert_parallel = _expert_parallel(run) if shape.moe is not None else False
+    tokens, seqs = vllm_server_budget(gpu)
+    try:
+        inst = InstanceConfig(accelerator=gpu, tp=run.tp, dp=run.dp,
+                              expert_parallel=expert_parallel, max_num_batched_tokens=tokens,
+                              max_num_seqs=seqs)  # fmt: skip
+        config = ServingConfig.colocated(
+            run.model, inst, engine_version=run.version, enable_prefix_caching=True,
+            quantization=quantization, kv_cache_dtype=kv,
+        )  # fmt: skip
+        config.roles()  # fits the GPUs, formats the GPU runs
+    except (ConfigError, ShapeError) as exc:
+        raise DevSetError(f"{run.key}: {exc}") from None
     c = run.concurrency
     spec = BenchServeSpec(
         random_input_len=run.isl, random_output_len=run.osl, num_prompts=20 * c,

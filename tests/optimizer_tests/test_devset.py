@@ -16,7 +16,9 @@ from optimizer.validation.devset import (
     closed_loop_deployment,
     closed_loop_runs_of,
     deployment,
+    read_closed_loop,
     runs_of,
+    vllm_server_budget,
 )
 
 HEADER = "gpu,num_gpus,model,input_tokens,output_tokens,batch_size,latency_s,ttft_s\n"
@@ -101,10 +103,102 @@ def test_closed_loop_runs_replay_aiconfigurators_protocol(tmp_path: Path) -> Non
     assert set(wl.input_tokens.tolist()) == {1032}  # Qwen3's chat template adds 8
     config, _ = closed_loop_deployment(fp8)
     assert config.shape.precision.label == "w-fp8.kv-fp8"
+    path.write_text(CLOSED_HEADER + "sglang,0.5,Qwen/Qwen3-32B,h100_sxm,,agg,1,1,1,1,1,1,1\n"
+                    "vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,,agg,1024,x,8,2,1,1,1\n",
+                    encoding="utf-8")  # fmt: skip
+    with pytest.raises(DevSetError, match=r"line 3: .*'x'"):
+        closed_loop_runs_of(path)
     path.write_text(CLOSED_HEADER + "sglang,0.5,Qwen/Qwen3-32B,h100_sxm,,agg,1,1,1,1,1,1,1\n",
                     encoding="utf-8")  # fmt: skip
-    with pytest.raises(DevSetError, match=r"line 2: .*not vLLM"):
-        closed_loop_runs_of(path)
+    sample = read_closed_loop(path)  # another backend's row is left out, and said so
+    assert sample.runs == [] and sample.left_out == ["line 2: backend 'sglang' (not vLLM)"]
+
+
+# AIConfigurator's current schema (the fields its accuracy tools pass to cli_estimate).
+CURRENT_HEADER = (
+    "id,model_path,system,backend,backend_version,mode,isl,osl,gemm_quant_mode,"
+    "moe_quant_mode,kvcache_quant_mode,tp_size,pp_size,attention_dp_size,moe_tp_size,"
+    "moe_ep_size,batch_size,silicon_ttft_ms,silicon_tpot_ms\n"
+)
+
+
+def test_closed_loop_rows_of_the_current_schema_replay_moe_splits_and_formats(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "sample.csv"
+    path.write_text(CURRENT_HEADER + "\n".join([
+        "1,openai/gpt-oss-120b,b200_sxm,vllm,0.11.0,agg,1024,1024,,w4a16_mxfp4,,4,1,1,4,1,16,1,1",
+        "2,Qwen/Qwen3-235B-A22B-FP8,h200_sxm,vllm,0.12.0,agg,4096,512,fp8_block,fp8_block,,4,1,2,"
+        "1,8,8,1,1",
+        "3,Qwen/Qwen3-235B-A22B,b200_sxm,vllm,0.12.0,agg,1024,1024,nvfp4,nvfp4,fp8,8,1,1,8,1,32,1,1",
+        "4,Qwen/Qwen3-30B-A3B,a100_sxm,vllm,0.12.0,agg,1024,128,fp8,fp8,,2,1,1,2,1,4,1,1",
+    ]) + "\n", encoding="utf-8")  # fmt: skip
+    gpt, qwen_fp8, qwen_fp4, a100 = read_closed_loop(path).runs
+    config, spec = closed_loop_deployment(gpt)  # MXFP4 experts as the checkpoint ships them
+    assert config.quantization is None and config.shape.precision.label == "w-mxfp4.kv-auto"
+    assert (config.replica.accelerator, config.replica.tp, config.replica.dp) == ("b200", 4, 1)
+    assert not config.replica.expert_parallel and spec.max_concurrency == 16
+    # batch_size is per attention-DP rank: 8 x 2 clients; EP over all 4 x 2 GPUs
+    assert qwen_fp8.concurrency == 16 and qwen_fp8.key == "fp8_block tp4 dp2 ep8 4096/512 c16"
+    config, spec = closed_loop_deployment(qwen_fp8)
+    assert (config.replica.dp, config.replica.expert_parallel) == (2, True)
+    # a pre-quantised checkpoint keeps its own KV format (vLLM's --kv-cache-dtype auto)
+    assert config.quantization is None and config.shape.precision.label == "w-fp8.kv-auto"
+    assert (spec.num_prompts, spec.num_warmups) == (320, 32)
+    config, _ = closed_loop_deployment(qwen_fp4)  # NVFP4 at load, the row's FP8 KV cache
+    assert config.quantization == "fp4" and config.shape.precision.label == "w-fp4.kv-fp8"
+    config, _ = closed_loop_deployment(a100)  # vLLM's A100 defaults: 2,048 tokens, 256 seqs
+    assert (config.replica.max_num_batched_tokens, config.replica.max_num_seqs) == (2048, 256)
+    assert config.shape.precision.label == "w-fp8.kv-fp8"  # quantised at load, as before
+
+
+@pytest.mark.parametrize(
+    ("row", "reason"),
+    [
+        (
+            "Qwen/Qwen3-235B-A22B,h100_sxm,vllm,0.12.0,agg,1024,1024,nvfp4,nvfp4,,8,1,1,8,1,32",
+            r"fp4 .*needs FP4 tensor cores.*h100",
+        ),
+        (
+            "Qwen/Qwen3-30B-A3B,gb200,vllm,0.12.0,agg,1024,1024,,,,2,1,1,2,1,16",
+            r"system 'gb200' is not one of",
+        ),
+        (
+            "Qwen/Qwen3-30B-A3B,h100_sxm,vllm,0.12.0,disagg,1024,1024,,,,2,1,1,2,1,16",
+            r"mode 'disagg'",
+        ),
+        (
+            "Qwen/Qwen3-30B-A3B,h100_sxm,vllm,0.12.0,agg,1024,1024,,,,2,2,1,2,1,16",
+            r"pipeline parallel \(2\)",
+        ),
+        (
+            "Qwen/Qwen3-30B-A3B,h100_sxm,vllm,0.12.0,agg,1024,1024,sq,,,2,1,1,2,1,16",
+            r"weight format 'sq' is not a format servetune prices",
+        ),
+        (
+            "Qwen/Qwen3-30B-A3B,h100_sxm,vllm,0.12.0,agg,1024,1024,,,,2,1,2,2,2,16",
+            r"moe_tp_size 2 x moe_ep_size 2 over tp 2 x attention dp 2",
+        ),
+        (
+            "acme/NoSuchModel,h100_sxm,vllm,0.12.0,agg,1024,1024,,,,2,1,1,2,1,16",
+            r"unknown model shape 'acme/NoSuchModel'",
+        ),
+    ],
+)
+def test_a_closed_loop_row_that_cannot_replay_is_refused_by_name(
+    tmp_path: Path, row: str, reason: str
+) -> None:
+    path = tmp_path / "sample.csv"
+    path.write_text(CURRENT_HEADER + f"1,{row},1,1\n", encoding="utf-8")
+    (run,) = read_closed_loop(path).runs
+    with pytest.raises(DevSetError, match=reason):
+        closed_loop_deployment(run)
+
+
+def test_vllm_server_budget_follows_vllms_rule_by_gpu_memory() -> None:
+    # >= 70 GiB and not an A100: 8,192 tokens and 1,024 sequences; else 2,048 and 256
+    assert vllm_server_budget("h100") == vllm_server_budget("b300") == (8192, 1024)
+    assert vllm_server_budget("a100") == vllm_server_budget("l40s") == (2048, 256)
 
 
 @pytest.mark.shared_data
