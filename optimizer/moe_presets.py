@@ -19,13 +19,16 @@ from optimizer.shape_parts import DEFAULT_INT4_GROUP_SIZE, MLASpec, MoESpec
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """A Hugging Face checkpoint: the preset of its dimensions and how its weights are
-    stored (`quantization` over `scope`, with `int4_group_size` for INT4)."""
+    """A Hugging Face checkpoint: the preset of its dimensions, how its weights are stored
+    (`quantization` over `scope`, with `int4_group_size` for INT4) and its KV cache."""
 
     preset: str
     quantization: str = "none"
     scope: str = "linear"
     int4_group_size: int = DEFAULT_INT4_GROUP_SIZE
+    # The KV cache the checkpoint declares (ModelOpt's hf_quant_config.json
+    # "kv_cache_quant_algo": "FP8"), which vLLM's --kv-cache-dtype auto runs.
+    kv_cache: str = "auto"
 
 
 def _gpt_oss(name: str, layers: int, experts: int) -> ModelShape:
@@ -213,4 +216,27 @@ MOE_CHECKPOINTS: dict[str, Checkpoint] = {
     "nvidia/deepseek-r1-0528-fp4": Checkpoint("deepseek-r1", "fp4"),
     "nvidia/deepseek-v3-0324-fp4": Checkpoint("deepseek-v3", "fp4"),
     "nvidia/llama-4-scout-17b-16e-instruct-fp4": Checkpoint("llama-4-scout", "fp4"),
+    # Later releases of the same architectures (each config.json's dimensions equal its
+    # preset's; AIConfigurator ships the configs in aic-core's model_configs/).
+    "deepseek-ai/deepseek-v3.1": Checkpoint("deepseek-v3", "fp8"),
+    "deepseek-ai/deepseek-v3.1-terminus": Checkpoint("deepseek-v3", "fp8"),
+    "minimaxai/minimax-m2.7": _as_shipped("minimax-m2"),
+    # NVIDIA's ModelOpt NVFP4 releases, groups of 16, each declaring an FP8 KV cache in
+    # its hf_quant_config.json. Qwen3-235B-A22B-NVFP4 quantises every linear layer but the
+    # routers and lm_head (its attention o_proj included); DeepSeek-V3.1-NVFP4 keeps the
+    # MLA projections in bf16 (about 2% of the weights, counted FP4 here, as R1-FP4 is).
+    # The later ones quantise the routed experts only ("ignore": attention, the dense
+    # layer and the shared experts).
+    "nvidia/qwen3-235b-a22b-nvfp4": Checkpoint("qwen3-235b-a22b", "fp4", kv_cache="fp8"),
+    "nvidia/deepseek-v3.1-nvfp4": Checkpoint("deepseek-v3", "fp4", kv_cache="fp8"),
+    "nvidia/kimi-k2.5-nvfp4": Checkpoint("kimi-k2", "fp4", "experts", kv_cache="fp8"),
+    "nvidia/kimi-k2.6-nvfp4": Checkpoint("kimi-k2", "fp4", "experts", kv_cache="fp8"),
+    "nvidia/minimax-m2.5-nvfp4": Checkpoint("minimax-m2", "fp4", "experts", kv_cache="fp8"),
+    "nvidia/minimax-m2.7-nvfp4": Checkpoint("minimax-m2", "fp4", "experts", kv_cache="fp8"),
+    # Qwen3-VL's language model is the Qwen3 MoE (the vision tower, ~0.5B parameters,
+    # is not counted: a text benchmark does not run it).
+    "qwen/qwen3-vl-235b-a22b-instruct": Checkpoint("qwen3-235b-a22b"),
+    "qwen/qwen3-vl-235b-a22b-thinking": Checkpoint("qwen3-235b-a22b"),
+    "qwen/qwen3-vl-30b-a3b-instruct": Checkpoint("qwen3-30b-a3b"),
+    "qwen/qwen3-vl-30b-a3b-thinking": Checkpoint("qwen3-30b-a3b"),
 }

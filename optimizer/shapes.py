@@ -196,7 +196,7 @@ def get_shape(name: str) -> ModelShape:
         return PRESETS[key]
     checkpoint = _CHECKPOINTS.get(key)
     if checkpoint is not None:
-        kv = "fp8" if key in _FP8_KV_CHECKPOINTS else "auto"
+        kv = "fp8" if key in _FP8_KV_CHECKPOINTS else checkpoint.kv_cache
         return replace(
             PRESETS[checkpoint.preset],
             quantization=checkpoint.quantization,

@@ -189,6 +189,36 @@ def test_checkpoints_by_id_carry_their_formats():
     assert m25 == get_shape("minimax-m2")
 
 
+@pytest.mark.parametrize(
+    ("hf_id", "preset", "scope"),
+    [
+        ("nvidia/Qwen3-235B-A22B-NVFP4", "qwen3-235b-a22b", "linear"),
+        ("nvidia/DeepSeek-V3.1-NVFP4", "deepseek-v3", "linear"),
+        ("nvidia/Kimi-K2.5-NVFP4", "kimi-k2", "experts"),
+        ("nvidia/MiniMax-M2.7-NVFP4", "minimax-m2", "experts"),
+        ("nvidia/Qwen3.5-397B-A17B-NVFP4", "qwen3.5-397b-a17b", "experts"),
+    ],
+)
+def test_nvfp4_releases_carry_fp4_weights_and_their_fp8_kv_cache(hf_id, preset, scope):
+    """ModelOpt NVFP4 checkpoints: the preset's dimensions, FP4 weights over the scope their
+    exclusion list leaves, and the FP8 KV cache their hf_quant_config.json declares (which
+    halves KV bytes per token against the 16-bit preset's)."""
+    shape = get_shape(hf_id)
+    base = get_shape(preset)
+    assert (shape.name, shape.quantization, shape.quantized_scope) == (base.name, "fp4", scope)
+    assert shape.kv_cache_dtype == "fp8" and base.kv_cache_dtype == "auto"
+    assert shape.kv_bytes_per_token(1) * 2 == base.kv_bytes_per_token(1)
+    assert shape.weight_bytes() < base.with_precision(Precision("fp8")).weight_bytes()
+
+
+def test_vision_language_and_later_releases_resolve_to_their_text_architecture():
+    assert get_shape("Qwen/Qwen3-VL-235B-A22B-Instruct") == get_shape("Qwen/Qwen3-235B-A22B")
+    assert get_shape("Qwen/Qwen3-VL-30B-A3B-Instruct") == get_shape("qwen3-30b-a3b")
+    assert get_shape("MiniMaxAI/MiniMax-M2.7") == get_shape("minimax-m2")
+    v31 = get_shape("deepseek-ai/DeepSeek-V3.1")
+    assert v31.quantization == "fp8" and v31.moe == get_shape("deepseek-v3").moe
+
+
 def test_another_format_covers_every_linear_layer():
     gpt = get_shape("gpt-oss-20b")
     assert gpt.with_precision(Precision("mxfp4", "fp8")).quantized_scope == "experts"
