@@ -54,19 +54,39 @@ def _gpt_oss(name: str, layers: int, experts: int) -> ModelShape:
     )
 
 
-def _qwen3_moe(name: str, layers: int, hidden: int, heads: int, dense: int, expert: int):
-    # Qwen3-MoE config.json: 128 experts, top-8, 4 KV heads of 128, vocab 151,936, no
-    # shared experts, every layer MoE (decoder_sparse_step 1, mlp_only_layers []).
+def _qwen3_moe(
+    name: str, layers: int, hidden: int, heads: int, dense: int, expert: int,
+    experts: int = 128, kv_heads: int = 4,
+) -> ModelShape:  # fmt: skip
+    # Qwen3-MoE config.json: top-8 of `experts` (128 unless said), `kv_heads` KV heads of
+    # 128 (4 unless said), vocab 151,936, no shared experts, every layer MoE
+    # (decoder_sparse_step 1, mlp_only_layers []).
     return ModelShape(
         name,
         num_layers=layers,
         hidden_size=hidden,
         num_heads=heads,
-        num_kv_heads=4,
+        num_kv_heads=kv_heads,
         head_dim=128,
         intermediate_size=dense,
         vocab_size=151936,
-        moe=MoESpec(num_experts=128, experts_per_token=8, expert_intermediate_size=expert),
+        moe=MoESpec(num_experts=experts, experts_per_token=8, expert_intermediate_size=expert),
+    )
+
+
+def _mixtral(name: str, layers: int, hidden: int, heads: int, expert: int) -> ModelShape:
+    # MixtralForCausalLM config.json: 8 experts (num_local_experts), top-2, 8 KV heads of
+    # 128, vocab 32,000, untied, no sliding window (null), every layer MoE.
+    return ModelShape(
+        name,
+        num_layers=layers,
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=8,
+        head_dim=128,
+        intermediate_size=expert,
+        vocab_size=32000,
+        moe=MoESpec(num_experts=8, experts_per_token=2, expert_intermediate_size=expert),
     )
 
 
@@ -113,6 +133,13 @@ MOE_PRESETS: dict[str, ModelShape] = {
         # Qwen/Qwen3-235B-A22B config.json: 94 layers, hidden 4096, 64 heads, intermediate
         # 12288, moe_intermediate_size 1536 (THUDM/slime scripts/models/qwen3-235B-A22B.sh).
         _qwen3_moe("qwen3-235b-a22b", 94, 4096, 64, 12288, 1536),
+        # Qwen/Qwen3-Coder-480B-A35B-Instruct config.json: 62 layers, hidden 6144, 96
+        # heads, 8 KV heads, intermediate 8192, 160 experts of moe_intermediate_size 2560.
+        _qwen3_moe("qwen3-coder-480b-a35b", 62, 6144, 96, 8192, 2560, experts=160, kv_heads=8),
+        # mistralai/Mixtral-8x7B-v0.1: 32 layers, hidden 4096, 32 heads, experts 14336;
+        # Mixtral-8x22B-v0.1: 56 layers, hidden 6144, 48 heads, experts 16384.
+        _mixtral("mixtral-8x7b", 32, 4096, 32, 14336),
+        _mixtral("mixtral-8x22b", 56, 6144, 48, 16384),
         # deepseek-ai/DeepSeek-V3 config.json: 128 heads, 256 routed experts,
         # first_k_dense_replace 3, vocab 129,280 (Megatron-Bridge deepseek_v3 yaml and a
         # quoted config.json in the code search); R1 has V3's architecture.
@@ -160,6 +187,28 @@ MOE_PRESETS: dict[str, ModelShape] = {
                 shared_intermediate_size=8192,
             ),
         ),
+        # meta-llama/Llama-4-Maverick-17B-128E-Instruct text_config: Scout's layers with
+        # 128 routed experts, every other layer MoE (interleave_moe_layer_step 2) and the
+        # others a dense MLP of intermediate_size_mlp 16384. The vision encoder and the
+        # chunked attention of three layers in four (attention_chunk_size 8192) are left
+        # out, as Scout's are.
+        ModelShape(
+            "llama-4-maverick",
+            num_layers=48,
+            hidden_size=5120,
+            num_heads=40,
+            num_kv_heads=8,
+            head_dim=128,
+            intermediate_size=16384,
+            vocab_size=202048,
+            moe=MoESpec(
+                num_experts=128,
+                experts_per_token=1,
+                expert_intermediate_size=8192,
+                shared_intermediate_size=8192,
+                layer_step=2,
+            ),
+        ),
     )
 }
 
@@ -173,6 +222,10 @@ MOE_HF_IDS: dict[str, str] = {
     "kimi-k2": "moonshotai/Kimi-K2-Instruct",
     "minimax-m2": "MiniMaxAI/MiniMax-M2",
     "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+    "llama-4-maverick": "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+    "qwen3-coder-480b-a35b": "Qwen/Qwen3-Coder-480B-A35B-Instruct",
+    "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
+    "mixtral-8x22b": "mistralai/Mixtral-8x22B-v0.1",
 }
 
 
@@ -196,6 +249,9 @@ MOE_CHECKPOINTS: dict[str, Checkpoint] = {
     "deepseek-ai/deepseek-v3-0324": Checkpoint("deepseek-v3", "fp8"),
     "deepseek-ai/deepseek-r1-0528": Checkpoint("deepseek-r1", "fp8"),
     "meta-llama/llama-4-scout-17b-16e": Checkpoint("llama-4-scout"),
+    "meta-llama/llama-4-maverick-17b-128e": Checkpoint("llama-4-maverick"),
+    "qwen/qwen3-coder-480b-a35b-instruct-fp8": Checkpoint("qwen3-coder-480b-a35b", "fp8"),
+    "mistralai/mixtral-8x7b-instruct-v0.1": Checkpoint("mixtral-8x7b"),
     # MiniMax-M2.5: M2's architecture and format (62 layers, 256 experts top-8, 230B/10B),
     # retrained; only its RoPE span changed, which no price depends on.
     "minimaxai/minimax-m2.5": _as_shipped("minimax-m2"),

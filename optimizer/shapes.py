@@ -210,5 +210,5 @@ def get_shape(name: str) -> ModelShape:
     raise ShapeError(
         f"unknown model shape {name!r}: expected one of {sorted(PRESETS)}, a Hugging Face id "
         "such as meta-llama/Llama-3.1-70B-Instruct or nvidia/Llama-3.1-8B-Instruct-FP8 (all: "
-        "servetune.shapes.known_checkpoints), or a path to a Hugging Face config.json"
+        "optimizer.shapes.known_checkpoints()), or a path to a Hugging Face config.json"
     )
