@@ -57,6 +57,7 @@ from optimizer.shapes import DEFAULT_PRECISION
 from optimizer.sim import simulate
 from optimizer.validation.devset import (
     GPU_OF_SYSTEM,
+    QWEN3_CHAT_TOKENS,
     ClosedLoopRun,
     Deployment,
     DevSetError,
@@ -154,6 +155,24 @@ def _simulate_cli(run: ClosedLoopRun, workdir: Path, env: dict[str, str]) -> dic
     return json.loads(done.stdout)
 
 
+def decode_floor_s(url: str, run: ClosedLoopRun) -> float:
+    """The priced time of one decode-only step of `run`'s full batch at its mean context
+    (prompt, chat template and half the output), on one DP rank: a lower bound on its
+    TPOT, which every prefill interleaved with the decodes only raises."""
+    from api.services.tuning import stored_latency
+
+    config, _ = closed_loop_deployment(run)
+    inst = config.replica
+    table = stored_latency(url, run.model).source.for_instance(
+        inst.accelerator, inst.tp, precision=config.shape.precision,
+        engine=config.engine_release, layout=inst.layout,
+    )  # fmt: skip
+    b = max(run.concurrency // inst.dp, 1)
+    kv = run.isl + QWEN3_CHAT_TOKENS + run.osl // 2
+    load = StepLoad(num_tokens=b, num_logits=b, num_decode_seqs=b, decode_kv_tokens=b * kv)
+    return table.step_time_s(load)
+
+
 def closed_loop_section(url: str, env: dict[str, str], fit: bool, path: Path = CLOSED_LOOP) -> None:
     if path == CLOSED_LOOP:
         print("\n== closed-loop runs: vLLM 0.12.0 (V1, synchronous), Qwen3-32B, H100, aiperf ==")
@@ -197,6 +216,13 @@ def closed_loop_section(url: str, env: dict[str, str], fit: bool, path: Path = C
         e = groups[key]
         print(f"   {key:24s} n={len(e):3d}  TTFT {_median_abs([a for a, _ in e]):6.1%}  "
               f"TPOT {_median_abs([b for _, b in e]):6.1%}")  # fmt: skip
+    below = [(r, f) for r, *_ in rows if (f := decode_floor_s(url, r)) > r.tpot_s]
+    print(
+        f" runs whose measured TPOT is below one priced decode-only step of their batch "
+        f"(no prefill; the kernels' tables and the engine's overhead): {len(below)}"
+    )
+    for run, floor in below:
+        print(f"   {run.key}: measured {run.tpot_s * 1e3:.1f} ms, decode step {floor * 1e3:.1f} ms")
     if fit and path == CLOSED_LOOP:
         _fit_sync_overhead(url, [r for r in runs if _in_train(r)])
 
