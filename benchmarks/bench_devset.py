@@ -221,8 +221,8 @@ def closed_loop_section(url: str, env: dict[str, str], fit: bool, path: Path = C
               f"TPOT {_median_abs([b for _, b in e]):6.1%}")  # fmt: skip
     below = [(r, f) for r, *_ in rows if (f := decode_floor_s(url, r)) > FLOOR_MARGIN * r.tpot_s]
     print(
-        f" runs whose measured TPOT is over {FLOOR_MARGIN - 1:.0%} below one priced "
-        f"decode-only step of their batch (no prefill): {len(below)}"
+        f" runs whose batch's priced decode-only step (no prefill: a floor) exceeds their "
+        f"measured TPOT by over {FLOOR_MARGIN - 1:.0%}: {len(below)}"
     )
     for run, floor in below:
         print(f"   {run.key}: measured {run.tpot_s * 1e3:.1f} ms, decode step {floor * 1e3:.1f} ms")
