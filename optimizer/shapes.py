@@ -75,6 +75,10 @@ PRESETS: dict[str, ModelShape] = (
             ModelShape("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936),
             ModelShape("qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936),
             ModelShape("qwen3-0.6b", 28, 1024, 16, 8, 128, 3072, 151936, tie_word_embeddings=True),
+            # Qwen/Qwen3-1.7B and meta-llama/Llama-3.1-405B config.json (as load_hf_config
+            # reads them; AIConfigurator ships both in model_configs/).
+            ModelShape("qwen3-1.7b", 28, 2048, 16, 8, 128, 6144, 151936, tie_word_embeddings=True),
+            _llama("llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256),
             _llama("qwen2-7b", 28, 3584, 28, 4, 18944, 152064),
             _llama("qwen1.5-7b", 32, 4096, 32, 32, 11008, 151936),
             _llama("qwen2-72b", 80, 8192, 64, 8, 29568, 152064),
@@ -102,6 +106,8 @@ HF_IDS: dict[str, str] = (
         "qwen3-8b": "Qwen/Qwen3-8B",
         "qwen3-32b": "Qwen/Qwen3-32B",
         "qwen3-0.6b": "Qwen/Qwen3-0.6B",
+        "qwen3-1.7b": "Qwen/Qwen3-1.7B",
+        "llama-3.1-405b": "meta-llama/Llama-3.1-405B-Instruct",
         "qwen2-7b": "Qwen/Qwen2-7B-Instruct",
         "qwen1.5-7b": "Qwen/Qwen1.5-7B-Chat",
         "qwen2-72b": "Qwen/Qwen2-72B-Instruct",
@@ -136,6 +142,11 @@ _DENSE_CHECKPOINTS: dict[str, tuple[str, str]] = {
                 "Meta-Llama-3-70B",
                 "Meta-Llama-3-70B-Instruct",
             ),
+            "llama-3.1-405b": (
+                "Llama-3.1-405B",
+                "Meta-Llama-3.1-405B",
+                "Meta-Llama-3.1-405B-Instruct",
+            ),
             "llama-3.2-1b": ("Llama-3.2-1B",),
             "llama-2-7b": ("Llama-2-7b-hf",),
             "llama-2-13b": ("Llama-2-13b-hf",),
@@ -164,6 +175,14 @@ _DENSE_CHECKPOINTS: dict[str, tuple[str, str]] = {
     "redhatai/llama-3.3-70b-instruct-fp8-dynamic": ("llama-3.1-70b", "fp8"),
     "redhatai/qwen3-8b-fp8-dynamic": ("qwen3-8b", "fp8"),
     "redhatai/qwen3-32b-fp8-dynamic": ("qwen3-32b", "fp8"),
+    # ModelOpt FP8 (per-tensor, static) with an FP8 KV cache (its hf_quant_config.json).
+    "qwen/qwen3-32b-fp8-static-pertensor": ("qwen3-32b", "fp8"),
+    # Qwen3-VL's language models are Qwen3's (equal config.json dimensions); the vision
+    # tower is not counted: a text benchmark does not run it.
+    "qwen/qwen3-vl-2b-instruct": ("qwen3-1.7b", "none"),
+    "qwen/qwen3-vl-8b-instruct": ("qwen3-8b", "none"),
+    "qwen/qwen3-vl-32b-instruct": ("qwen3-32b", "none"),
+    "qwen/qwen3-vl-32b-thinking": ("qwen3-32b", "none"),
 }
 
 
@@ -184,7 +203,9 @@ def known_checkpoints() -> list[str]:
 
 # NVIDIA's ModelOpt FP8 checkpoints also quantise the KV cache ("kv_cache_quant_algo":
 # "FP8" in their hf_quant_config.json): vLLM's --kv-cache-dtype auto then runs it in FP8.
-_FP8_KV_CHECKPOINTS = frozenset(k for k in _DENSE_CHECKPOINTS if k.startswith("nvidia/"))
+_FP8_KV_CHECKPOINTS = frozenset(k for k in _DENSE_CHECKPOINTS if k.startswith("nvidia/")) | {
+    "qwen/qwen3-32b-fp8-static-pertensor"
+}
 
 
 def get_shape(name: str) -> ModelShape:

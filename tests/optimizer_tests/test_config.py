@@ -213,6 +213,22 @@ def test_hugging_face_ids_and_fp8_checkpoints_resolve_to_shapes(tmp_path):
         get_shape("some-org/unknown")
 
 
+def test_more_dense_ids_resolve_to_their_dimensions():
+    from optimizer.shapes import get_shape
+
+    small = get_shape("Qwen/Qwen3-1.7B")  # 28 layers of 2048, 16 heads, 8 KV, tied
+    assert (small.num_layers, small.hidden_size, small.num_heads, small.num_kv_heads) == (
+        28, 2048, 16, 8,
+    )  # fmt: skip
+    assert small.tie_word_embeddings and small.num_params / 1e9 == pytest.approx(1.72, abs=0.01)
+    big = get_shape("meta-llama/Llama-3.1-405B-Instruct")  # Meta's 405B, 126 layers
+    assert big.num_layers == 126 and big.num_params / 1e9 == pytest.approx(405.9, abs=0.1)
+    assert get_shape("Qwen/Qwen3-VL-32B-Instruct") == get_shape("qwen3-32b")  # its LM
+    assert get_shape("Qwen/Qwen3-VL-2B-Instruct") == small
+    static = get_shape("Qwen/Qwen3-32B-FP8-Static-PerTensor")  # ModelOpt FP8, FP8 KV
+    assert (static.quantization, static.kv_cache_dtype) == ("fp8", "fp8")
+
+
 def test_config_precision_fields():
     fp8 = ServingConfig.colocated("nvidia/Llama-3.1-8B-Instruct-FP8")
     assert fp8.shape.quantization == "fp8" and fp8.checkpoint_quantization == "fp8"
