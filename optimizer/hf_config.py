@@ -263,6 +263,15 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
     missing = [k for k in required if k not in cfg]
     if missing:
         raise ShapeError(f"{path}: missing keys {missing} (expected a decoder-only HF config)")
+    if cfg.get("index_topk") is not None or cfg.get("index_n_heads") is not None:
+        # DeepSeek-V3.2's sparse attention (DSA: DeepseekV32ForCausalLM, GLM-5's
+        # GlmMoeDsa): a lightning indexer picks index_topk keys per query and keeps its
+        # own key cache. Read as plain MLA it would price the wrong attention and KV bytes.
+        raise ShapeError(
+            f"{path}: index_topk / index_n_heads (DeepSeek sparse attention, "
+            f"{cfg.get('architectures')}) is not modelled; dense MLA models (DeepSeek-V3, "
+            "V3.1, R1, Kimi-K2) are"
+        )
     layers = _int(cfg, "num_hidden_layers", path)
     heads = _int(cfg, "num_attention_heads", path)
     hidden = _int(cfg, "hidden_size", path)

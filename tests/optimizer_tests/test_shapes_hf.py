@@ -338,6 +338,15 @@ def test_contradictions_between_fields(tmp_path):
         _load(tmp_path, {**dense, "quantization_config": experts_only})
 
 
+def test_deepseek_sparse_attention_is_refused_not_read_as_dense_mla(tmp_path):
+    """DeepSeek-V3.2 (and GLM-5) add a lightning indexer that picks index_topk keys per
+    query: priced as V3's dense MLA, attention and KV bytes would both be wrong."""
+    v32 = {**DEEPSEEK_V3, "architectures": ["DeepseekV32ForCausalLM"], "index_topk": 2048,
+           "index_n_heads": 64, "index_head_dim": 128}  # fmt: skip
+    with pytest.raises(ShapeError, match=r"index_topk .*DeepSeek sparse attention.*not modelled"):
+        _load(tmp_path, v32)
+
+
 def test_a_local_config_path_goes_through_get_shape(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(GPT_OSS_120B))
