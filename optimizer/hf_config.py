@@ -31,7 +31,14 @@ from pathlib import Path
 
 from optimizer.hf_quant import read_kv_cache_dtype, read_quantization
 from optimizer.model_shape import ModelShape
-from optimizer.shape_parts import DTYPE_BYTES, GatedDeltaNetSpec, MLASpec, MoESpec, ShapeError
+from optimizer.shape_parts import (
+    DTYPE_BYTES,
+    DSASpec,
+    GatedDeltaNetSpec,
+    MLASpec,
+    MoESpec,
+    ShapeError,
+)
 
 _NUM_EXPERTS_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 _TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
@@ -143,6 +150,23 @@ def _mla_spec(cfg: dict, path: Path) -> MLASpec | None:
         v_head_dim=_int(cfg, "v_head_dim", path),
         q_lora_rank=_int(cfg, "q_lora_rank", path, default=0),
     )
+    spec.check(str(path))
+    return spec
+
+
+def _dsa_spec(cfg: dict, path: Path, mla: MLASpec | None) -> DSASpec | None:
+    """DeepSeek sparse attention (DeepSeek-V3.2's DeepseekV32ForCausalLM, GLM-5's
+    GlmMoeDsa): `index_topk` keys per query picked by an indexer of `index_n_heads` x
+    `index_head_dim` (None without index_topk)."""
+    keys = ("index_topk", "index_n_heads", "index_head_dim")
+    if all(cfg.get(k) is None for k in keys):
+        return None
+    if mla is None or not mla.q_lora_rank:
+        raise ShapeError(
+            f"{path}: index_topk (DeepSeek sparse attention) without MLA and a query latent "
+            "(kv_lora_rank, q_lora_rank) is not modelled"
+        )
+    spec = DSASpec(*(_int(cfg, k, path) for k in ("index_n_heads", "index_head_dim", "index_topk")))
     spec.check(str(path))
     return spec
 
@@ -263,15 +287,6 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
     missing = [k for k in required if k not in cfg]
     if missing:
         raise ShapeError(f"{path}: missing keys {missing} (expected a decoder-only HF config)")
-    if cfg.get("index_topk") is not None or cfg.get("index_n_heads") is not None:
-        # DeepSeek-V3.2's sparse attention (DSA: DeepseekV32ForCausalLM, GLM-5's
-        # GlmMoeDsa): a lightning indexer picks index_topk keys per query and keeps its
-        # own key cache. Read as plain MLA it would price the wrong attention and KV bytes.
-        raise ShapeError(
-            f"{path}: index_topk / index_n_heads (DeepSeek sparse attention, "
-            f"{cfg.get('architectures')}) is not modelled; dense MLA models (DeepSeek-V3, "
-            "V3.1, R1, Kimi-K2) are"
-        )
     layers = _int(cfg, "num_hidden_layers", path)
     heads = _int(cfg, "num_attention_heads", path)
     hidden = _int(cfg, "hidden_size", path)
@@ -280,6 +295,7 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
     act = str(cfg.get("hidden_act", "silu"))
     moe, dense_width = _moe_spec(cfg, path, layers)
     mla = _mla_spec(cfg, path)
+    dsa = _dsa_spec(cfg, path, mla)
     window, window_layers = _sliding(cfg, path, layers)
     gdn = _gdn_spec(cfg, path, layers, dtype)
     qc = _quant_config(top, cfg, path)
@@ -316,4 +332,5 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
         int4_group_size=quant.int4_group_size,
         gdn=gdn,
         attn_output_gate=_attn_output_gate(cfg, path),
+        dsa=dsa,
     )

@@ -28,6 +28,7 @@ from optimizer.shape_parts import (
     KV_CACHE_DTYPES,
     QUANTIZATIONS,
     QUANTIZED_SCOPES,
+    DSASpec,
     GatedDeltaNetSpec,
     MLASpec,
     MoESpec,
@@ -94,6 +95,7 @@ class ModelShape:
     int4_group_size: int = DEFAULT_INT4_GROUP_SIZE  # weights per 16-bit scale ("int4")
     gdn: GatedDeltaNetSpec | None = None  # None: every layer is softmax attention
     attn_output_gate: bool = False  # q_proj also yields a gate on the attention output
+    dsa: DSASpec | None = None  # None: MLA layers attend to every cached key
 
     def __post_init__(self) -> None:
         check_positive(self.name, **{f: getattr(self, f) for f in _POSITIVE_FIELDS})
@@ -121,6 +123,7 @@ class ModelShape:
             sliding_window_layers=self.sliding_window_layers,
             quantized_scope=self.quantized_scope,
             attn_output_gate=self.attn_output_gate,
+            dsa=self.dsa,
         )
 
     @property
@@ -210,7 +213,8 @@ class ModelShape:
             query = h * a * m.qk_head_dim
         kv_down = h * (m.kv_lora_rank + m.qk_rope_head_dim)
         kv_up = m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
-        return query + kv_down + kv_up + a * m.v_head_dim * h
+        indexer = 0 if self.dsa is None else self.dsa.projection_params(h, m.q_lora_rank)
+        return query + kv_down + kv_up + a * m.v_head_dim * h + indexer
 
     @property
     def gdn_layer_params(self) -> int:
@@ -221,6 +225,15 @@ class ModelShape:
         (one per value head) and the gated norm (value_head_dim), which stay in `dtype`."""
         gdn = self.gdn
         return 0 if gdn is None else gdn.projection_params(self.hidden_size) + gdn.small_params
+
+    @property
+    def indexer_params(self) -> int:
+        """The sparse-attention indexers' linear layers, all layers (0 without `dsa`);
+        vLLM replicates them on every TP rank."""
+        if self.dsa is None or self.mla is None:
+            return 0
+        per_layer = self.dsa.projection_params(self.hidden_size, self.mla.q_lora_rank)
+        return self.num_full_attention_layers * per_layer
 
     @property
     def _mlp_factor(self) -> int:
@@ -331,22 +344,25 @@ class ModelShape:
         """Bytes of weights one GPU holds in an instance of tensor-parallel degree `tp` and
         expert layout `layout`: attention, dense MLPs, shared experts, routers, norms,
         embedding and LM head split over tp (and replicated on each of the layout's dp
-        ranks); the routed experts sharded over all tp x dp GPUs, whole experts with
-        expert parallelism or each expert tensor-split without (the same bytes). Linear
+        ranks), sparse-attention indexers whole; the routed experts sharded over all
+        tp x dp GPUs, whole experts with expert parallelism or each expert tensor-split
+        without (the same bytes). Linear
         layers count at their quantised width, scales included (`weight_dtype_bytes`).
         With expert parallelism over GPUs that do not divide the experts, vLLM gives the
         first num_experts % ep ranks one more (`determine_expert_map`): the busiest GPU
         (ceil(num_experts / ep) experts) is counted."""
         routed = self.routed_expert_params
-        linear = self.num_linear_params - routed
+        indexer = self.indexer_params  # whole on every TP rank
+        linear = self.num_linear_params - routed - indexer
         rest = self.num_params - self.num_linear_params
         replicated = linear * self._dense_element_bytes() + rest * self.dtype_bytes
+        whole = int(indexer * self._dense_element_bytes())
         experts = routed * self._expert_element_bytes()
         gpus = layout.num_gpus(tp)
         if layout.expert_parallel and self.moe is not None and self.moe.num_experts % gpus:
             busiest = -(-self.moe.num_experts // gpus)
-            return replicated // tp + experts * busiest // self.moe.num_experts
-        return replicated // tp + experts // gpus
+            return replicated // tp + whole + experts * busiest // self.moe.num_experts
+        return replicated // tp + whole + experts // gpus
 
     def kv_bytes_per_token(self, tp: int = 1) -> int:
         """KV-cache bytes per token on one GPU, over the full-attention layers only (Gated
@@ -355,14 +371,15 @@ class ModelShape:
         GQA: 2 x layers x kv_heads x head_dim x KV dtype / tp (KV heads are replicated
         when tp exceeds them). MLA: layers x (kv_lora_rank + qk_rope_head_dim) x KV dtype,
         the latent and rotary key every head shares, held whole by every TP rank (as
-        vLLM's MLA backends do). Sliding-window layers are counted in full, as if they
-        kept every token: an upper bound (they keep `sliding_window` tokens per sequence;
-        gpt-oss's 128-token window makes its true per-token cost about half this at long
-        context).
+        vLLM's MLA backends do), plus with `dsa` the indexer's FP8 keys (`DSASpec`).
+        Sliding-window layers are counted in full, as if they kept every token: an upper
+        bound (they keep `sliding_window` tokens per sequence; gpt-oss's 128-token window
+        makes its true per-token cost about half this at long context).
         """
         layers = self.num_full_attention_layers
         if self.mla is not None:
-            return layers * self.mla.cache_width * self.kv_dtype_bytes
+            indexer = 0 if self.dsa is None else self.dsa.cache_bytes
+            return layers * (self.mla.cache_width * self.kv_dtype_bytes + indexer)
         kv_heads_per_gpu = max(1, self.num_kv_heads // tp)
         return 2 * layers * kv_heads_per_gpu * self.head_dim * self.kv_dtype_bytes
 

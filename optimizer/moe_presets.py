@@ -11,10 +11,10 @@ of public repositories that quote or load them). Torch-free. The Gated DeltaNet 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from optimizer.model_shape import ModelShape
-from optimizer.shape_parts import DEFAULT_INT4_GROUP_SIZE, MLASpec, MoESpec
+from optimizer.shape_parts import DEFAULT_INT4_GROUP_SIZE, DSASpec, MLASpec, MoESpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +145,42 @@ MOE_PRESETS: dict[str, ModelShape] = {
         # quoted config.json in the code search); R1 has V3's architecture.
         _deepseek("deepseek-v3", heads=128, experts=256, first_dense=3, vocab=129280),
         _deepseek("deepseek-r1", heads=128, experts=256, first_dense=3, vocab=129280),
+        # deepseek-ai/DeepSeek-V3.2 config.json: V3's dimensions and FP8 format with
+        # DeepSeek sparse attention (index_n_heads 64, index_head_dim 128, index_topk 2048).
+        replace(
+            _deepseek("deepseek-v3.2", heads=128, experts=256, first_dense=3, vocab=129280),
+            dsa=DSASpec(index_n_heads=64, index_head_dim=128, index_topk=2048),
+        ),
+        # zai-org/GLM-5 config.json (GlmMoeDsaForCausalLM): 78 layers, hidden 6144, 64
+        # heads of MLA (q_lora_rank 2048, kv_lora_rank 512, qk_nope 192, rope 64, v 256),
+        # 256 experts of 2048 (top-8) plus one shared, the first 3 layers dense of 12288,
+        # vocab 154,880, untied, bf16; sparse attention with a 32-head indexer of 128
+        # choosing 2,048 keys. The MTP layer is left out.
+        ModelShape(
+            "glm-5",
+            num_layers=78,
+            hidden_size=6144,
+            num_heads=64,
+            num_kv_heads=64,
+            head_dim=256,
+            intermediate_size=12288,
+            vocab_size=154880,
+            mla=MLASpec(
+                kv_lora_rank=512,
+                qk_rope_head_dim=64,
+                qk_nope_head_dim=192,
+                v_head_dim=256,
+                q_lora_rank=2048,
+            ),
+            moe=MoESpec(
+                num_experts=256,
+                experts_per_token=8,
+                expert_intermediate_size=2048,
+                shared_intermediate_size=2048,
+                first_dense_layers=3,
+            ),
+            dsa=DSASpec(index_n_heads=32, index_head_dim=128, index_topk=2048),
+        ),
         # moonshotai/Kimi-K2-Instruct config.json: DeepSeek-V3's architecture with 64
         # heads, 384 routed experts, first_k_dense_replace 1, vocab 163,840.
         _deepseek("kimi-k2", heads=64, experts=384, first_dense=1, vocab=163840),
@@ -219,6 +255,8 @@ MOE_HF_IDS: dict[str, str] = {
     "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
     "deepseek-v3": "deepseek-ai/DeepSeek-V3",
     "deepseek-r1": "deepseek-ai/DeepSeek-R1",
+    "deepseek-v3.2": "deepseek-ai/DeepSeek-V3.2",
+    "glm-5": "zai-org/GLM-5",
     "kimi-k2": "moonshotai/Kimi-K2-Instruct",
     "minimax-m2": "MiniMaxAI/MiniMax-M2",
     "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E-Instruct",
@@ -285,6 +323,14 @@ MOE_CHECKPOINTS: dict[str, Checkpoint] = {
     # layer and the shared experts).
     "nvidia/qwen3-235b-a22b-nvfp4": Checkpoint("qwen3-235b-a22b", "fp4", kv_cache="fp8"),
     "nvidia/deepseek-v3.1-nvfp4": Checkpoint("deepseek-v3", "fp4", kv_cache="fp8"),
+    # V3.2's and GLM-5's NVFP4 releases keep the MLA projections, the indexer and lm_head
+    # in bf16 (GLM-5's o_proj too): counted FP4 here, as V3.1's are.
+    "nvidia/deepseek-v3.2-nvfp4": Checkpoint("deepseek-v3.2", "fp4", kv_cache="fp8"),
+    "nvidia/glm-5-nvfp4": Checkpoint("glm-5", "fp4", kv_cache="fp8"),
+    "deepseek-ai/deepseek-v3.2-exp": Checkpoint("deepseek-v3.2", "fp8"),
+    "zai-org/glm-5-fp8": Checkpoint("glm-5", "fp8"),
+    "zai-org/glm-5.1": Checkpoint("glm-5"),
+    "zai-org/glm-5.1-fp8": Checkpoint("glm-5", "fp8"),
     "nvidia/kimi-k2.5-nvfp4": Checkpoint("kimi-k2", "fp4", "experts", kv_cache="fp8"),
     "nvidia/kimi-k2.6-nvfp4": Checkpoint("kimi-k2", "fp4", "experts", kv_cache="fp8"),
     "nvidia/minimax-m2.5-nvfp4": Checkpoint("minimax-m2", "fp4", "experts", kv_cache="fp8"),

@@ -261,6 +261,39 @@ class GatedDeltaNetSpec:
         return recurrent * DTYPE_BYTES[self.ssm_dtype] + conv * dtype_bytes
 
 
+@dataclass(frozen=True, slots=True)
+class DSASpec:
+    """DeepSeek sparse attention (DeepSeek-V3.2; GLM-5) on MLA layers: a lightning indexer
+    of `index_n_heads` heads of `index_head_dim` scores every cached key of each query
+    against keys it caches itself in FP8, and attention reads only the `index_topk`
+    best-scored keys. vLLM's indexer cache (DeepseekV32IndexerCache) holds index_head_dim
+    bytes and a 4-byte scale per 128 of them, per token and layer, whatever the KV-cache
+    format. Its projections: the query from the MLA query latent (q_lora_rank x heads x
+    dim), one key (hidden x dim) and per-head weights (hidden x heads)."""
+
+    index_n_heads: int
+    index_head_dim: int
+    index_topk: int
+
+    def check(self, where: str) -> None:
+        check_positive(
+            where,
+            index_n_heads=self.index_n_heads,
+            index_head_dim=self.index_head_dim,
+            index_topk=self.index_topk,
+        )
+
+    @property
+    def cache_bytes(self) -> int:
+        """Indexer-cache bytes per token and layer: FP8 keys and their scales."""
+        return self.index_head_dim + 4 * -(-self.index_head_dim // 128)
+
+    def projection_params(self, hidden: int, q_lora_rank: int) -> int:
+        """The indexer's linear layers in one layer (wq_b, wk, weights_proj)."""
+        heads, dim = self.index_n_heads, self.index_head_dim
+        return q_lora_rank * heads * dim + hidden * dim + hidden * heads
+
+
 def check_layer_mix(
     name: str,
     num_layers: int,
@@ -272,6 +305,7 @@ def check_layer_mix(
     sliding_window_layers: int,
     quantized_scope: str,
     attn_output_gate: bool,
+    dsa: DSASpec | None = None,
 ) -> None:
     """How a shape's parts fit its `num_layers` layers and each other (`ModelShape` calls
     this on construction): each part checks itself; a MoE has at least one MoE layer;
@@ -292,6 +326,12 @@ def check_layer_mix(
         if not isinstance(mla, MLASpec):
             raise ShapeError(f"{name}: mla must be an MLASpec, got {mla!r}")
         mla.check(f"{name}.mla")
+    if dsa is not None:
+        if not isinstance(dsa, DSASpec):
+            raise ShapeError(f"{name}: dsa must be a DSASpec, got {dsa!r}")
+        dsa.check(f"{name}.dsa")
+        if mla is None or not mla.q_lora_rank:
+            raise ShapeError(f"{name}: dsa (sparse attention) needs MLA with a query latent")
     _check_non_negative(
         name, sliding_window=sliding_window, sliding_window_layers=sliding_window_layers
     )

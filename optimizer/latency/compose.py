@@ -55,7 +55,7 @@ import numpy as np
 
 from optimizer.dims import GEMM_OPS, RankDims, sample_nk
 from optimizer.engines import LEGACY_RULES, StepRules
-from optimizer.latency import gdn, mla, moe
+from optimizer.latency import dsa, gdn, mla, moe
 from optimizer.latency.features import (
     A2A_OPS,
     ALL_REDUCE_OPS,
@@ -186,6 +186,8 @@ class Pricing:
             names = [f"{n}:mla" if n.split(":")[0] in ATTENTION_NAMES else n for n in names]
         if self.shape.gdn is not None:
             names += gdn.ESTIMATED
+        if self.shape.dsa is not None:
+            names.append("dsa_indexer")
         return (*names, *moe.estimated_parts(self))
 
     @property
@@ -247,6 +249,8 @@ class Pricing:
         if mla.block_models(self) is not None:  # the MLA block prices them (`mla`)
             ops = tuple(op for op in ops if op not in mla.BLOCK_OPS)
         layer = sum(self.price_ms(op, num_tokens=m, **nk(op)) for op in ops)
+        if attention and self.shape.dsa is not None:  # the indexer's projections (`dsa`)
+            layer = layer + self._indexer_projections_ms(m)
         norm_n = nk(OpKind.NORM)["n"]
         act_n = nk(OpKind.ACTIVATION)["n"]
         if rules.fused_elementwise:
@@ -283,6 +287,16 @@ class Pricing:
                 add_norm = np.where(msg <= limit, 0.0, add_norm)
             layer = layer + tp_reduces * reduce
         return layer + 2 * add_norm
+
+    def _indexer_projections_ms(self, m: np.ndarray) -> np.ndarray:
+        """A DSA layer's indexer projections over `m` tokens, replicated on every TP rank:
+        wq_b (query latent to heads x dim), wk (hidden to one key) and weights_proj."""
+        spec, shape = self.shape.dsa, self.shape
+        assert spec is not None and shape.mla is not None
+        h, heads, dim = shape.hidden_size, spec.index_n_heads, spec.index_head_dim
+        total = self.price_ms(OpKind.QKV_PROJ, num_tokens=m, n=heads * dim, k=shape.mla.q_lora_rank)
+        total = total + self.price_ms(OpKind.QKV_PROJ, num_tokens=m, n=dim, k=h)
+        return total + self.price_ms(OpKind.QKV_PROJ, num_tokens=m, n=heads, k=h)
 
     def one_shot_all_reduce_ms(self, message_bytes: np.ndarray, kind: OpKind) -> np.ndarray:
         """An all-reduce priced by `kind`'s measured latency and bandwidth alone: its time
@@ -332,6 +346,11 @@ class Pricing:
         if self.shape.gdn is not None:  # a GDN layer's chunk reads its state, not the prefix
             linear = self.shape.num_layers - self.shape.num_full_attention_layers
             return full * self._prefill_layer_ms(q, kv) + linear * gdn.chunk_ms(self, q)
+        spec = self.shape.dsa
+        if spec is not None:  # each query reads index_topk keys at most, and the indexer
+            share = dsa.sparse_share(q, kv, spec.index_topk)
+            attention = self._prefill_layer_ms(q, kv) * share
+            return full * (attention + dsa.indexer_prefill_ms(self, q, kv))
         if not window:
             return full * self._prefill_layer_ms(q, kv)
         w = float(self.shape.sliding_window)
@@ -353,6 +372,10 @@ class Pricing:
         kv = np.maximum(np.asarray(kv_mean, dtype=np.float64), 1.0)
         window = self.shape.sliding_window_layers
         full = self.shape.num_full_attention_layers - window
+        spec = self.shape.dsa
+        if spec is not None:  # index_topk keys at most a sequence, and the indexer
+            per = self._decode_layer_ms(b, np.minimum(kv, float(spec.index_topk)), decode_q)
+            return full * (per + dsa.indexer_decode_ms(self, b, kv, decode_q))
         per = self._decode_layer_ms(b, kv, decode_q)
         if self.shape.gdn is not None:  # decode_q positions update the state in turn
             linear = self.shape.num_layers - self.shape.num_full_attention_layers

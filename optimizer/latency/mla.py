@@ -96,8 +96,8 @@ def block_models(pricing: Pricing) -> tuple[OpModel, OpModel] | None:
     """(prefill, decode) block models for this shape's MLA layers, or None when they
     cannot price it (no MLA, other dims, or either op not fitted in the shape's formats)."""
     shape, learned = pricing.shape, pricing.learned
-    if learned is None or not measured_dims(shape):
-        return None
+    if learned is None or not measured_dims(shape) or shape.dsa is not None:
+        return None  # (the measured block is dense MLA: a DSA layer reads fewer keys)
     fmt = pricing.weight_format(OpKind.QKV_PROJ)  # the projections' weight format
     fp8_kv = shape.kv_cache_dtype == "fp8"
     prefill = learned.op_model(mla_op(False, fp8_kv), fmt)

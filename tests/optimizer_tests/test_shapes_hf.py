@@ -338,13 +338,15 @@ def test_contradictions_between_fields(tmp_path):
         _load(tmp_path, {**dense, "quantization_config": experts_only})
 
 
-def test_deepseek_sparse_attention_is_refused_not_read_as_dense_mla(tmp_path):
-    """DeepSeek-V3.2 (and GLM-5) add a lightning indexer that picks index_topk keys per
-    query: priced as V3's dense MLA, attention and KV bytes would both be wrong."""
+def test_deepseek_sparse_attention_reads_as_mla_with_its_indexer(tmp_path):
+    """DeepSeek-V3.2 adds a lightning indexer that picks index_topk keys per query (GLM-5
+    too); it needs MLA with a query latent, from which the indexer projects its queries."""
     v32 = {**DEEPSEEK_V3, "architectures": ["DeepseekV32ForCausalLM"], "index_topk": 2048,
            "index_n_heads": 64, "index_head_dim": 128}  # fmt: skip
-    with pytest.raises(ShapeError, match=r"index_topk .*DeepSeek sparse attention.*not modelled"):
-        _load(tmp_path, v32)
+    assert _load(tmp_path, v32, "deepseek-v3.2") == PRESETS["deepseek-v3.2"]
+    gqa = {**QWEN3_30B_A3B, "index_topk": 2048, "index_n_heads": 64, "index_head_dim": 128}
+    with pytest.raises(ShapeError, match=r"index_topk .*without MLA and a query latent"):
+        _load(tmp_path, gqa)
 
 
 def test_a_local_config_path_goes_through_get_shape(tmp_path):

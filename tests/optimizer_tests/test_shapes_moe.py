@@ -41,6 +41,8 @@ PUBLISHED = {
     "qwen3-235b-a22b": (235, 22, 0.5, 2),
     "deepseek-v3": (671, 36.6, 0.05, 1),
     "deepseek-r1": (671, 36.6, 0.05, 1),
+    "deepseek-v3.2": (671, 37, 1, 1),
+    "glm-5": (744, 40, 1, 1),
     "kimi-k2": (1040, 32, 5, 1),
     "minimax-m2": (230, 10, 0.5, 1),
     "llama-4-scout": (109, 17, 0.5, 2),
@@ -278,3 +280,20 @@ def test_an_uneven_expert_split_counts_the_busiest_gpu():
     rest = shape.weight_bytes(2, ExpertLayout(dp=3)) - shape.routed_expert_params * 2 // 6
     assert ep == rest + shape.routed_expert_params * 2 * 22 // 128
     assert ep > split
+
+
+def test_sparse_attention_adds_its_indexer_to_weights_and_kv_cache():
+    """DeepSeek-V3.2 is V3 plus, in each of its 61 layers, an indexer of 64 heads x 128:
+    wq_b 1,536 x 8,192 + wk 7,168 x 128 + weights_proj 7,168 x 64 = 13,959,168 weights,
+    851,509,248 in all; and per token and layer its FP8 key cache, 128 bytes and one
+    4-byte scale, beside the MLA latent of 576 elements: 61 x (576 x 2 + 132) = 78,324
+    bytes in bf16, the same on every TP rank."""
+    v3, v32 = get_shape("deepseek-v3"), get_shape("deepseek-v3.2")
+    assert v32.num_params - v3.num_params == 851_509_248
+    assert v32.kv_bytes_per_token(1) == v32.kv_bytes_per_token(8) == 78_324
+    assert replace(v32, kv_cache_dtype="fp8").kv_bytes_per_token(8) == 61 * (576 + 132)
+    # vLLM replicates the indexers: at TP 8 each GPU holds all 0.85B of their FP8 weights.
+    assert v32.indexer_params == 851_509_248
+    assert v32.weight_bytes(8) - v3.weight_bytes(8) == 851_509_248
+    with pytest.raises(ShapeError, match=r"dsa .*needs MLA with a query latent"):
+        replace(get_shape("qwen3-30b-a3b"), dsa=v32.dsa)
