@@ -41,6 +41,9 @@ from optimizer.shape_parts import (
 )
 
 _NUM_EXPERTS_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+# Attention a config declares that servetune does not price (Kimi-Linear's KDA layers,
+# MiniMax-M3's sparse attention): refused by key rather than read as softmax attention.
+_UNMODELLED_ATTENTION = ("linear_attn_config", "sparse_attention_config")
 _TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
 _LAYER_TYPES = ("full_attention", "sliding_attention")
 # Gated DeltaNet hybrids: Qwen3-Next and Qwen3.5 / 3.6 (Qwen3.6 ships Qwen3.5's types),
@@ -287,6 +290,13 @@ def load_hf_config(path: str | Path, name: str | None = None) -> ModelShape:
     missing = [k for k in required if k not in cfg]
     if missing:
         raise ShapeError(f"{path}: missing keys {missing} (expected a decoder-only HF config)")
+    for key in _UNMODELLED_ATTENTION:
+        if cfg.get(key) is not None:
+            raise ShapeError(
+                f"{path}: {key} ({cfg.get('architectures')}): this attention is not modelled "
+                "(softmax, MLA, DeepSeek sparse attention, sliding windows and Gated DeltaNet "
+                "are)"
+            )
     layers = _int(cfg, "num_hidden_layers", path)
     heads = _int(cfg, "num_attention_heads", path)
     hidden = _int(cfg, "hidden_size", path)

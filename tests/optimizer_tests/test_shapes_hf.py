@@ -295,6 +295,8 @@ def test_modelopt_sidecar_declares_nvfp4(tmp_path):
         ({"mlp_only_layers": [3, 7]}, r"mlp_only_layers \[3, 7\] is not modelled"),
         ({"num_local_experts": "128"}, r"num_local_experts must be an integer >= 0, got '128'"),
         ({"attn_type_list": [0, 1]}, r"attn_type_list \[0, 1\]: only softmax attention"),
+        ({"linear_attn_config": {"kda_layers": [1, 2]}}, r"linear_attn_config .*not modelled"),
+        ({"sparse_attention_config": {"topk": 64}}, r"sparse_attention_config .*not modelled"),
         (
             {
                 "quantization_config": {
