@@ -331,6 +331,13 @@ MOE_CHECKPOINTS: dict[str, Checkpoint] = {
     "zai-org/glm-5-fp8": Checkpoint("glm-5", "fp8"),
     "zai-org/glm-5.1": Checkpoint("glm-5"),
     "zai-org/glm-5.1-fp8": Checkpoint("glm-5", "fp8"),
+    "zai-org/glm-5.2": Checkpoint("glm-5"),
+    "zai-org/glm-5.2-fp8": Checkpoint("glm-5", "fp8"),
+    # GLM-5.1's and 5.2's NVFP4 releases, like Kimi-K2.7-Code's, quantise the routed
+    # experts only (their exclusion lists: attention, the dense layers, shared experts).
+    "nvidia/glm-5.1-nvfp4": Checkpoint("glm-5", "fp4", "experts", kv_cache="fp8"),
+    "nvidia/glm-5.2-nvfp4": Checkpoint("glm-5", "fp4", "experts", kv_cache="fp8"),
+    "nvidia/kimi-k2.7-code-nvfp4": Checkpoint("kimi-k2", "fp4", "experts", kv_cache="fp8"),
     "nvidia/kimi-k2.5-nvfp4": Checkpoint("kimi-k2", "fp4", "experts", kv_cache="fp8"),
     "nvidia/kimi-k2.6-nvfp4": Checkpoint("kimi-k2", "fp4", "experts", kv_cache="fp8"),
     "nvidia/minimax-m2.5-nvfp4": Checkpoint("minimax-m2", "fp4", "experts", kv_cache="fp8"),

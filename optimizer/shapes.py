@@ -80,6 +80,9 @@ PRESETS: dict[str, ModelShape] = (
             # Qwen/Qwen3-1.7B and meta-llama/Llama-3.1-405B config.json (as load_hf_config
             # reads them; AIConfigurator ships both in model_configs/).
             ModelShape("qwen3-1.7b", 28, 2048, 16, 8, 128, 6144, 151936, tie_word_embeddings=True),
+            # Qwen3-4B: 36 layers of 2560, 32 heads and 8 KV heads of 128, 9728 wide, tied
+            # (Qwen3-VL-4B's language model, whose config.json load_hf_config reads so).
+            ModelShape("qwen3-4b", 36, 2560, 32, 8, 128, 9728, 151936, tie_word_embeddings=True),
             _llama("llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256),
             _llama("qwen2-7b", 28, 3584, 28, 4, 18944, 152064),
             _llama("qwen1.5-7b", 32, 4096, 32, 32, 11008, 151936),
@@ -109,6 +112,7 @@ HF_IDS: dict[str, str] = (
         "qwen3-32b": "Qwen/Qwen3-32B",
         "qwen3-0.6b": "Qwen/Qwen3-0.6B",
         "qwen3-1.7b": "Qwen/Qwen3-1.7B",
+        "qwen3-4b": "Qwen/Qwen3-4B",
         "llama-3.1-405b": "meta-llama/Llama-3.1-405B-Instruct",
         "qwen2-7b": "Qwen/Qwen2-7B-Instruct",
         "qwen1.5-7b": "Qwen/Qwen1.5-7B-Chat",
@@ -182,6 +186,7 @@ _DENSE_CHECKPOINTS: dict[str, tuple[str, str]] = {
     # Qwen3-VL's language models are Qwen3's (equal config.json dimensions); the vision
     # tower is not counted: a text benchmark does not run it.
     "qwen/qwen3-vl-2b-instruct": ("qwen3-1.7b", "none"),
+    "qwen/qwen3-vl-4b-instruct": ("qwen3-4b", "none"),
     "qwen/qwen3-vl-8b-instruct": ("qwen3-8b", "none"),
     "qwen/qwen3-vl-32b-instruct": ("qwen3-32b", "none"),
     "qwen/qwen3-vl-32b-thinking": ("qwen3-32b", "none"),

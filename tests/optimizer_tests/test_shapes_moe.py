@@ -201,6 +201,7 @@ def test_checkpoints_by_id_carry_their_formats():
         ("nvidia/Qwen3-235B-A22B-NVFP4", "qwen3-235b-a22b", "linear"),
         ("nvidia/DeepSeek-V3.1-NVFP4", "deepseek-v3", "linear"),
         ("nvidia/Kimi-K2.5-NVFP4", "kimi-k2", "experts"),
+        ("nvidia/Kimi-K2.7-Code-NVFP4", "kimi-k2", "experts"),
         ("nvidia/MiniMax-M2.7-NVFP4", "minimax-m2", "experts"),
         ("nvidia/Qwen3.5-397B-A17B-NVFP4", "qwen3.5-397b-a17b", "experts"),
     ],
@@ -221,6 +222,11 @@ def test_vision_language_and_later_releases_resolve_to_their_text_architecture()
     assert get_shape("Qwen/Qwen3-VL-235B-A22B-Instruct") == get_shape("Qwen/Qwen3-235B-A22B")
     assert get_shape("Qwen/Qwen3-VL-30B-A3B-Instruct") == get_shape("qwen3-30b-a3b")
     assert get_shape("MiniMaxAI/MiniMax-M2.7") == get_shape("minimax-m2")
+    assert get_shape("zai-org/GLM-5.2") == get_shape("glm-5")
+    glm = get_shape("nvidia/GLM-5.1-NVFP4")  # FP4 experts; the indexer's cache stays FP8
+    assert (glm.quantization, glm.quantized_scope, glm.kv_cache_dtype) == ("fp4", "experts", "fp8")
+    assert glm.kv_bytes_per_token(1) == 78 * (576 + 132)
+    assert get_shape("Qwen/Qwen3-VL-4B-Instruct") == get_shape("qwen3-4b")
     v31 = get_shape("deepseek-ai/DeepSeek-V3.1")
     assert v31.quantization == "fp8" and v31.moe == get_shape("deepseek-v3").moe
 
