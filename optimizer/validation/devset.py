@@ -337,15 +337,19 @@ def closed_loop_deployment(run: ClosedLoopRun) -> tuple[ServingConfig, BenchServ
         quantization = weights or experts or None
         if quantization == "fp8" and not run.kv_precision:
             kv = "fp8"  # quantised at load, no KV mode given: FP8 KV (the docstring)
-    expert_parallel = _expert_parallel(run) if shape.moe is not None else False
+    moe = shape.moe is not None
+    expert_parallel = _expert_parallel(run) if moe else False
+    # A dense model's DP ranks are independent replicas behind one server (vLLM balances
+    # the requests over them); a MoE's are one instance whose experts span them all.
+    dp, replicas = (run.dp, 1) if moe else (1, run.dp)
     tokens, seqs = vllm_server_budget(gpu)
     try:
-        inst = InstanceConfig(accelerator=gpu, tp=run.tp, dp=run.dp,
+        inst = InstanceConfig(accelerator=gpu, tp=run.tp, dp=dp,
                               expert_parallel=expert_parallel, max_num_batched_tokens=tokens,
                               max_num_seqs=seqs)  # fmt: skip
         config = ServingConfig.colocated(
-            run.model, inst, engine_version=run.version, enable_prefix_caching=True,
-            quantization=quantization, kv_cache_dtype=kv,
+            run.model, inst, num_replicas=replicas, engine_version=run.version,
+            enable_prefix_caching=True, quantization=quantization, kv_cache_dtype=kv,
         )  # fmt: skip
         config.roles()  # fits the GPUs, formats the GPU runs
     except (ConfigError, ShapeError) as exc:

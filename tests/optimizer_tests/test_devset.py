@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +148,9 @@ def test_closed_loop_rows_of_the_current_schema_replay_moe_splits_and_formats(
     assert (spec.num_prompts, spec.num_warmups) == (320, 32)
     config, _ = closed_loop_deployment(qwen_fp4)  # NVFP4 at load, the row's FP8 KV cache
     assert config.quantization == "fp4" and config.shape.precision.label == "w-fp4.kv-fp8"
+    dense = replace(qwen_fp8, model="Qwen/Qwen3-32B", dp=2, moe_tp=0, moe_ep=0)
+    config, _ = closed_loop_deployment(dense)  # a dense model's DP ranks: two replicas
+    assert (config.num_replicas, config.replica.dp, config.replica.tp) == (2, 1, 4)
     config, _ = closed_loop_deployment(a100)  # vLLM's A100 defaults: 2,048 tokens, 256 seqs
     assert (config.replica.max_num_batched_tokens, config.replica.max_num_seqs) == (2048, 256)
     assert config.shape.precision.label == "w-fp8.kv-fp8"  # quantised at load, as before
