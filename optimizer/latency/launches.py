@@ -25,6 +25,10 @@ parentheses:
   Qwen3.5's output gate adds its sigmoid-multiply, 1.
 - MLA attention, 10: q_a, q norm, q_b, kv_a, kv norm, RoPE, KV-cache write, attention as
   two kernels (latent absorb, attend), output GEMM (KV-cache write and attention: 3).
+- DeepSeek sparse attention adds its indexer to MLA's, 12: wq_b, wk, the key norm, RoPE,
+  weights_proj, the query's FP8 quantisation and, in `sparse_attn_indexer` (a splitting
+  op: outside the graphs, 5), the key's quantise-and-cache, the index buffer's fill, and
+  per prefill chunk the key gather, the FP8 MQA logits and the per-row top-k.
 - Gated DeltaNet (`gdn_linear_attn.py`), 7 + its core: in_proj_qkvz, in_proj_ba, two
   copies to contiguous b and a, the zeroed output, the gated RMSNorm, out_proj. The core
   (`gdn_attention_core`, all outside the graphs), 20: the causal conv1d, three copies to
@@ -62,6 +66,8 @@ GQA_SPLIT = 2  # KV-cache write, attention: outside the piecewise graphs
 OUTPUT_GATE = 1  # Qwen3.5's gated attention output
 MLA_ATTENTION = 10
 MLA_SPLIT = 3
+DSA_INDEXER = 12  # a sparse-attention layer's indexer (`dsa`)
+DSA_SPLIT = 5  # sparse_attn_indexer: outside the piecewise graphs
 GDN_PROJECTIONS = 7  # in_proj_qkvz, in_proj_ba, 2 copies, zeroed output, gated norm, out_proj
 GDN_CORE = 20  # gdn_attention_core: all of it outside the piecewise graphs
 DENSE_MLP = 3
@@ -116,6 +122,8 @@ def count_launches(
         attention, split = GQA_ATTENTION, GQA_SPLIT
     if shape.attn_output_gate:
         attention += OUTPUT_GATE
+    if shape.dsa is not None:
+        attention, split = attention + DSA_INDEXER, split + DSA_SPLIT
     eager = full * (attention + block_end) + gdn * (GDN_PROJECTIONS + GDN_CORE + block_end)
     piecewise = full * split + gdn * GDN_CORE + shape.num_layers + 1  # + graph replays
     moe = shape.moe

@@ -51,3 +51,14 @@ def test_a_long_prefill_chunk_reads_topk_keys_a_query():
     query, V3.2's 2,048 plus the indexer's scores, so the chunk costs less."""
     chunk = StepLoad(num_tokens=4096, num_logits=1, prefill_q=(4096,), prefill_kv=(65536,))
     assert _step_ms("deepseek-v3.2", chunk) < _step_ms("deepseek-v3", chunk)
+
+
+def test_the_indexer_adds_its_launches_to_each_sparse_layer():
+    """12 more launches a layer in an eager forward, 5 of them (sparse_attn_indexer's)
+    outside the piecewise graphs: 61 layers of V3.2."""
+    from optimizer.latency.launches import count_launches
+
+    layout = ExpertLayout(1, True)
+    v3 = count_launches(get_shape("deepseek-v3"), 8, layout)
+    v32 = count_launches(get_shape("deepseek-v3.2"), 8, layout)
+    assert (v32.eager - v3.eager, v32.piecewise - v3.piecewise) == (61 * 12, 61 * 5)
