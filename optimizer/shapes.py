@@ -84,6 +84,9 @@ PRESETS: dict[str, ModelShape] = (
             # (Qwen3-VL-4B's language model, whose config.json load_hf_config reads so).
             ModelShape("qwen3-4b", 36, 2560, 32, 8, 128, 9728, 151936, tie_word_embeddings=True),
             _llama("llama-3.1-405b", 126, 16384, 128, 8, 53248, 128256),
+            # XiaomiMiMo/MiMo-7B-Base config.json: 36 layers of 4096, 32 heads and 8 KV heads
+            # of 128, 11008 wide, vocab 151,680, untied (its MTP layer left out).
+            ModelShape("mimo-7b", 36, 4096, 32, 8, 128, 11008, 151680),
             _llama("qwen2-7b", 28, 3584, 28, 4, 18944, 152064),
             _llama("qwen1.5-7b", 32, 4096, 32, 32, 11008, 151936),
             _llama("qwen2-72b", 80, 8192, 64, 8, 29568, 152064),
@@ -114,6 +117,7 @@ HF_IDS: dict[str, str] = (
         "qwen3-1.7b": "Qwen/Qwen3-1.7B",
         "qwen3-4b": "Qwen/Qwen3-4B",
         "llama-3.1-405b": "meta-llama/Llama-3.1-405B-Instruct",
+        "mimo-7b": "XiaomiMiMo/MiMo-7B-Base",
         "qwen2-7b": "Qwen/Qwen2-7B-Instruct",
         "qwen1.5-7b": "Qwen/Qwen1.5-7B-Chat",
         "qwen2-72b": "Qwen/Qwen2-72B-Instruct",
@@ -185,6 +189,8 @@ _DENSE_CHECKPOINTS: dict[str, tuple[str, str]] = {
     "qwen/qwen3-32b-fp8-static-pertensor": ("qwen3-32b", "fp8"),
     # Qwen3-VL's language models are Qwen3's (equal config.json dimensions); the vision
     # tower is not counted: a text benchmark does not run it.
+    "xiaomimimo/mimo-7b-rl": ("mimo-7b", "none"),
+    "xiaomimimo/mimo-7b-sft": ("mimo-7b", "none"),
     "qwen/qwen3-vl-2b-instruct": ("qwen3-1.7b", "none"),
     "qwen/qwen3-vl-4b-instruct": ("qwen3-4b", "none"),
     "qwen/qwen3-vl-8b-instruct": ("qwen3-8b", "none"),

@@ -225,6 +225,9 @@ def test_more_dense_ids_resolve_to_their_dimensions():
     assert big.num_layers == 126 and big.num_params / 1e9 == pytest.approx(405.9, abs=0.1)
     assert get_shape("Qwen/Qwen3-VL-32B-Instruct") == get_shape("qwen3-32b")  # its LM
     assert get_shape("Qwen/Qwen3-VL-2B-Instruct") == small
+    mimo = get_shape("XiaomiMiMo/MiMo-7B-Base")  # 36 x 4096, 32/8 heads, 11008 wide
+    assert (mimo.num_layers, mimo.intermediate_size, mimo.vocab_size) == (36, 11008, 151680)
+    assert mimo.num_params / 1e9 == pytest.approx(7.62, abs=0.01)
     static = get_shape("Qwen/Qwen3-32B-FP8-Static-PerTensor")  # ModelOpt FP8, FP8 KV
     assert (static.quantization, static.kv_cache_dtype) == ("fp8", "fp8")
 
