@@ -252,6 +252,16 @@ _BY_KEY = {g.key: g for g in GENERATIONS}
 FUSED_NORM_FROM = (0, 17)  # the FlashInfer all-reduce + RMSNorm fusion's first release
 
 
+def vllm_server_budget(accelerator_gib: float, accelerator_family: str) -> tuple[int, int]:
+    """vLLM's API-server defaults (max_num_batched_tokens, max_num_seqs) on a GPU of
+    `accelerator_gib` GiB as the device reports them: 8,192 and 1,024 from 70 GiB on, other
+    than an A100 (H100, H200, GH200, B200, B300), else 2,048 and 256
+    (EngineArgs._set_default_args; its test_defaults_with_usage_context)."""
+    if accelerator_gib >= 70.0 and accelerator_family != "a100":
+        return 8192, 1024
+    return 2048, 256
+
+
 def parse_version(text: str) -> tuple[int, ...]:
     """'0.12.0', 'v0.20', '0.5.3.post1' -> (0, 12, 0), (0, 20), (0, 5, 3)."""
     match = re.fullmatch(r"v?(\d+(?:\.\d+){0,2})(?:[.+-]?(?:post|rc|dev|a|b)\w*)?", text.strip())

@@ -21,14 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from optimizer.config import ConfigError, InstanceConfig, ServingConfig
+from optimizer.engines import vllm_server_budget
 from optimizer.hardware import HardwareError, get_accelerator
 from optimizer.search.evaluation import EvalStatus, Evaluation
 from optimizer.search.space import SearchSpace, config_key
-
-# vLLM's larger defaults (8192 batched tokens, 1024 seqs for the API server) apply on GPUs
-# with >= 70 GiB that are not an A100 (EngineArgs._set_default_args): H100, H200, GH200,
-# B200, B300.
-_BIG_GPU_GIB = 70.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +170,9 @@ def baseline_config(space: SearchSpace) -> ServingConfig:
     acc = space.accelerators[0]
     try:
         spec = get_accelerator(acc)
-        big = spec.memory_gib >= _BIG_GPU_GIB and spec.family != "a100"
+        tokens, seqs = vllm_server_budget(spec.memory_gib, spec.family)
     except HardwareError:  # the config names the bad accelerator
-        big = False
-    tokens, seqs = (8192, 1024) if big else (2048, 256)
+        tokens, seqs = vllm_server_budget(0.0, "")
     last: ConfigError | None = None
     for tp in (1, 2, 4, 8):
         if tp > space.gpu_budget:

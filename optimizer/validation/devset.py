@@ -35,6 +35,8 @@ import numpy as np
 from optimizer.bench_serve import BenchServeSpec
 from optimizer.closed_loop_workload import NO_FRONTEND, ClosedLoopWorkload
 from optimizer.config import ConfigError, InstanceConfig, ServingConfig
+from optimizer.engines import vllm_server_budget
+from optimizer.hardware import get_accelerator
 from optimizer.shapes import ShapeError, get_shape
 
 GPUS = {"a100": "a100-40gb", "h100": "h100", "gh200": "gh200"}
@@ -157,8 +159,8 @@ def abs_error(predicted: float, measured: float) -> float:
 # AIConfigurator's benchmark (../shared/data/observations/aic-silicon-dev, its README):
 # aiperf's chat endpoint, streaming, closed loop at concurrency C with 20 x C measured
 # requests after 2 x C warm-up requests, fixed lengths, ignore_eos; vLLM's API-server
-# defaults for the GPU (`vllm_server_budget`), chunked prefill, prefix caching on (random
-# prompts share no prefix).
+# defaults for the GPU (`optimizer.engines.vllm_server_budget`), chunked prefill, prefix
+# caching on (random prompts share no prefix).
 #
 # The sample's rows come in two schemas: the development set's (`precision`: "" or "fp8")
 # and AIConfigurator's current one (`gemm_quant_mode`, `moe_quant_mode`,
@@ -274,18 +276,6 @@ def closed_loop_runs_of(path: str | Path) -> list[ClosedLoopRun]:
     return read_closed_loop(path).runs
 
 
-def vllm_server_budget(accelerator: str) -> tuple[int, int]:
-    """vLLM's API-server defaults (max_num_batched_tokens, max_num_seqs): 8,192 and 1,024
-    on a GPU of >= 70 GiB other than an A100, else 2,048 and 256 (vLLM's
-    EngineArgs._set_default_args; its test_defaults_with_usage_context)."""
-    from optimizer.hardware import get_accelerator
-
-    acc = get_accelerator(accelerator)
-    if acc.hbm_bytes >= 70 * 2**30 and acc.family != "a100":
-        return 8192, 1024
-    return 2048, 256
-
-
 def _format(run: ClosedLoopRun, mode: str, table: dict[str, str], what: str) -> str:
     if mode not in table:
         raise DevSetError(
@@ -342,7 +332,8 @@ def closed_loop_deployment(run: ClosedLoopRun) -> tuple[ServingConfig, BenchServ
     # A dense model's DP ranks are independent replicas behind one server (vLLM balances
     # the requests over them); a MoE's are one instance whose experts span them all.
     dp, replicas = (run.dp, 1) if moe else (1, run.dp)
-    tokens, seqs = vllm_server_budget(gpu)
+    acc = get_accelerator(gpu)
+    tokens, seqs = vllm_server_budget(acc.memory_gib, acc.family)
     try:
         inst = InstanceConfig(accelerator=gpu, tp=run.tp, dp=dp,
                               expert_parallel=expert_parallel, max_num_batched_tokens=tokens,

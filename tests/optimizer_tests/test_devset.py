@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from optimizer.engines import vllm_server_budget
+from optimizer.hardware import get_accelerator
 from optimizer.latency.analytic import LinearLatency, SingleLatencySource
 from optimizer.sim import simulate
 from optimizer.validation.devset import (
@@ -19,7 +21,6 @@ from optimizer.validation.devset import (
     deployment,
     read_closed_loop,
     runs_of,
-    vllm_server_budget,
 )
 
 HEADER = "gpu,num_gpus,model,input_tokens,output_tokens,batch_size,latency_s,ttft_s\n"
@@ -201,8 +202,12 @@ def test_a_closed_loop_row_that_cannot_replay_is_refused_by_name(
 
 def test_vllm_server_budget_follows_vllms_rule_by_gpu_memory() -> None:
     # >= 70 GiB and not an A100: 8,192 tokens and 1,024 sequences; else 2,048 and 256
-    assert vllm_server_budget("h100") == vllm_server_budget("b300") == (8192, 1024)
-    assert vllm_server_budget("a100") == vllm_server_budget("l40s") == (2048, 256)
+    def budget(name: str) -> tuple[int, int]:
+        acc = get_accelerator(name)
+        return vllm_server_budget(acc.memory_gib, acc.family)
+
+    assert budget("h100") == budget("b300") == (8192, 1024)
+    assert budget("a100") == budget("l40s") == (2048, 256)
 
 
 @pytest.mark.shared_data
