@@ -122,6 +122,29 @@ def _deepseek(name: str, heads: int, experts: int, first_dense: int, vocab: int)
     )
 
 
+# meta-llama/Llama-4-Scout-17B-16E-Instruct config.json text_config: 48 layers, hidden
+# 5120, 40 heads of 128, 8 KV heads, 16 experts 8192 wide (intermediate_size) plus one
+# shared expert of 8192, top-1, every layer MoE (interleave_moe_layer_step 1), dense width
+# intermediate_size_mlp 16384 (unused: no dense layer), vocab 202,048, bf16. The vision
+# encoder is left out.
+_LLAMA_4_SCOUT = ModelShape(
+    "llama-4-scout",
+    num_layers=48,
+    hidden_size=5120,
+    num_heads=40,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=16384,
+    vocab_size=202048,
+    moe=MoESpec(
+        num_experts=16,
+        experts_per_token=1,
+        expert_intermediate_size=8192,
+        shared_intermediate_size=8192,
+    ),
+)
+
+
 MOE_PRESETS: dict[str, ModelShape] = {
     s.name: s
     for s in (
@@ -202,48 +225,16 @@ MOE_PRESETS: dict[str, ModelShape] = {
             quantization="fp8",
             moe=MoESpec(num_experts=256, experts_per_token=8, expert_intermediate_size=1536),
         ),
-        # meta-llama/Llama-4-Scout-17B-16E-Instruct config.json text_config: 48 layers,
-        # hidden 5120, 40 heads of 128, 8 KV heads, 16 experts 8192 wide (intermediate_size)
-        # plus one shared expert of 8192, top-1, every layer MoE (interleave_moe_layer_step
-        # 1), dense width intermediate_size_mlp 16384 (unused: no dense layer), vocab
-        # 202,048, bf16. The vision encoder is left out.
-        ModelShape(
-            "llama-4-scout",
-            num_layers=48,
-            hidden_size=5120,
-            num_heads=40,
-            num_kv_heads=8,
-            head_dim=128,
-            intermediate_size=16384,
-            vocab_size=202048,
-            moe=MoESpec(
-                num_experts=16,
-                experts_per_token=1,
-                expert_intermediate_size=8192,
-                shared_intermediate_size=8192,
-            ),
-        ),
+        _LLAMA_4_SCOUT,
         # meta-llama/Llama-4-Maverick-17B-128E-Instruct text_config: Scout's layers with
         # 128 routed experts, every other layer MoE (interleave_moe_layer_step 2) and the
         # others a dense MLP of intermediate_size_mlp 16384. The vision encoder and the
         # chunked attention of three layers in four (attention_chunk_size 8192) are left
         # out, as Scout's are.
-        ModelShape(
-            "llama-4-maverick",
-            num_layers=48,
-            hidden_size=5120,
-            num_heads=40,
-            num_kv_heads=8,
-            head_dim=128,
-            intermediate_size=16384,
-            vocab_size=202048,
-            moe=MoESpec(
-                num_experts=128,
-                experts_per_token=1,
-                expert_intermediate_size=8192,
-                shared_intermediate_size=8192,
-                layer_step=2,
-            ),
+        replace(
+            _LLAMA_4_SCOUT,
+            name="llama-4-maverick",
+            moe=replace(_LLAMA_4_SCOUT.moe, num_experts=128, layer_step=2),
         ),
     )
 }
