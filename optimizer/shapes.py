@@ -187,10 +187,10 @@ _DENSE_CHECKPOINTS: dict[str, tuple[str, str]] = {
     "redhatai/qwen3-32b-fp8-dynamic": ("qwen3-32b", "fp8"),
     # ModelOpt FP8 (per-tensor, static) with an FP8 KV cache (its hf_quant_config.json).
     "qwen/qwen3-32b-fp8-static-pertensor": ("qwen3-32b", "fp8"),
-    # Qwen3-VL's language models are Qwen3's (equal config.json dimensions); the vision
-    # tower is not counted: a text benchmark does not run it.
     "xiaomimimo/mimo-7b-rl": ("mimo-7b", "none"),
     "xiaomimimo/mimo-7b-sft": ("mimo-7b", "none"),
+    # Qwen3-VL's language models are Qwen3's (equal config.json dimensions); the vision
+    # tower is not counted: a text benchmark does not run it.
     "qwen/qwen3-vl-2b-instruct": ("qwen3-1.7b", "none"),
     "qwen/qwen3-vl-4b-instruct": ("qwen3-4b", "none"),
     "qwen/qwen3-vl-8b-instruct": ("qwen3-8b", "none"),
@@ -199,9 +199,15 @@ _DENSE_CHECKPOINTS: dict[str, tuple[str, str]] = {
 }
 
 
+# ModelOpt's FP8 checkpoints also quantise the KV cache ("kv_cache_quant_algo": "FP8" in
+# their hf_quant_config.json): vLLM's --kv-cache-dtype auto then runs it in FP8.
+_FP8_KV_DENSE = frozenset(k for k in _DENSE_CHECKPOINTS if k.startswith("nvidia/")) | {
+    "qwen/qwen3-32b-fp8-static-pertensor"
+}
+
 _CHECKPOINTS: dict[str, Checkpoint] = {
     **{
-        k: Checkpoint(preset, quantization)
+        k: Checkpoint(preset, quantization, kv_cache="fp8" if k in _FP8_KV_DENSE else "auto")
         for k, (preset, quantization) in _DENSE_CHECKPOINTS.items()
     },
     **MOE_CHECKPOINTS,
@@ -214,13 +220,6 @@ def known_checkpoints() -> list[str]:
     return sorted(_CHECKPOINTS)
 
 
-# NVIDIA's ModelOpt FP8 checkpoints also quantise the KV cache ("kv_cache_quant_algo":
-# "FP8" in their hf_quant_config.json): vLLM's --kv-cache-dtype auto then runs it in FP8.
-_FP8_KV_CHECKPOINTS = frozenset(k for k in _DENSE_CHECKPOINTS if k.startswith("nvidia/")) | {
-    "qwen/qwen3-32b-fp8-static-pertensor"
-}
-
-
 def get_shape(name: str) -> ModelShape:
     """A preset by short name, a known Hugging Face id (FP8 checkpoints carry their
     quantisation, of the weights and, where they declare one, of the KV cache), or a
@@ -230,11 +229,10 @@ def get_shape(name: str) -> ModelShape:
         return PRESETS[key]
     checkpoint = _CHECKPOINTS.get(key)
     if checkpoint is not None:
-        kv = "fp8" if key in _FP8_KV_CHECKPOINTS else checkpoint.kv_cache
         return replace(
             PRESETS[checkpoint.preset],
             quantization=checkpoint.quantization,
-            kv_cache_dtype=kv,
+            kv_cache_dtype=checkpoint.kv_cache,
             quantized_scope=checkpoint.scope,
             int4_group_size=checkpoint.int4_group_size,
         )
