@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from bench_common import SERVETUNE, SHARED, prepare_database
+from bench_common import AICONFIGURATOR, SERVETUNE, SHARED, prepare_database
 from scipy.optimize import nnls
 from step_fit import DENSE as FPM
 
@@ -57,7 +57,6 @@ from optimizer.shapes import DEFAULT_PRECISION
 from optimizer.sim import simulate
 from optimizer.validation.devset import (
     GPU_OF_SYSTEM,
-    QWEN3_CHAT_TOKENS,
     ClosedLoopRun,
     Deployment,
     DevSetError,
@@ -164,14 +163,14 @@ def decode_floor_s(url: str, run: ClosedLoopRun) -> float:
     TPOT, which every prefill interleaved with the decodes only raises."""
     from api.services.tuning import stored_latency
 
-    config, _ = closed_loop_deployment(run)
+    config, spec = closed_loop_deployment(run)
     inst = config.replica
     table = stored_latency(url, run.model).source.for_instance(
         inst.accelerator, inst.tp, precision=config.shape.precision,
         engine=config.engine_release, layout=inst.layout,
     )  # fmt: skip
     b = max(run.concurrency // inst.dp, 1)
-    kv = run.isl + QWEN3_CHAT_TOKENS + run.osl // 2
+    kv = run.isl + spec.chat_template_tokens + run.osl // 2
     load = StepLoad(num_tokens=b, num_logits=b, num_decode_seqs=b, decode_kv_tokens=b * kv)
     return table.step_time_s(load)
 
@@ -386,6 +385,7 @@ def main() -> int:
         if args.only in (None, "closed-loop") and args.closed_loop_csv != CLOSED_LOOP:
             systems = {r.gpu for r in closed_loop_runs_of(args.closed_loop_csv)}
             gpus |= {GPU_OF_SYSTEM[s] for s in systems if s in GPU_OF_SYSTEM}
+            gpus = {g for g in gpus if (AICONFIGURATOR / f"{g}_sxm").is_dir()}  # else roofline
         url, env = prepare_database(args.database, Path(tmp), gpus=tuple(sorted(gpus)))
         env = {**env, **{k: v for k, v in os.environ.items() if k.startswith("SERVETUNE_")}}
         env["SERVETUNE_DATABASE_URL"] = url
