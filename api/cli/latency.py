@@ -138,9 +138,10 @@ def show(model_id: Annotated[int, typer.Argument(help="latency model id")]) -> N
     except PayloadError as exc:
         fail(f"latency model {model_id}: {exc}")
     current = DEFAULT_RELEASE.generation
+    family = _accelerator_family(fitted.accelerator)
     overhead = (
         "not fitted (no whole-step measurements): the deployed engine's, e.g. "
-        f"{DEFAULT_RELEASE.label}: kernels x {current.kernel_scale:g}, "
+        f"{DEFAULT_RELEASE.label}: kernels x {current.kernel_scale(family):g}, "
         f"{current.overhead.describe()} + CPU {current.cpu.describe()}"
         + (" (overlapped by async scheduling)" if current.async_scheduling else "")
         + f"; calibrated on {current.calibrated_on}"
@@ -170,3 +171,13 @@ def show(model_id: Annotated[int, typer.Argument(help="latency model id")]) -> N
         about.add_row(label, value)
     console.print(about)
     console.print(metrics_table(info))
+
+
+def _accelerator_family(name: str) -> str:
+    """The chip family of a model's accelerator preset (its own name where unknown)."""
+    from optimizer.hardware import HardwareError, get_accelerator
+
+    try:
+        return get_accelerator(name).family
+    except HardwareError:
+        return name

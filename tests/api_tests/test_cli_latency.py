@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -96,3 +97,31 @@ def test_errors_store_nothing(cli_db: str, runner: CliRunner) -> None:
     assert out.exit_code == 0 and "no latency models stored yet" in out.output
     out = runner.invoke(app, ["latency", "show", "42"])
     assert out.exit_code == 2 and "latency model id 42 not found" in out.output
+
+
+def test_show_a_table_model_names_the_engine_pricing_on_its_chip(
+    cli_db: str, runner: CliRunner
+) -> None:
+    """A model of kernel tables alone (no whole-step measurements, e.g. an AIConfigurator
+    import) is priced by the deployed engine's constants: `show` states them, with the
+    kernel scale of the model's own chip (B300's is measured, H100's is 1)."""
+    from api.cli.common import session
+    from optimizer.engines import DEFAULT_RELEASE
+    from optimizer.latency.model import LatencyModel
+    from optimizer.latency.persist import PAYLOAD_SCHEMA_VERSION, dump_model
+    from storage.latency_models import save_latency_model
+
+    with session() as s:
+        for gpu in ("b300", "h100"):
+            payload = dump_model(LatencyModel(gpu, "aiconfigurator"))
+            save_latency_model(s, name=f"tables-{gpu}", accelerator=gpu, payload=payload,
+                               schema_version=PAYLOAD_SCHEMA_VERSION)  # fmt: skip
+    scale = DEFAULT_RELEASE.generation.kernel_scale("b300")
+    assert scale != 1.0
+    for model_id, expected in (("1", scale), ("2", 1.0)):
+        out = runner.invoke(app, ["latency", "show", model_id])
+        assert out.exit_code == 0, out.output
+        # the table wraps its cells at the terminal's width: compare without layout
+        text = re.sub(r"[\s\u2500-\u257f]", "", out.output)
+        assert re.sub(r"\s", "", f"{DEFAULT_RELEASE.label}: kernels x {expected:g},") in text
+        assert "notfitted(nowhole-stepmeasurements)" in text
