@@ -83,8 +83,9 @@ def table(model: LatencyModel, shape: ModelShape, tp: int, layout=DENSE_LAYOUT):
 
 def _groups(t: CompiledStepLatency, shape: ModelShape, tp: int, layout, path: Path, name: str,
             phases: set[StepPhase], after_idle: bool = True) -> dict[str, list]:  # fmt: skip
-    """(step, its kernels as tabulated before the engine's scale, its forward's launches)
-    per step type of one run; without the steps after an idle gap unless `after_idle`."""
+    """(step, its kernels as tabulated before the engine's scale, its forward's launches,
+    the one-token forward outside MoE blocks) per step type of one run; without the steps
+    after an idle gap unless `after_idle`."""
     raw = replace(t, host=NO_HOST_FLOOR)
     scale = RELEASE.generation.kernel_scale("b300")
     n = count_launches(shape, tp, layout)
@@ -94,7 +95,7 @@ def _groups(t: CompiledStepLatency, shape: ModelShape, tp: int, layout, path: Pa
         if s.phase in phases and (after_idle or not s.after_idle):
             host = launches.floor_s(s.load.num_tokens, bool(s.load.prefill_q))
             out.setdefault(f"{name}-{s.phase}", []).append(
-                (s, raw.kernel_time_s(s.load) / scale, host)
+                (s, raw.kernel_time_s(s.load) / scale, host, t.forward_s)
             )
     return out
 

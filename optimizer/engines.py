@@ -81,14 +81,20 @@ CUDA_GRAPH_MAX_TOKENS = 512
 
 @dataclass(frozen=True, slots=True)
 class EngineOverhead:
-    """Per-step engine time in seconds: base + per sequence + per scheduled token."""
+    """Per-step engine time in seconds: base + per sequence + per scheduled token.
+
+    `per_seq_forward` is a share, not seconds: each sequence adds that share of the
+    model's one-token forward outside its MoE blocks (`CompiledStepLatency.forward_s`),
+    work that grows with the batch where the operator tables are flat. A compiled table
+    holds it `resolved` into `per_seq_s` for its shape and TP degree."""
 
     base_s: float = 0.0
     per_seq_s: float = 0.0
     per_token_s: float = 0.0
+    per_seq_forward: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("base_s", "per_seq_s", "per_token_s"):
+        for name in ("base_s", "per_seq_s", "per_token_s", "per_seq_forward"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(
@@ -99,13 +105,27 @@ class EngineOverhead:
     def constant(cls, seconds: float) -> EngineOverhead:
         return cls(base_s=float(seconds))
 
+    def resolved(self, forward_s: float) -> EngineOverhead:
+        """In seconds for a model whose one-token forward outside its MoE blocks lasts
+        `forward_s`: `per_seq_forward` folded into `per_seq_s`."""
+        if not self.per_seq_forward:
+            return self
+        per_seq = self.per_seq_s + self.per_seq_forward * forward_s
+        return EngineOverhead(self.base_s, per_seq, self.per_token_s)
+
     def step_s(self, num_seqs: float, num_tokens: float) -> float:
+        """Seconds for a step (`per_seq_forward` counts only once `resolved`)."""
         return self.base_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens
 
     def describe(self) -> str:
         parts = [f"{self.base_s * 1e3:.3f} ms/step"]
         if self.per_seq_s:
             parts.append(f"{self.per_seq_s * 1e6:.2f} us/sequence")
+        if self.per_seq_forward:
+            parts.append(
+                f"{self.per_seq_forward:.2%} of the one-token forward (outside MoE blocks) "
+                "per sequence"
+            )
         if self.per_token_s:
             parts.append(f"{self.per_token_s * 1e9:.2f} ns/token")
         return " + ".join(parts)
@@ -184,20 +204,24 @@ class EngineGeneration:
 V0_OVERHEAD = EngineOverhead(base_s=1.32e-3, per_seq_s=76e-6, per_token_s=2.93e-6)
 # V1 with async scheduling: fitted on the per-step timings of vLLM 0.20.1 on B300
 # (benchmarks/step_fit.py). On every step of Qwen3-32B at TP 1/2/4/8, each (TP degree,
-# step type) weighed alike: the kernels run 8.1% slower in the engine than the B300 tables
-# measured them alone; 36.3 us per sequence is not hidden; the CPU work, 1.68 ms a step,
-# shows on a step with nothing to overlap it with (after an idle gap, or of fresh prompts
-# only). The host spends 25.5 us per kernel launch outside CUDA graphs
+# step type) weighed alike: the kernels run 7.4% slower in the engine than the B300 tables
+# measured them alone; each sequence adds 0.70% of the one-token forward outside MoE
+# blocks that async scheduling does not hide (`EngineOverhead.per_seq_forward`: the work
+# grows with the batch on the GPU where the tables are flat; Qwen3-32B's decode steps
+# gain 125/49/31/21 us per sequence at TP 1/2/4/8, with its forward, while the MoE's
+# gain none: a fixed time per sequence, 36 us, priced both wrong); the CPU work, 1.75 ms
+# a step, shows on a step with nothing to overlap it with (after an idle gap, or of
+# fresh prompts only). The host spends 25.5 us per kernel launch outside CUDA graphs
 # (`optimizer.latency.launches`: a forward lasts at least its launches): picked by the
 # prefill and mixed steps of Qwen3.6-35B-A3B at TP 2/4/8 with and without EP that do not
 # follow an idle gap, which the host binds (Qwen3-32B's only bound it), the rest refitted
-# on Qwen3-32B at each value. The MoE's DP + EP runs are left out and check it. The kernel
-# scale is the B300's; other chips have no per-step measurements and keep their tables'
-# timings.
+# on Qwen3-32B at each value. The MoE's DP + EP runs, and all its decode steps, are left
+# out and check it. The kernel scale is the B300's; other chips have no per-step
+# measurements and keep their tables' timings.
 V1_HOST_LAUNCH_S = 25.5e-6
-V1_EXPOSED = EngineOverhead(per_seq_s=36.3e-6)
-V1_CPU = EngineOverhead(base_s=1.68e-3)
-V1_KERNEL_SCALES = (("b300", 1.081),)
+V1_EXPOSED = EngineOverhead(per_seq_forward=0.0070)
+V1_CPU = EngineOverhead(base_s=1.75e-3)
+V1_KERNEL_SCALES = (("b300", 1.074),)
 V1_ASYNC_CALIBRATION = (
     "per-step timings of vLLM 0.20.1 serving Qwen3-32B (TP 1/2/4/8) and Qwen3.6-35B-A3B "
     "(TP 2/4/8, with and without EP) on B300 (AIConfigurator's forward-pass metrics)"

@@ -235,6 +235,16 @@ class Pricing:
             total = total + num_dense * self.layer_ms(m)
         return total + once
 
+    def forward_outside_experts_ms(self) -> float:
+        """A one-token forward (all layers, LM head) without its MoE blocks, ms: what the
+        engine's exposed time per sequence scales with (`EngineOverhead.per_seq_forward`)."""
+        one = np.ones(1)
+        total = self.dense_ms(one) + self.lm_head_ms(one)
+        spec = self.shape.moe
+        if spec is not None:
+            total = total - spec.num_moe_layers(self.shape.num_layers) * moe.moe_block_ms(self, one)
+        return float(total[0])
+
     def layer_ms(
         self, m: np.ndarray, mlp: bool = True, tp_reduces: int = 2, attention: bool = True
     ) -> np.ndarray:

@@ -126,6 +126,9 @@ class CompiledStepLatency:
     engine: str = ""  # how it was priced, e.g. "vLLM 0.20, V1 with async scheduling"
     layout: str = ""  # the MoE layout it was priced for (`ExpertLayout.key`; "" dense)
     host: HostFloor = NO_HOST_FLOOR  # the host's launches outside CUDA graphs bound kernels
+    # The one-token forward outside MoE blocks, s (`Pricing.forward_outside_experts_ms`):
+    # `overhead` holds the engine's per-sequence share of it resolved (`EngineOverhead`).
+    forward_s: float = 0.0
 
     # -- scalar path ---------------------------------------------------------------
     def _tokens(self, table: list[float], n: int) -> float:
@@ -309,9 +312,10 @@ def compile_step_latency(
     host: HostFloor = NO_HOST_FLOOR,
 ) -> CompiledStepLatency:
     """Tabulate `pricing` for one shape, accelerator and TP degree (calls the models once).
-    `overhead` adds to every step; `hidden` (async scheduling) is the CPU work a step lasts
-    at least; `host` the host's launches a step's kernels last at least; `engine` names
-    the release it was priced as."""
+    `overhead` adds to every step (its `per_seq_forward` resolved on this shape's one-token
+    forward); `hidden` (async scheduling) is the CPU work a step lasts at least; `host`
+    the host's launches a step's kernels last at least; `engine` names the release it
+    was priced as."""
     grid = grid or TableGrid()
     if grid.max_tokens % TOKEN_STEP or grid.max_tokens < 2 * TOKEN_STEP:
         raise ValueError(f"TableGrid.max_tokens must be a multiple of {TOKEN_STEP}, >= 16")
@@ -336,6 +340,7 @@ def compile_step_latency(
         for q in range(2, grid.max_verify_q + 1)
     ]
     shape, acc = pricing.shape, pricing.roofline.accelerator
+    forward_s = pricing.forward_outside_experts_ms() * 1e-3
     return CompiledStepLatency(
         shape_name=shape.name,
         accelerator=acc.name,
@@ -343,7 +348,7 @@ def compile_step_latency(
         is_estimate=is_estimate,
         label=label,
         estimated_ops=() if is_estimate else pricing.estimated_ops(),
-        overhead=overhead,
+        overhead=overhead.resolved(forward_s),
         ppo=ppo,
         dense_ms=_monotone(pricing.dense_ms(tokens)),
         lm_head_ms=_monotone(pricing.lm_head_ms(tokens)),
@@ -358,4 +363,5 @@ def compile_step_latency(
         engine=engine,
         layout=pricing.layout.key,
         host=host,
+        forward_s=forward_s,
     )

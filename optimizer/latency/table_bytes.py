@@ -19,7 +19,8 @@ _TABLES = ("dense_ms", "lm_head_ms", "prefill_ms")
 # shape's precision (FP8 GEMMs, FP8 KV cache) and record it. 4: the hidden (async) CPU
 # work and the engine release; an optional "layout" entry (the MoE layout's key). 5: the
 # host floor (`HostFloor`). 6: the token tables hold 1-7 tokens exactly (`token_index`).
-TABLE_FORMAT = 6
+# 7: the one-token forward (`forward_s`) the exposed time per sequence was resolved on.
+TABLE_FORMAT = 7
 
 
 def table_to_bytes(table: CompiledStepLatency) -> bytes:
@@ -42,6 +43,7 @@ def table_to_bytes(table: CompiledStepLatency) -> bytes:
         "hidden": asdict(table.hidden),
         "engine": table.engine,
         "host": asdict(table.host),
+        "forward_s": table.forward_s,
     }
     if table.layout:
         meta["layout"] = table.layout
@@ -80,5 +82,6 @@ def table_from_bytes(data: bytes) -> CompiledStepLatency:
         engine=meta["engine"],
         layout=meta.get("layout", ""),
         host=HostFloor(**meta["host"]),
+        forward_s=meta["forward_s"],
         **arrays,
     )

@@ -158,6 +158,10 @@ class StepPricingFit:
     num_dropped: int
 
 
+# One measured step for `fit_async_step_pricing`: (step, its kernels as tabulated, s; the
+# host's kernel launches of its forward; the one-token forward outside MoE blocks, s).
+FitStep = tuple[MeasuredStep, float, float, float]
+
 # Where the host's time per launch is looked for (`fit_async_step_pricing`): 0-60 us.
 HOST_LAUNCH_GRID_S = tuple(i * 0.5e-6 for i in range(121))
 
@@ -165,37 +169,39 @@ HOST_LAUNCH_GRID_S = tuple(i * 0.5e-6 for i in range(121))
 class _Steps:
     """The columns `fit_async_step_pricing` works on, one row a step."""
 
-    def __init__(self, groups: dict[str, Sequence[tuple[MeasuredStep, float, float]]]) -> None:
-        rows = [(g, s, k, n) for g, members in enumerate(groups.values())
-                for s, k, n in members]  # fmt: skip
+    def __init__(self, groups: dict[str, Sequence[FitStep]]) -> None:
+        rows = [(g, s, k, n, f) for g, members in enumerate(groups.values())
+                for s, k, n, f in members]  # fmt: skip
         if len(rows) < 3:
             raise ValidationError(f"fitting step pricing needs >= 3 steps, got {len(rows)}")
         self.group = np.array([r[0] for r in rows])
         self.latency = np.array([r[1].latency_s for r in rows])
         self.kernels = np.array([r[2] for r in rows])
         self.launches = np.array([r[3] for r in rows], dtype=np.float64)
-        self.seqs = np.array([r[1].load.num_decode_seqs + len(r[1].load.prefill_q)
+        # each sequence's exposed time is a share of the one-token forward (`per_seq_forward`)
+        self.seqs = np.array([(r[1].load.num_decode_seqs + len(r[1].load.prefill_q)) * r[4]
                               for r in rows])  # fmt: skip
         self.sync = np.array([float(synchronous(r[1])) for r in rows])
         self.num_groups = len(np.bincount(self.group))
 
-    def score(self, scale: float, per_seq: float, cpu: float, host: float) -> float:
+    def score(self, scale: float, share: float, cpu: float, host: float) -> float:
         """Mean over groups of the median |error| of the priced steps."""
         predicted = np.maximum(scale * self.kernels, self.launches * host)
-        error = np.abs((predicted + per_seq * self.seqs + cpu * self.sync) / self.latency - 1)
+        error = np.abs((predicted + share * self.seqs + cpu * self.sync) / self.latency - 1)
         return float(np.mean([np.median(error[self.group == g])
                               for g in range(self.num_groups)]))  # fmt: skip
 
 
 def fit_async_step_pricing(
-    groups: dict[str, Sequence[tuple[MeasuredStep, float, float]]],
+    groups: dict[str, Sequence[FitStep]],
     host_grid_s: Sequence[float] = HOST_LAUNCH_GRID_S,
-    judge: dict[str, Sequence[tuple[MeasuredStep, float, float]]] | None = None,
+    judge: dict[str, Sequence[FitStep]] | None = None,
 ) -> StepPricingFit:
-    """Fit `step = max(scale x kernels, launches x host) + per_seq x sequences` on steady
-    steps, `+ cpu` on synchronous ones (`synchronous`). `groups` maps a name (e.g. a step
-    type at one TP degree) to (step, its kernels' seconds as tabulated, the host's kernel
-    launches of its forward: 0 in a full CUDA graph, `optimizer.latency.launches`).
+    """Fit `step = max(scale x kernels, launches x host) + share x forward x sequences` on
+    steady steps, `+ cpu` on synchronous ones (`synchronous`). `groups` maps a name (e.g.
+    a step type at one TP degree) to (step, its kernels' seconds as tabulated, the host's
+    kernel launches of its forward: 0 in a full CUDA graph, `optimizer.latency.launches`,
+    and the model's one-token forward outside MoE blocks in seconds: `forward_s`).
 
     For each host time per launch on `host_grid_s` the rest is a non-negative least
     squares on relative error, each group weighed alike, over the steps predicted within
@@ -224,9 +230,9 @@ def fit_async_step_pricing(
             a = np.column_stack([np.where(bound, 0.0, kernels), seqs, sync]) / latency[:, None]
             b = 1.0 - np.where(bound, floor, 0.0) / latency
             w = weight[:, None]
-            (scale, per_seq, cpu), _ = nnls(a * w, b * w[:, 0])
-        score = judged.score(float(scale), float(per_seq), float(cpu), host)
-        fit = StepPricingFit(float(scale), EngineOverhead(per_seq_s=float(per_seq)),
+            (scale, share, cpu), _ = nnls(a * w, b * w[:, 0])
+        score = judged.score(float(scale), float(share), float(cpu), host)
+        fit = StepPricingFit(float(scale), EngineOverhead(per_seq_forward=float(share)),
                              EngineOverhead(base_s=float(cpu)), float(host),
                              int(usable.sum()), int((~usable).sum()))  # fmt: skip
         if best is None or score < best[0]:

@@ -93,10 +93,13 @@ def test_synchronous_cpu_adds_and_async_cpu_bounds_a_step_below() -> None:
     sync_g = EngineRelease("vllm", "0.12.0").generation
     async_g = EngineRelease("vllm", "0.20.1").generation
     assert sync.hidden == NO_OVERHEAD and sync.overhead == sync_g.overhead
-    assert asy.hidden == async_g.cpu and asy.overhead == async_g.overhead
+    # the exposed time per sequence is the generation's share of this table's forward
+    exposed = async_g.overhead.resolved(asy.forward_s)
+    assert asy.hidden == async_g.cpu and asy.overhead == exposed
+    assert exposed.per_seq_s == pytest.approx(async_g.overhead.per_seq_forward * asy.forward_s)
     big = StepLoad(8192, 1, (8192,), (8192,))
     kernels = asy.kernel_time_s(big)
-    assert asy.step_time_s(big) == pytest.approx(kernels + async_g.overhead.step_s(1, 8192))
+    assert asy.step_time_s(big) == pytest.approx(kernels + exposed.step_s(1, 8192))
     assert sync.step_time_s(big) == pytest.approx(kernels + sync_g.overhead.step_s(1, 8192))
     # a table whose kernels take almost nothing: the async step lasts its CPU work
     small = StepLoad(1, 1, (), (), 1, 1)
@@ -180,3 +183,32 @@ def test_an_idle_start_adds_the_cpu_work_async_scheduling_hides_otherwise() -> N
     big = StepLoad(8192, 1, (8192,), (8192,))
     assert asy.idle_step_time_s(big) == pytest.approx(asy.step_time_s(big) + cpu.step_s(1, 8192))
     assert sync.idle_step_time_s(big) == pytest.approx(sync.step_time_s(big))
+
+
+def test_the_exposed_share_of_the_forward_resolves_per_table() -> None:
+    """`per_seq_forward` is a share of the one-token forward outside MoE blocks: 0.5% of
+    a 4 ms forward is 20 us a sequence, on top of a fixed 10 us (golden). In the async
+    generation's tables it follows the model's share of the GPU: dense Qwen3-32B's
+    exposed time per sequence falls with TP, and a MoE of 3B active parameters, whose
+    experts are left out, exposes a fraction of it."""
+    share = EngineOverhead(base_s=1e-3, per_seq_s=10e-6, per_seq_forward=0.005)
+    resolved = share.resolved(4e-3)
+    assert resolved.per_seq_s == pytest.approx(30e-6) and resolved.per_seq_forward == 0
+    assert (resolved.base_s, resolved.per_token_s) == (1e-3, 0.0)
+    assert resolved.step_s(2, 100) == pytest.approx(1e-3 + 2 * 30e-6)
+    assert EngineOverhead(per_seq_s=5e-6).resolved(4e-3) == EngineOverhead(per_seq_s=5e-6)
+    with pytest.raises(ValueError, match="per_seq_forward"):
+        EngineOverhead(per_seq_forward=-0.1)
+
+    b300 = get_accelerator("b300")
+    release = EngineRelease("vllm", "0.20.1")
+    g = release.generation
+    assert g.overhead.per_seq_forward > 0 and g.overhead.per_seq_s == 0
+    dense = {tp: compile_roofline(SHAPE, b300, tp, engine=release) for tp in (1, 8)}
+    for t in dense.values():
+        assert t.overhead.per_seq_s == pytest.approx(g.overhead.per_seq_forward * t.forward_s)
+    assert dense[8].overhead.per_seq_s < dense[1].overhead.per_seq_s / 2
+    moe = compile_roofline(get_shape("qwen3.6-35b-a3b"), b300, 1, engine=release)
+    one = StepLoad(1, 1, (), (), 1, 1)
+    assert moe.forward_s < moe.kernel_time_s(one)  # its experts are not in it
+    assert moe.overhead.per_seq_s < dense[1].overhead.per_seq_s / 4

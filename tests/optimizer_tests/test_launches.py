@@ -100,8 +100,8 @@ def test_another_per_launch_time_is_another_release_key(monkeypatch) -> None:
 
 def test_the_fit_recovers_the_per_launch_time_beside_the_other_constants() -> None:
     """Synthetic steps made by the model itself, step = max(1.05 x kernels, launches x
-    20 us) + 30 us x sequences (+ 2 ms when synchronous), some host-bound: the fit
-    finds each constant."""
+    20 us) + 0.5% of the one-token forward x sequences (+ 2 ms when synchronous), some
+    host-bound, of two models (forwards of 6 and 2 ms): the fit finds each constant."""
     rng = np.random.default_rng(0)
     groups: dict[str, list] = {}
     for i in range(400):
@@ -109,30 +109,34 @@ def test_the_fit_recovers_the_per_launch_time_beside_the_other_constants() -> No
         launches = float(rng.choice([0.0, 300.0, 1200.0]))
         seqs = int(rng.integers(1, 64))
         after_idle = bool(i % 10 == 0)
-        latency = max(1.05 * kernels, launches * 20e-6) + 30e-6 * seqs + 2e-3 * after_idle
+        forward = 6e-3 if i % 2 else 2e-3
+        latency = max(1.05 * kernels, launches * 20e-6) + 0.005 * forward * seqs
+        latency += 2e-3 * after_idle
         load = StepLoad(seqs, seqs, (), (), seqs, seqs * 100)
         step = MeasuredStep(StepPhase.DECODE, "sweep", load, latency, after_idle)
-        groups.setdefault(f"g{int(launches)}", []).append((step, kernels, launches))
+        groups.setdefault(f"g{int(launches)}", []).append((step, kernels, launches, forward))
     fit = fit_async_step_pricing(groups)
     assert fit.host_launch_s == pytest.approx(20e-6)
     assert fit.kernel_scale == pytest.approx(1.05, rel=1e-6)
-    assert fit.exposed.per_seq_s == pytest.approx(30e-6, rel=1e-6)
+    assert fit.exposed.per_seq_forward == pytest.approx(0.005, rel=1e-6)
+    assert fit.exposed.per_seq_s == 0.0
     assert fit.cpu.base_s == pytest.approx(2e-3, rel=1e-6)
 
 
 def test_judged_steps_pick_the_host_time_and_leave_the_rest_to_the_fitted_ones() -> None:
-    """Dense-like steps the host never binds fit scale 1.05 and 30 us a sequence whatever
-    the host time; host-bound steps (1,000 launches, 22 ms measured, 5 ms of kernels)
-    judged alone pick 22 us, and the scale stays the dense steps'."""
+    """Dense-like steps the host never binds fit scale 1.05 and 30 us a sequence (1% of a
+    3 ms forward) whatever the host time; host-bound steps (1,000 launches, 22 ms
+    measured, 5 ms of kernels) judged alone pick 22 us, and the scale stays the dense
+    steps'."""
     rng = np.random.default_rng(1)
     load = StepLoad(8, 8, (), (), 8, 800)
     dense = []
     for _ in range(200):
         kernels = float(rng.uniform(10e-3, 40e-3))
         step = MeasuredStep(StepPhase.DECODE, "sweep", load, 1.05 * kernels + 8 * 30e-6, False)
-        dense.append((step, kernels, 0.0))
+        dense.append((step, kernels, 0.0, 3e-3))
     bound = [(MeasuredStep(StepPhase.MIXED, "sweep", load, 22e-3 + 8 * 30e-6, False), 5e-3,
-              1000.0) for _ in range(20)]  # fmt: skip
+              1000.0, 3e-3) for _ in range(20)]  # fmt: skip
     fit = fit_async_step_pricing({"dense": dense}, judge={"moe": bound})
     assert fit.host_launch_s == pytest.approx(22e-6)
     assert fit.kernel_scale == pytest.approx(1.05, rel=1e-6)
