@@ -246,12 +246,18 @@ class Pricing:
         return float(total[0])
 
     def layer_ms(
-        self, m: np.ndarray, mlp: bool = True, tp_reduces: int = 2, attention: bool = True
+        self,
+        m: np.ndarray,
+        mlp: bool = True,
+        tp_reduces: int = 2,
+        attention: bool = True,
+        unfused_reduces: int = 0,
     ) -> np.ndarray:
         """One layer's token-parallel work over `m` (padded) tokens: with `attention` its
         projections and RoPE, the elementwise ops, `tp_reduces` TP all-reduces and, with
         `mlp`, the dense MLP (a MoE layer's experts are `moe.moe_block_ms`, a GDN layer's
-        projections `gdn.block_ms`)."""
+        projections `gdn.block_ms`). `unfused_reduces` of the all-reduces keep their add +
+        RMSNorm apart where the FlashInfer pass fuses the others (`unfused_reduce_ms`)."""
         rules = self.rules
         nk = self._nk
         ops = (*GEMM_OPS[:2], OpKind.ROPE) if attention else ()
@@ -293,10 +299,23 @@ class Pricing:
                 # (two-shot) as the measured all-reduce itself.
                 one_shot = rules.fused_norm_limit_bytes(family, self.tp, one_shot=True)
                 fused = self.one_shot_all_reduce_ms(msg, graph)
+                u = min(unfused_reduces, tp_reduces)
+                layer = layer + u * (reduce + add_norm)
                 reduce = np.where(msg <= one_shot, fused, reduce)
                 add_norm = np.where(msg <= limit, 0.0, add_norm)
+                return layer + (tp_reduces - u) * reduce + (2 - u) * add_norm
             layer = layer + tp_reduces * reduce
         return layer + 2 * add_norm
+
+    def unfused_reduce_ms(self, m: np.ndarray) -> np.ndarray:
+        """What one block end over `m` tokens costs beyond its fused price when its TP
+        all-reduce runs inside a custom op, out of the FlashInfer pass's sight: the fused
+        MoE reduces its output in `FusedMoE.forward_impl`, inside `moe_forward`, so the
+        all-reduce and the residual add + RMSNorm after it stay two kernels (0 where
+        nothing is fused)."""
+        fused = self.layer_ms(m, mlp=False, attention=False, tp_reduces=1)
+        apart = self.layer_ms(m, mlp=False, attention=False, tp_reduces=1, unfused_reduces=1)
+        return apart - fused
 
     def _indexer_projections_ms(self, m: np.ndarray) -> np.ndarray:
         """A DSA layer's indexer projections over `m` tokens, replicated on every TP rank:

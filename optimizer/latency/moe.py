@@ -62,6 +62,8 @@ class Pricing(Protocol):
 
     def all_reduce_kinds(self) -> tuple[OpKind, OpKind]: ...
 
+    def unfused_reduce_ms(self, m: np.ndarray) -> np.ndarray: ...
+
 
 ALL2ALL_BACKENDS = ("allgather_reducescatter", "deepep")
 DEFAULT_ALL2ALL = "allgather_reducescatter"  # vLLM's default --all2all-backend
@@ -181,6 +183,8 @@ def moe_block_ms(pricing: Pricing, m: np.ndarray) -> np.ndarray:
         msg = m * h * shape.dtype_bytes
         kind = pricing.all_reduce_kinds()[0]
         total = total + pricing.price_ms(kind, num_gpus=tp, message_bytes=msg, num_tokens=m)
+    elif tp > 1:  # its output's all-reduce, inside the fused MoE's op: not fused with the norm
+        total = total + pricing.unfused_reduce_ms(m)
     return total
 
 

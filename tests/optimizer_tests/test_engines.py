@@ -135,6 +135,36 @@ def test_v1_fuses_elementwise_kernels_and_the_flashinfer_pass_drops_the_norms() 
     assert fused.dense_ms(big)[0] == pytest.approx(v1.dense_ms(big)[0], rel=1e-9)
 
 
+def test_the_fused_moes_output_reduce_keeps_its_norm_apart() -> None:
+    """The fused MoE reduces its output out of the FlashInfer pass's reach: a MoE layer's
+    second block end costs what an unfused one does (the all-reduce + add + RMSNorm of the
+    V1 rules without the fusion), its first stays fused; beyond the fusion's limit (B300
+    TP8: 2 MB, 512 tokens of hidden 2048) both are unfused alike, and at TP 1 there is no
+    reduce at all."""
+    from optimizer.latency import moe
+    from optimizer.parallel import ExpertLayout
+
+    shape = get_shape("qwen3.6-35b-a3b")
+    roof = RooflinePricer(get_accelerator("b300"))
+    ep = ExpertLayout(1, True)
+    plain = Pricing(shape, 8, roof, rules=StepRules(True, False, 0, False), layout=ep)
+    fused = Pricing(shape, 8, roof, rules=StepRules(True, False, 0, True), layout=ep)
+    m = np.array([16.0, 8192.0])
+    ends = {"mlp": False, "attention": False}  # a layer's two block ends alone
+    both_plain = plain.layer_ms(m, **ends)
+    both_fused = fused.layer_ms(m, **ends)
+    assert both_fused[0] < both_plain[0] and both_fused[1] == pytest.approx(both_plain[1])
+    # both ends unfused are the rules without the fusion; one is half the difference
+    np.testing.assert_allclose(fused.layer_ms(m, **ends, unfused_reduces=2), both_plain)
+    extra = fused.unfused_reduce_ms(m)
+    assert extra[0] == pytest.approx((both_plain[0] - both_fused[0]) / 2) and extra[1] == 0.0
+    assert plain.unfused_reduce_ms(m).tolist() == [0.0, 0.0]  # nothing fused to undo
+    gap = moe.moe_block_ms(fused, m) - moe.moe_block_ms(plain, m)
+    np.testing.assert_allclose(gap, extra, atol=1e-12)
+    one = Pricing(shape, 1, roof, rules=StepRules(True, False, 0, True))
+    assert one.unfused_reduce_ms(m).tolist() == [0.0, 0.0]
+
+
 def test_cuda_graph_padding_follows_vllms_capture_sizes() -> None:
     m = np.array([1, 2, 3, 5, 9, 255, 257, 270, 511, 512, 513, 4000], dtype=float)
     padded = cuda_graph_padded(m, 512)
