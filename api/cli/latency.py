@@ -120,6 +120,7 @@ def list_() -> None:
 def show(model_id: Annotated[int, typer.Argument(help="latency model id")]) -> None:
     """Show a stored model's provenance, overhead and hold-out metrics."""
     from optimizer.engines import DEFAULT_RELEASE
+    from optimizer.latency.catalog import step_pricing
     from optimizer.latency.persist import PayloadError, load_model
     from storage.latency_models import (
         LatencyModelNotFound,
@@ -138,11 +139,11 @@ def show(model_id: Annotated[int, typer.Argument(help="latency model id")]) -> N
     except PayloadError as exc:
         fail(f"latency model {model_id}: {exc}")
     current = DEFAULT_RELEASE.generation
-    family = _accelerator_family(fitted.accelerator)
+    how = step_pricing(fitted, DEFAULT_RELEASE, accelerator=_accelerator(fitted.accelerator))
     overhead = (
         "not fitted (no whole-step measurements): the deployed engine's, e.g. "
-        f"{DEFAULT_RELEASE.label}: kernels x {current.kernel_scale(family):g}, "
-        f"{current.overhead.describe()} + CPU {current.cpu.describe()}"
+        f"{DEFAULT_RELEASE.label}: kernels x {how.kernel_scale:g}, "
+        f"{how.overhead.describe()} + CPU {current.cpu.describe()}"
         + (" (overlapped by async scheduling)" if current.async_scheduling else "")
         + f"; calibrated on {current.calibrated_on}"
         if fitted.overhead_s is None
@@ -173,11 +174,12 @@ def show(model_id: Annotated[int, typer.Argument(help="latency model id")]) -> N
     console.print(metrics_table(info))
 
 
-def _accelerator_family(name: str) -> str:
-    """The chip family of a model's accelerator preset (its own name where unknown)."""
+def _accelerator(name: str):
+    """A model's accelerator preset (None where servetune has no spec of it: its kernels
+    are then priced unscaled)."""
     from optimizer.hardware import HardwareError, get_accelerator
 
     try:
-        return get_accelerator(name).family
+        return get_accelerator(name)
     except HardwareError:
-        return name
+        return None

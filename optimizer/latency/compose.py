@@ -309,10 +309,10 @@ class Pricing:
 
     def unfused_reduce_ms(self, m: np.ndarray) -> np.ndarray:
         """What one block end over `m` tokens costs beyond its fused price when its TP
-        all-reduce runs inside a custom op, out of the FlashInfer pass's sight: the fused
-        MoE reduces its output in `FusedMoE.forward_impl`, inside `moe_forward`, so the
-        all-reduce and the residual add + RMSNorm after it stay two kernels (0 where
-        nothing is fused)."""
+        all-reduce is out of the FlashInfer pass's pattern, so the all-reduce and the
+        residual add + RMSNorm after it stay two kernels (0 where nothing is fused): the
+        fused MoE's output reduce (inside `moe_forward`, or the shared and routed outputs
+        reduced apart and summed, by release: docs/moe.md)."""
         fused = self.layer_ms(m, mlp=False, attention=False, tp_reduces=1)
         apart = self.layer_ms(m, mlp=False, attention=False, tp_reduces=1, unfused_reduces=1)
         return apart - fused

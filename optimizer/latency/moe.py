@@ -183,7 +183,7 @@ def moe_block_ms(pricing: Pricing, m: np.ndarray) -> np.ndarray:
         msg = m * h * shape.dtype_bytes
         kind = pricing.all_reduce_kinds()[0]
         total = total + pricing.price_ms(kind, num_gpus=tp, message_bytes=msg, num_tokens=m)
-    elif tp > 1:  # its output's all-reduce, inside the fused MoE's op: not fused with the norm
+    elif tp > 1:  # its output's all-reduce stays apart from the norm (`unfused_reduce_ms`)
         total = total + pricing.unfused_reduce_ms(m)
     return total
 

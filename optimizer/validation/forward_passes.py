@@ -178,8 +178,8 @@ class _Steps:
         self.latency = np.array([r[1].latency_s for r in rows])
         self.kernels = np.array([r[2] for r in rows])
         self.launches = np.array([r[3] for r in rows], dtype=np.float64)
-        # each sequence's exposed time is a share of the one-token forward (`per_seq_forward`)
-        self.seqs = np.array([(r[1].load.num_decode_seqs + len(r[1].load.prefill_q)) * r[4]
+        # sequences x the one-token forward: what the exposed share multiplies
+        self.seq_forward_s = np.array([(r[1].load.num_decode_seqs + len(r[1].load.prefill_q)) * r[4]
                               for r in rows])  # fmt: skip
         self.sync = np.array([float(synchronous(r[1])) for r in rows])
         self.num_groups = len(np.bincount(self.group))
@@ -187,7 +187,8 @@ class _Steps:
     def score(self, scale: float, share: float, cpu: float, host: float) -> float:
         """Mean over groups of the median |error| of the priced steps."""
         predicted = np.maximum(scale * self.kernels, self.launches * host)
-        error = np.abs((predicted + share * self.seqs + cpu * self.sync) / self.latency - 1)
+        exposed = share * self.seq_forward_s + cpu * self.sync
+        error = np.abs((predicted + exposed) / self.latency - 1)
         return float(np.mean([np.median(error[self.group == g])
                               for g in range(self.num_groups)]))  # fmt: skip
 
@@ -214,7 +215,7 @@ def fit_async_step_pricing(
     steps = _Steps(groups)
     judged = steps if judge is None else _Steps(judge)
     group, latency, kernels = steps.group, steps.latency, steps.kernels
-    launches, seqs, sync = steps.launches, steps.seqs, steps.sync
+    launches, seq_forward, sync = steps.launches, steps.seq_forward_s, steps.sync
     best: tuple[float, StepPricingFit] | None = None
     for host in host_grid_s:
         floor = launches * host
@@ -227,7 +228,8 @@ def fit_async_step_pricing(
         scale = 1.0
         for _ in range(3):  # which steps the host bounds depends on the scale
             bound = floor > scale * kernels
-            a = np.column_stack([np.where(bound, 0.0, kernels), seqs, sync]) / latency[:, None]
+            a = np.column_stack([np.where(bound, 0.0, kernels), seq_forward, sync])
+            a = a / latency[:, None]
             b = 1.0 - np.where(bound, floor, 0.0) / latency
             w = weight[:, None]
             (scale, share, cpu), _ = nnls(a * w, b * w[:, 0])
