@@ -99,6 +99,11 @@ class OpKind(StrEnum):
     DECODE_ATTN = "decode_attn"  # batch, kv_len (q_len = 1)
     VERIFY_ATTN = "verify_attn"  # batch, q_len = K+1, kv_len
     ALL_REDUCE = "all_reduce"  # num_gpus, message_bytes (NCCL)
+    # NCCL's all-gather / reduce-scatter; message_bytes is the whole gathered tensor (the
+    # all-gather's output, the reduce-scatter's input), as nccl-tests and AIConfigurator
+    # size them
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
     # vLLM's own TP all-reduce (custom all-reduce, symmetric memory or NCCL, as its
     # communicator picks by size), captured in a CUDA graph / run eagerly
     VLLM_ALL_REDUCE = "vllm_all_reduce"

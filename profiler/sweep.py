@@ -34,7 +34,8 @@ ProgressFn = Callable[[int, int, str], None]
 
 _ALL_OPS = tuple(OpKind)
 COLD_CAP_MB = 256.0  # > any GPU's L2 and this CPU's L3
-_NOT_PROFILED = (OpKind.GEMM, OpKind.ALL_REDUCE)
+# imported only (measured by AIConfigurator or Vidur): GEMMs by shape and the collectives
+NOT_PROFILED = (OpKind.GEMM, OpKind.ALL_REDUCE, OpKind.ALL_GATHER, OpKind.REDUCE_SCATTER)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,7 @@ class ProfileGrid:
     mixed_chunk_lens: tuple[int, ...] = (0, 16, 64, 128, 256, 512)  # >= 0
     mixed_num_decodes: tuple[int, ...] = (0, 1, 4, 16, 32)  # >= 0
     mixed_decode_kv_lens: tuple[int, ...] = (128, 512, 1024)
-    ops: tuple[OpKind, ...] = tuple(op for op in _ALL_OPS if op not in _NOT_PROFILED)
+    ops: tuple[OpKind, ...] = tuple(op for op in _ALL_OPS if op not in NOT_PROFILED)
     warmup: int = 2
     repeats: int = 21
     min_repeats: int = 5
@@ -80,7 +81,7 @@ class ProfileGrid:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "ops":
-                bad = [op for op in value if op in _NOT_PROFILED]
+                bad = [op for op in value if op in NOT_PROFILED]
                 if bad:
                     raise ValueError(f"grid ops: {bad} are imported, not profiled")
             elif isinstance(value, tuple):

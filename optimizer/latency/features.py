@@ -29,8 +29,10 @@ of the local experts' weights the tokens touch; FP8 and the 4-bit weight formats
 GEMMs are (`op_format`). MoE dispatch / combine (expert-parallel all-to-all) move each
 token's hidden state to or from its experts' ranks. vLLM's whole MLA block (`MLA_OPS`,
 `optimizer.latency.mla_module`) has the work of its projections and latent attention and
-attention's shape features; its weight format is its variant, its KV format its op. These
-ops are new: no stored model holds them, so the feature versions are unchanged by them.
+attention's shape features; its weight format is its variant, its KV format its op. NCCL's
+all-gather and reduce-scatter (`GATHER_OPS`) have an all-reduce's features and half its
+traffic. These ops are new: no stored model holds them, so the feature versions are
+unchanged by them.
 
 The residual's feature set is versioned (`FEATURE_VERSION`): a fitted model
 records the version it was trained on and is always priced with it, so models
@@ -71,9 +73,13 @@ ATTENTION_OPS = frozenset({OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.VERIF
 ALL_REDUCE_OPS = frozenset(
     {OpKind.ALL_REDUCE, OpKind.VLLM_ALL_REDUCE, OpKind.VLLM_ALL_REDUCE_EAGER}
 )
+# NCCL's all-gather and reduce-scatter: each GPU sends (or receives) all but its own
+# 1/g of the message, half an all-reduce's traffic
+GATHER_OPS = frozenset({OpKind.ALL_GATHER, OpKind.REDUCE_SCATTER})
+COLLECTIVE_OPS = ALL_REDUCE_OPS | GATHER_OPS  # priced by group size and message bytes
 MOE_OPS = frozenset({OpKind.MOE})
 A2A_OPS = frozenset({OpKind.MOE_DISPATCH, OpKind.MOE_COMBINE})
-MODELLED_OPS = GEMM_OPS | ELEMENTWISE_OPS | ATTENTION_OPS | ALL_REDUCE_OPS | MOE_OPS | A2A_OPS
+MODELLED_OPS = GEMM_OPS | ELEMENTWISE_OPS | ATTENTION_OPS | COLLECTIVE_OPS | MOE_OPS | A2A_OPS
 MODELLED_OPS |= MLA_OPS
 WEIGHT_OPS = GEMM_OPS | MOE_OPS | MLA_OPS  # operators whose weights have a format
 
@@ -309,6 +315,9 @@ def work(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
     if op in ALL_REDUCE_OPS:
         g = np.maximum(batch.num_gpus, 2.0)
         return np.zeros_like(batch.message_bytes), batch.message_bytes * 2.0 * (g - 1.0) / g
+    if op in GATHER_OPS:
+        g = np.maximum(batch.num_gpus, 2.0)
+        return np.zeros_like(batch.message_bytes), batch.message_bytes * (g - 1.0) / g
     if op in MOE_OPS:
         return _moe_work(batch)
     if op in MLA_OPS:
@@ -324,7 +333,7 @@ def work(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
 
 def token_count(batch: OpBatch) -> np.ndarray:
     """The size axis an extrapolation hold-out withholds the top of."""
-    if batch.op in ALL_REDUCE_OPS:
+    if batch.op in COLLECTIVE_OPS:
         return batch.message_bytes
     if batch.op is OpKind.PREFILL_ATTN or batch.op in MLA_OPS - MLA_DECODE_OPS:
         return batch.batch_size * batch.q_len
@@ -365,7 +374,7 @@ def feature_matrix(batch: OpBatch, version: int = FEATURE_VERSION) -> np.ndarray
             np.log2(np.maximum(batch.num_kv_heads, 1.0)),
             np.log2(np.maximum(batch.head_dim, 1.0)),
         ]
-    elif batch.op in ALL_REDUCE_OPS:
+    elif batch.op in COLLECTIVE_OPS:
         cols = [np.log2(np.maximum(batch.message_bytes, 1.0)), batch.num_gpus]
     elif batch.op in MOE_OPS:
         pairs = moe_pairs_per_rank(batch)

@@ -16,14 +16,17 @@ tokens of its data-parallel rank's step:
   FusedMoEParallelConfig flattening;
 - the communication the layout adds: with dp > 1, vLLM's default all2all backend
   (`allgather_reducescatter`) all-gathers the dp ranks' hidden states before the MoE and
-  reduce-scatters its output after: priced as one NCCL all-reduce of dp x m tokens'
-  hidden states over the dp GPUs (a ring reduce-scatter plus all-gather moves the same
-  bytes), from the measured NCCL table at that GPU count, else the roofline (listed by
-  `estimated_parts`). With `Pricing.all2all == "deepep"` (--all2all-backend
-  deepep_high_throughput / deepep_low_latency) the tokens travel by DeepEP dispatch and
-  combine (`OpKind.MOE_DISPATCH` / `MOE_COMBINE`, measured at EP 8 on one node; other EP
-  sizes by the roofline). The TP all-reduce after the MoE (tp > 1) stays as in a dense
-  layer (`Pricing.layer_ms`).
+  reduce-scatters its output after (`AgRsAll2AllManager`; with the ranks padded to one
+  token count, as this module assumes, PyNccl takes its equal-size path: one NCCL
+  all-gather and one NCCL reduce-scatter of dp x m tokens' hidden states over the dp
+  GPUs), each priced from its measured NCCL table at that GPU count, else the roofline
+  (listed by `estimated_parts`). The top-k weights and ids gathered with the hidden
+  states (2 x top-k values per token) are left out: at these message sizes the
+  collectives cost their latency, not their bytes. With `Pricing.all2all == "deepep"`
+  (--all2all-backend deepep_high_throughput / deepep_low_latency) the tokens travel by
+  DeepEP dispatch and combine (`OpKind.MOE_DISPATCH` / `MOE_COMBINE`, measured at EP 8 on
+  one node; other EP sizes by the roofline). The TP all-reduce after the MoE (tp > 1)
+  stays as in a dense layer (`Pricing.layer_ms`).
 
 The attention, norms and the TP all-reduces of a MoE layer are a dense layer's without
 its MLP. Torch-free.
@@ -139,21 +142,28 @@ def _exchange_gpus(pricing: Pricing) -> int:
     return layout.ep_size(tp) if layout.sequence_parallel(tp) else layout.dp
 
 
+EXCHANGE_OPS = (OpKind.ALL_GATHER, OpKind.REDUCE_SCATTER)  # the AgRs dispatch, combine
+
+
 def _gather_ms(pricing: Pricing, m: np.ndarray) -> np.ndarray:
-    """All-gather + reduce-scatter of dp x m tokens' hidden states over the exchange GPUs
-    (`_exchange_gpus`)."""
+    """NCCL all-gather + reduce-scatter of dp x m tokens' hidden states over the exchange
+    GPUs (`_exchange_gpus`), each from its measured table at that GPU count, else the
+    roofline."""
     dp, gpus = pricing.layout.dp, _exchange_gpus(pricing)
     msg = dp * m * pricing.shape.hidden_size * pricing.shape.dtype_bytes
-    batch = OpBatch.make(OpKind.ALL_REDUCE, float(pricing.shape.dtype_bytes), num_gpus=gpus,
-                         message_bytes=msg, num_tokens=dp * m)  # fmt: skip
-    model = _measured_reduce(pricing)
-    alone = pricing.roofline.predict_ms(batch) if model is None else model.predict_ms(batch)
-    return np.maximum(alone, 1e-6) * pricing.scale
+    total = np.zeros_like(np.asarray(m, dtype=np.float64))
+    for op in EXCHANGE_OPS:
+        batch = OpBatch.make(op, float(pricing.shape.dtype_bytes), num_gpus=gpus,
+                             message_bytes=msg, num_tokens=dp * m)  # fmt: skip
+        model = _measured_exchange(pricing, op)
+        alone = pricing.roofline.predict_ms(batch) if model is None else model.predict_ms(batch)
+        total = total + np.maximum(alone, 1e-6)
+    return total * pricing.scale
 
 
-def _measured_reduce(pricing: Pricing) -> OpModel | None:
+def _measured_exchange(pricing: Pricing, op: OpKind) -> OpModel | None:
     learned = pricing.learned
-    model = None if learned is None else learned.op_model(OpKind.ALL_REDUCE)
+    model = None if learned is None else learned.op_model(op)
     if model is None or _exchange_gpus(pricing) not in model.num_gpus:
         return None
     return model
@@ -200,7 +210,9 @@ def priced_ops(pricing: Pricing) -> list[OpKind]:
 
 def estimated_parts(pricing: Pricing) -> tuple[str, ...]:
     """Parts of a MoE step priced by the roofline that are not an operator of their own:
-    the dp all-gather / reduce-scatter when NCCL was not measured at dp GPUs."""
+    the dp all-gather / reduce-scatter when NCCL's were not measured at the exchange's GPU
+    count."""
     if pricing.shape.moe is None or pricing.layout.dp == 1 or pricing.all2all == "deepep":
         return ()
-    return () if _measured_reduce(pricing) is not None else ("moe_allgather_reducescatter",)
+    measured = all(_measured_exchange(pricing, op) is not None for op in EXCHANGE_OPS)
+    return () if measured else ("moe_allgather_reducescatter",)

@@ -32,7 +32,7 @@ from optimizer.engines import EngineOverhead
 from optimizer.hardware import Accelerator
 from optimizer.latency.features import (
     A2A_OPS,
-    ALL_REDUCE_OPS,
+    COLLECTIVE_OPS,
     MODELLED_OPS,
     WEIGHT_OPS,
     OpBatch,
@@ -96,7 +96,7 @@ class RooflinePricer:
     def predict_ms(self, batch: OpBatch) -> np.ndarray:
         flops, moved = work(batch)
         o, acc = self.options, self.accelerator
-        if batch.op in ALL_REDUCE_OPS or batch.op in A2A_OPS:
+        if batch.op in COLLECTIVE_OPS or batch.op in A2A_OPS:
             link = acc.link_gb_s * 1e9 * o.link_efficiency
             return o.all_reduce_latency_ms + 1e3 * moved / link
         compute_s = flops / (self.peak_flops_per_s(batch) * o.compute_efficiency)

@@ -38,9 +38,11 @@ FP8 checkpoints and `--kv-cache-dtype fp8`):
   (FlashAttention-3) for both phases: per GPU 16,129 decode and 13,158
   prefill rows of full attention (30,683 decode rows with the sliding-window
   ones this drops); A100 0.14 holds none.
-- NCCL: `op_name == "all_reduce"`, `nccl_dtype == "half"`; the version named
-  by the spec YAML's `misc.nccl_version` when it holds all-reduce rows, else the
-  newest such version. message_bytes = message_size x 2.
+- NCCL: `op_name` "all_reduce", "all_gather" and "reduce_scatter" (vLLM's default
+  DP + EP exchange gathers and scatters over the DP ranks), `nccl_dtype == "half"`; the
+  version named by the spec YAML's `misc.nccl_version` when it holds all-reduce rows,
+  else the newest such version. message_bytes = message_size x 2 (message_size is the
+  whole tensor in elements: the all-gather's output, the reduce-scatter's input).
 - vLLM's all-reduce: `tensor_model_parallel_all_reduce` as vLLM runs it (its
   communicator picks the custom all-reduce, symmetric memory or NCCL by size), bf16,
   measured inside a CUDA graph (`backend` "vllm_graph" -> `vllm_all_reduce`) and
@@ -171,6 +173,13 @@ def _attention_samples(path: Path, op: OpKind) -> list[KernelSample]:
     return out
 
 
+NCCL_OPS = {
+    "all_reduce": OpKind.ALL_REDUCE,
+    "all_gather": OpKind.ALL_GATHER,
+    "reduce_scatter": OpKind.REDUCE_SCATTER,
+}
+
+
 def _nccl_samples(root: Path, spec: dict) -> list[KernelSample]:
     preferred = str((spec.get("misc") or {}).get("nccl_version") or "")
     dirs = _version_dirs(root, "nccl_perf.parquet")
@@ -178,12 +187,13 @@ def _nccl_samples(root: Path, spec: dict) -> list[KernelSample]:
     for d in dirs:
         path = d / "nccl_perf.parquet"
         df = read_parquet(path, NCCL_COLUMNS).filter(
-            pl.col("op_name") == "all_reduce", pl.col("nccl_dtype") == "half"
+            pl.col("op_name").is_in(list(NCCL_OPS)), pl.col("nccl_dtype") == "half"
         )
-        if df.height:
+        if df.filter(pl.col("op_name") == "all_reduce").height:
+            rows = df.select("op_name", "num_gpus", "message_size", "latency").iter_rows()
             return [
                 KernelSample(
-                    OpKind.ALL_REDUCE,
+                    NCCL_OPS[name],
                     lat,
                     lat,
                     lat,
@@ -192,7 +202,7 @@ def _nccl_samples(root: Path, spec: dict) -> list[KernelSample]:
                     num_gpus=g,
                     message_bytes=2 * size,
                 )
-                for g, size, lat in df.select("num_gpus", "message_size", "latency").iter_rows()
+                for name, g, size, lat in rows
             ]
     return []
 

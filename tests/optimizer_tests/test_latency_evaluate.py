@@ -101,7 +101,7 @@ def roofline_profile() -> tuple[list[KernelSample], list[KernelSample]]:
     """Per-op samples of the tiny shape priced by the CPU roofline, and mixed iterations
     (their measured time not yet set)."""
     from profiler.cases import case_sample
-    from profiler.sweep import ProfileGrid, plan_cases
+    from profiler.sweep import NOT_PROFILED, ProfileGrid, plan_cases
     from profiler.timing import Timing
 
     grid = ProfileGrid(
@@ -115,7 +115,7 @@ def roofline_profile() -> tuple[list[KernelSample], list[KernelSample]]:
         mixed_chunk_lens=(0, 16, 128),
         mixed_num_decodes=(0, 2, 8),
         mixed_decode_kv_lens=(64, 256),
-        ops=tuple(op for op in OpKind if op not in (OpKind.GEMM, OpKind.ALL_REDUCE)),
+        ops=tuple(op for op in OpKind if op not in NOT_PROFILED),
     )
     roof = RooflinePricer(get_accelerator("cpu"))
     ops, mixed = [], []

@@ -176,6 +176,44 @@ def test_experts_touched_by_random_routing_worked_by_hand() -> None:
     assert got == pytest.approx([8.0, 82.423, 128.0, 1.0, 10.303], abs=1e-3)
 
 
+def _nccl_samples(op: OpKind, gpus: int, ms: float) -> list[KernelSample]:
+    """A flat NCCL table: `ms` at every message size from 1 KiB to 64 MiB on `gpus` GPUs."""
+    return [KernelSample(op, ms, ms, ms, dtype="float16", tp=gpus, num_gpus=gpus,
+                         message_bytes=2**e) for e in range(10, 27)]  # fmt: skip
+
+
+def test_the_dp_exchange_is_an_all_gather_plus_a_reduce_scatter_from_their_own_tables() -> None:
+    """vLLM's AgRs dispatch / combine at dp 4: NCCL's all-gather (20 us flat) plus its
+    reduce-scatter (30 us flat) of dp x m tokens' hidden states, 50 us in all whatever the
+    all-reduce table says (1 ms here); a table measured at other GPU counts only leaves
+    the roofline, listed as an estimate. The roofline moves (g-1)/g of the message for
+    each, half an all-reduce's traffic."""
+    from optimizer.latency import moe
+
+    samples = _nccl_samples(OpKind.ALL_GATHER, 4, 0.020)
+    samples += _nccl_samples(OpKind.REDUCE_SCATTER, 4, 0.030)
+    samples += _nccl_samples(OpKind.ALL_REDUCE, 4, 1.0)
+    model = fit_latency_model(samples, accelerator="b300", options=FitOptions(max_iter=20))
+    layout = ExpertLayout(dp=4, expert_parallel=True)
+    measured = Pricing(MOE, 1, B300, learned=model, layout=layout)
+    m = np.array([1.0, 64.0])
+    assert moe._gather_ms(measured, m) == pytest.approx([0.050, 0.050], rel=0.02)
+    assert "moe_allgather_reducescatter" not in measured.estimated_ops()
+    elsewhere = fit_latency_model(
+        _nccl_samples(OpKind.ALL_GATHER, 2, 0.020) + _nccl_samples(OpKind.REDUCE_SCATTER, 2, 0.030),
+        accelerator="b300",
+        options=FitOptions(max_iter=20),
+    )
+    guessed = Pricing(MOE, 1, B300, learned=elsewhere, layout=layout)
+    assert "moe_allgather_reducescatter" in guessed.estimated_ops()
+    msg = 4 * 64 * MOE.hidden_size * 2
+    gather = OpBatch.make(OpKind.ALL_GATHER, 2.0, num_gpus=4, message_bytes=msg)
+    reduce = OpBatch.make(OpKind.ALL_REDUCE, 2.0, num_gpus=4, message_bytes=msg)
+    assert work(gather)[1][0] == msg * 3 / 4 == work(reduce)[1][0] / 2
+    roof = 2 * B300.predict_ms(gather)[0]
+    assert moe._gather_ms(guessed, np.array([64.0]))[0] == pytest.approx(roof)
+
+
 def test_sequence_parallel_moe_exchanges_over_the_ep_group_and_gathers_over_tp(
     monkeypatch,
 ) -> None:

@@ -30,7 +30,8 @@ def test_aiconfigurator_h100_ops_and_filters(h100) -> None:
     counts = Counter(s.op for s in h100.samples)
     assert set(counts) == {
         OpKind.GEMM, OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.ALL_REDUCE,
-        OpKind.VLLM_ALL_REDUCE, OpKind.VLLM_ALL_REDUCE_EAGER, OpKind.MOE,
+        OpKind.ALL_GATHER, OpKind.REDUCE_SCATTER, OpKind.VLLM_ALL_REDUCE,
+        OpKind.VLLM_ALL_REDUCE_EAGER, OpKind.MOE,
         OpKind.MOE_DISPATCH, OpKind.MOE_COMBINE, OpKind.MLA_PREFILL, OpKind.MLA_DECODE,
         OpKind.MLA_PREFILL_FP8KV, OpKind.MLA_DECODE_FP8KV,
     }  # fmt: skip
@@ -95,8 +96,9 @@ def test_aiconfigurator_attention_mapping(h100) -> None:
     assert any(s.num_heads == 32 and s.num_kv_heads == 8 and s.head_dim == 128 for s in prefill)
 
 
-def test_aiconfigurator_all_reduce_bytes(h100) -> None:
-    ar = [s for s in h100.samples if s.op is OpKind.ALL_REDUCE]
+@pytest.mark.parametrize("op", [OpKind.ALL_REDUCE, OpKind.ALL_GATHER, OpKind.REDUCE_SCATTER])
+def test_aiconfigurator_nccl_bytes(h100, op: OpKind) -> None:
+    ar = [s for s in h100.samples if s.op is op]
     assert {s.num_gpus for s in ar} == {2, 4, 8}
     assert min(s.message_bytes for s in ar) >= 512  # message_size elements x 2 bytes
     assert all(s.dtype == "float16" and s.tp == s.num_gpus for s in ar)
