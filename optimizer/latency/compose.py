@@ -61,6 +61,7 @@ from optimizer.latency.features import (
     ALL_REDUCE_OPS,
     ATTENTION_OPS,
     FP8_DTYPE,
+    GATHER_OPS,
     LOW_BIT_BYTES,
     OpBatch,
 )
@@ -153,11 +154,17 @@ class Pricing:
             return op, own  # another shape's per-model GEMM: n/k features still apply
         if op in ALL_REDUCE_OPS and own is not None and self.tp not in own.num_gpus:
             return op, None
+        if op in GATHER_OPS and own is not None and moe.exchange_gpus(self) not in own.num_gpus:
+            return op, None  # the dp exchange's group (`moe`) measured at other sizes only
         if op in ATTENTION_OPS and self.shape.mla is not None:
             return op, None  # MLA: the roofline at its latent dimensions (`mla`)
         if op in A2A_OPS and own is not None and self.layout.ep_size(self.tp) not in own.num_gpus:
             return op, None  # measured at other EP sizes only
         return op, own
+
+    def measured(self, op: OpKind) -> bool:
+        """Whether a learned model prices `op` here (else the roofline does)."""
+        return self._source(op)[1] is not None
 
     def all_reduce_kinds(self) -> tuple[OpKind, OpKind]:
         """(in a CUDA graph, eager): vLLM's own all-reduce when the rules say so and the

@@ -312,12 +312,9 @@ def work(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
             return flops, dt * b * d * (2.0 * q * heads + 2.0 * kv * kv_heads)
         # Q read and output written at the activation width, K and V at the KV width
         return flops, b * d * (dt * 2.0 * q * heads + kvw * 2.0 * kv * kv_heads)
-    if op in ALL_REDUCE_OPS:
-        g = np.maximum(batch.num_gpus, 2.0)
-        return np.zeros_like(batch.message_bytes), batch.message_bytes * 2.0 * (g - 1.0) / g
-    if op in GATHER_OPS:
-        g = np.maximum(batch.num_gpus, 2.0)
-        return np.zeros_like(batch.message_bytes), batch.message_bytes * (g - 1.0) / g
+    if op in COLLECTIVE_OPS:  # an all-reduce is a reduce-scatter then an all-gather
+        g, passes = np.maximum(batch.num_gpus, 2.0), 1.0 if op in GATHER_OPS else 2.0
+        return np.zeros_like(batch.message_bytes), batch.message_bytes * passes * (g - 1.0) / g
     if op in MOE_OPS:
         return _moe_work(batch)
     if op in MLA_OPS:

@@ -39,9 +39,6 @@ from typing import Protocol
 import numpy as np
 
 from optimizer.engines import StepRules
-from optimizer.latency.features import OpBatch
-from optimizer.latency.model import LatencyModel, OpModel
-from optimizer.latency.roofline import RooflinePricer
 from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
 from optimizer.records import OpKind
 from optimizer.shapes import ModelShape
@@ -55,13 +52,10 @@ class Pricing(Protocol):
     layout: ExpertLayout
     all2all: str
     rules: StepRules
-    learned: LatencyModel | None
-    roofline: RooflinePricer
-
-    @property
-    def scale(self) -> float: ...
 
     def price_ms(self, op: OpKind, **params: object) -> np.ndarray: ...
+
+    def measured(self, op: OpKind) -> bool: ...
 
     def all_reduce_kinds(self) -> tuple[OpKind, OpKind]: ...
 
@@ -135,7 +129,7 @@ def _a2a_params(pricing: Pricing, m: np.ndarray) -> dict[str, object]:
             "num_heads": spec.num_experts, "num_gpus": ep}  # fmt: skip
 
 
-def _exchange_gpus(pricing: Pricing) -> int:
+def exchange_gpus(pricing: Pricing) -> int:
     """GPUs the dp ranks' tokens are exchanged over: the dp GPUs, or with sequence-parallel
     MoE the whole EP group."""
     layout, tp = pricing.layout, pricing.tp
@@ -147,26 +141,12 @@ EXCHANGE_OPS = (OpKind.ALL_GATHER, OpKind.REDUCE_SCATTER)  # the AgRs dispatch, 
 
 def _gather_ms(pricing: Pricing, m: np.ndarray) -> np.ndarray:
     """NCCL all-gather + reduce-scatter of dp x m tokens' hidden states over the exchange
-    GPUs (`_exchange_gpus`), each from its measured table at that GPU count, else the
-    roofline."""
-    dp, gpus = pricing.layout.dp, _exchange_gpus(pricing)
+    GPUs (`exchange_gpus`), each from its measured table at that GPU count, else the
+    roofline (`Pricing.price_ms`)."""
+    dp, gpus = pricing.layout.dp, exchange_gpus(pricing)
     msg = dp * m * pricing.shape.hidden_size * pricing.shape.dtype_bytes
-    total = np.zeros_like(np.asarray(m, dtype=np.float64))
-    for op in EXCHANGE_OPS:
-        batch = OpBatch.make(op, float(pricing.shape.dtype_bytes), num_gpus=gpus,
-                             message_bytes=msg, num_tokens=dp * m)  # fmt: skip
-        model = _measured_exchange(pricing, op)
-        alone = pricing.roofline.predict_ms(batch) if model is None else model.predict_ms(batch)
-        total = total + np.maximum(alone, 1e-6)
-    return total * pricing.scale
-
-
-def _measured_exchange(pricing: Pricing, op: OpKind) -> OpModel | None:
-    learned = pricing.learned
-    model = None if learned is None else learned.op_model(op)
-    if model is None or _exchange_gpus(pricing) not in model.num_gpus:
-        return None
-    return model
+    return sum(pricing.price_ms(op, num_gpus=gpus, message_bytes=msg, num_tokens=dp * m)
+               for op in EXCHANGE_OPS)  # fmt: skip
 
 
 def moe_block_ms(pricing: Pricing, m: np.ndarray) -> np.ndarray:
@@ -214,5 +194,5 @@ def estimated_parts(pricing: Pricing) -> tuple[str, ...]:
     count."""
     if pricing.shape.moe is None or pricing.layout.dp == 1 or pricing.all2all == "deepep":
         return ()
-    measured = all(_measured_exchange(pricing, op) is not None for op in EXCHANGE_OPS)
+    measured = all(pricing.measured(op) for op in EXCHANGE_OPS)
     return () if measured else ("moe_allgather_reducescatter",)

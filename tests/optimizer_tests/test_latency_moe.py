@@ -225,8 +225,8 @@ def test_sequence_parallel_moe_exchanges_over_the_ep_group_and_gathers_over_tp(
 
     layout = ExpertLayout(dp=4, expert_parallel=True)
     sp = Pricing(MOE, 2, B300, layout=layout)
-    assert moe._exchange_gpus(sp) == 8
-    assert moe._exchange_gpus(Pricing(MOE, 1, B300, layout=layout)) == 4
+    assert moe.exchange_gpus(sp) == 8
+    assert moe.exchange_gpus(Pricing(MOE, 1, B300, layout=layout)) == 4
     m = np.array([64.0])
     with_sp, wide = moe_block_ms(sp, m), moe._gather_ms(sp, m)
     kind = sp.all_reduce_kinds()[0]
