@@ -9,8 +9,10 @@ protocol: 2C warm-ups and the client's barrier, Qwen3's 8 chat-template tokens, 
 turnaround, the API server's path, V1 synchronous scheduling) and with one mechanism
 changed at a time; mean and median TTFT, mean TPOT, against the measured means. Two
 more rows start the measured clients spread over a quarter and a half of a request's
-cycle instead of as the client's burst: how far the answer moves when the clients are
-out of step (what measured runs look like at 1,024-token prompts).
+cycle instead of as the client's burst, and one starts them at independent uniform
+phases of a cycle (`ClosedLoopWorkload.out_of_step`, the figure `simulate --workload`
+adds where the clients' phases decide TTFT): how far the answer moves when the clients
+are out of step (what measured runs look like at 1,024-token prompts).
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ def main() -> int:
                     cycle = float(np.nanmean(res.e2e_s))
                 print(_row(label, res))
             assert cycle is not None
+            wl = spec.workload()  # independent phases, as `simulate --workload` notes them
+            res = simulate(wl.out_of_step(cycle), config, latency, seed=0)
+            print(_row("clients out of step", res))
             for share in (0.25, 0.5):  # the measured clients out of step from the start
                 wl = replace(spec, num_warmups=0).workload()
                 rel = np.zeros(len(wl))

@@ -55,6 +55,7 @@ from optimizer.engines import NO_OVERHEAD, EngineRelease
 from optimizer.latency.base import StepLoad, TableReach
 from optimizer.shapes import DEFAULT_PRECISION
 from optimizer.sim import simulate
+from optimizer.sim.phases import LOCKSTEP_VALIDATED_PROMPTS
 from optimizer.validation.devset import (
     GPU_OF_SYSTEM,
     ClosedLoopRun,
@@ -185,6 +186,7 @@ def closed_loop_section(url: str, env: dict[str, str], fit: bool, path: Path = C
     if sample.left_out:
         print(f" left out: {len(sample.left_out)} rows of other backends")
     rows, refused = [], []
+    bounded: list[tuple[bool, float]] = []  # (measured within the note's range, its low end)
     with tempfile.TemporaryDirectory() as tmp:
         for run in runs:
             out = _simulate_cli(run, Path(tmp), env)
@@ -194,6 +196,9 @@ def closed_loop_section(url: str, env: dict[str, str], fit: bool, path: Path = C
             ttft = out["ttft_s"]["mean"] / run.ttft_s - 1.0
             tpot = out["tpot_s"]["mean"] / run.tpot_s - 1.0
             rows.append((run, ttft, tpot, out["ttft_s"]["p50"]))
+            if out.get("out_of_step"):  # the CLI's note: the clients' phases decide TTFT
+                low = out["out_of_step"]["ttft_s"]["mean"]
+                bounded.append((low <= run.ttft_s <= out["ttft_s"]["mean"], low / run.ttft_s - 1))
     print(
         f" {len(rows)} of {len(runs)} runs simulated through the CLI "
         f"({len(rows) / max(len(runs), 1):.0%} representable); refused: {len(refused)}"
@@ -218,6 +223,14 @@ def closed_loop_section(url: str, env: dict[str, str], fit: bool, path: Path = C
         e = groups[key]
         print(f"   {key:24s} n={len(e):3d}  TTFT {_median_abs([a for a, _ in e]):6.1%}  "
               f"TPOT {_median_abs([b for _, b in e]):6.1%}")  # fmt: skip
+    if bounded:
+        inside = sum(ok for ok, _ in bounded)
+        print(
+            f" runs the CLI notes as phase-sensitive (a step holds more than "
+            f"{LOCKSTEP_VALIDATED_PROMPTS} prompts): {len(bounded)}; measured mean TTFT between "
+            f"the out-of-step and the lock-step replay: {inside} of {len(bounded)}; the "
+            f"out-of-step replay's median error {statistics.median(e for _, e in bounded):+.1%}"
+        )
     below = [(r, f) for r, *_ in rows if (f := decode_floor_s(url, r)) > FLOOR_MARGIN * r.tpot_s]
     print(
         f" runs whose batch's priced decode-only step (no prefill: a floor) exceeds their "

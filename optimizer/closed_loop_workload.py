@@ -143,6 +143,33 @@ class ClosedLoopWorkload:
             prefix_hashes=None if hashes is None else hashes[:num_requests],
         )
 
+    def out_of_step(self, cycle_s: float, seed: int = 0) -> ClosedLoopWorkload:
+        """The measured requests with the clients out of step: no warm-ups and no burst;
+        each client sends its first request at an independent uniform phase of one request
+        cycle (`cycle_s`, a request's mean end-to-end time), then as before. The opposite
+        extreme of the client's burst, which a replay keeps in lock-step
+        (docs/closed-loop.md). A request schedule (`release_s`) is kept as it is."""
+        if not (math.isfinite(cycle_s) and cycle_s > 0):
+            raise WorkloadError(f"cycle_s: expected seconds > 0, got {cycle_s!r}")
+        w = self.num_warmups
+        n = len(self) - w
+        clients = min(self.num_clients, n)
+        rng = np.random.default_rng(seed)
+        release = np.zeros(n)
+        release[:clients] = np.sort(rng.uniform(0.0, cycle_s, clients))
+        if self.release_s is not None:
+            release = np.maximum(release, self.release_s[w:])
+        hashes = self.prefix_hashes
+        return replace(
+            self,
+            num_warmups=0,
+            num_clients=clients,
+            input_tokens=self.input_tokens[w:],
+            output_tokens=self.output_tokens[w:],
+            release_s=np.maximum.accumulate(release),
+            prefix_hashes=None if hashes is None else hashes[w:],
+        )
+
     def __len__(self) -> int:
         return int(self.input_tokens.shape[0])
 

@@ -15,7 +15,7 @@ from api.cli.common import LatencyModelOption, console, fail, session, trace_sou
 
 if TYPE_CHECKING:
     from optimizer.config import ServingConfig
-    from optimizer.sim import SimulationResult
+    from optimizer.sim import OutOfStepBound, Percentiles, SimulationResult
     from optimizer.workload import Workload
 
 
@@ -101,21 +101,22 @@ def summary_rows(result: SimulationResult) -> list[tuple[str, str]]:
     return rows
 
 
-def result_json(result: SimulationResult, config: ServingConfig) -> dict:
-    def pct(p) -> dict:
-        return {k: (None if math.isnan(v) else v) for k, v in dataclasses.asdict(p).items()}
+def _pct(p: Percentiles) -> dict:
+    return {k: (None if math.isnan(v) else v) for k, v in dataclasses.asdict(p).items()}
 
+
+def result_json(result: SimulationResult, config: ServingConfig) -> dict:
     return {
         "config": config.to_dict(),
         "num_requests": result.num_requests,
         "num_completed": result.num_completed,
         "num_rejected": result.num_rejected,
         "num_gpus": result.num_gpus,
-        "ttft_s": pct(result.ttft),
-        "tpot_s": pct(result.tpot),
-        "itl_s": pct(result.itl),
-        "e2e_s": pct(result.e2e),
-        "queueing_s": pct(result.queueing),
+        "ttft_s": _pct(result.ttft),
+        "tpot_s": _pct(result.tpot),
+        "itl_s": _pct(result.itl),
+        "e2e_s": _pct(result.e2e),
+        "queueing_s": _pct(result.queueing),
         "request_throughput": result.request_throughput,
         "output_token_throughput": result.output_token_throughput,
         "output_tokens_per_gpu_s": result.output_tokens_per_gpu_s,
@@ -124,6 +125,16 @@ def result_json(result: SimulationResult, config: ServingConfig) -> dict:
         "goodput": result.goodput,
         "phases": dataclasses.asdict(result.phases),
         "latency_is_estimate": result.latency_is_estimate,
+    }
+
+
+def out_of_step_json(bound: OutOfStepBound, lockstep: SimulationResult) -> dict:
+    """A closed loop's TTFT and TPOT with the clients out of step (`out_of_step_bound`)."""
+    return {
+        "prompts_per_step": bound.prompts_per_step,
+        "ttft_s": _pct(bound.ttft),
+        "tpot_s": _pct(bound.tpot),
+        "note": bound.note(lockstep),
     }
 
 
@@ -164,8 +175,9 @@ def simulate(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """Replay a trace under one config and print TTFT, TPOT, ITL, goodput."""
+    from optimizer.closed_loop_workload import ClosedLoopWorkload
     from optimizer.config import ConfigError
-    from optimizer.sim import SLO, SimulationError
+    from optimizer.sim import SLO, SimulationError, out_of_step_bound
     from optimizer.sim import simulate as run_simulation
 
     cfg = load_config(config)
@@ -206,12 +218,16 @@ def simulate(
     latency, label = resolve_latency(cfg.model, latency_model)
     try:
         result = run_simulation(replay, cfg, latency, seed=seed, slo=slo)
+        bound = None
+        if isinstance(replay, ClosedLoopWorkload):
+            bound = out_of_step_bound(replay, cfg, latency, result, seed=seed)
     except (SimulationError, LookupError, ValueError) as exc:
         fail(str(exc))
     if as_json:
         out = result_json(result, cfg)
         out["latency"] = label
         out["priced_as"] = cfg.engine_release.label
+        out["out_of_step"] = None if bound is None else out_of_step_json(bound, result)
         typer.echo(json.dumps(out, indent=2))
         return
     table = Table("figure", "value", title=f"{replay.name} on {cfg.mode.value} "
@@ -222,6 +238,8 @@ def simulate(
     console.print(table)
     if result.latency_is_estimate:
         console.print("[yellow]figures priced by a roofline estimate, not measured kernels[/]")
+    if bound is not None:
+        console.print(f"[yellow]note: {bound.note(result)}[/]")
 
 
 def resolve_latency(model: str, latency_model_id: int | None, *, calibrated: bool = True):

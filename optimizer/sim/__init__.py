@@ -4,11 +4,13 @@ from optimizer.sim.capacity import CapacityResult, max_sustainable_rate
 from optimizer.sim.engine import SimulationError, max_request_tokens, simulate
 from optimizer.sim.floor import DecodeFloorError, check_decode_floor, decode_floor_s
 from optimizer.sim.metrics import SLO, Percentiles, PhaseBreakdown, SimulationResult
+from optimizer.sim.phases import OutOfStepBound, out_of_step_bound
 
 __all__ = [
     "SLO",
     "CapacityResult",
     "DecodeFloorError",
+    "OutOfStepBound",
     "Percentiles",
     "PhaseBreakdown",
     "SimulationError",
@@ -17,5 +19,6 @@ __all__ = [
     "decode_floor_s",
     "max_request_tokens",
     "max_sustainable_rate",
+    "out_of_step_bound",
     "simulate",
 ]

@@ -66,3 +66,32 @@ def test_simulate_rejects_bad_inputs(cli_db: str, runner: CliRunner, tmp_path: P
         app, ["simulate", "--trace", str(trace), "--config", str(CONFIG), "--gpu", "tpu9"]
     )
     assert out.exit_code == 2 and "tpu9" in out.output
+
+
+def _closed_loop(runner: CliRunner, path: Path, prompt: int) -> tuple[dict, str]:
+    """`simulate --workload` of 8 equal clients: (its JSON, its table as one line)."""
+    path.write_text(f"random_input_len: {prompt}\nrandom_output_len: 64\nnum_prompts: 64\n"
+                    "max_concurrency: 8\n")  # fmt: skip
+    args = ["simulate", "--workload", str(path), "--config", str(CONFIG)]
+    out, table = runner.invoke(app, [*args, "--json"]), runner.invoke(app, args)
+    assert out.exit_code == 0, out.output
+    assert table.exit_code == 0, table.output
+    return json.loads(out.output), " ".join(table.output.split())
+
+
+def test_simulate_a_closed_loop_states_its_out_of_step_bound(
+    cli_db: str, runner: CliRunner, tmp_path: Path
+) -> None:
+    """Equal clients whose step holds many prompts: the lock-step replay's TTFT, and the
+    same deployment with the clients out of step (lower), in the table's note and the
+    JSON; where a step holds only two prompts neither appears."""
+    data, text = _closed_loop(runner, tmp_path / "short.yaml", 256)
+    bound = data["out_of_step"]
+    assert bound["prompts_per_step"] == 8  # the example's 2,048-token steps
+    assert 0 < bound["ttft_s"]["mean"] < data["ttft_s"]["mean"]
+    assert bound["tpot_s"]["mean"] > 0
+    assert f"against {data['ttft_s']['mean'] * 1e3:,.1f} ms" in bound["note"]
+    assert "note: TTFT replays the clients' burst" in text
+    assert f"TTFT mean {bound['ttft_s']['mean'] * 1e3:,.1f} ms" in text
+    data, text = _closed_loop(runner, tmp_path / "long.yaml", 1024)
+    assert data["out_of_step"] is None and "note: TTFT replays" not in text
