@@ -148,17 +148,18 @@ class ClosedLoopWorkload:
         each client sends its first request at an independent uniform phase of one request
         cycle (`cycle_s`, a request's mean end-to-end time), then as before. The opposite
         extreme of the client's burst, which a replay keeps in lock-step
-        (docs/closed-loop.md). A request schedule (`release_s`) is kept as it is."""
+        (docs/closed-loop.md). A request schedule (`release_s`) already spreads the sends:
+        such a workload is refused."""
         if not (math.isfinite(cycle_s) and cycle_s > 0):
             raise WorkloadError(f"cycle_s: expected seconds > 0, got {cycle_s!r}")
+        if self.release_s is not None:
+            raise WorkloadError("out_of_step: the sends follow a request schedule already")
         w = self.num_warmups
         n = len(self) - w
         clients = min(self.num_clients, n)
         rng = np.random.default_rng(seed)
         release = np.zeros(n)
         release[:clients] = np.sort(rng.uniform(0.0, cycle_s, clients))
-        if self.release_s is not None:
-            release = np.maximum(release, self.release_s[w:])
         hashes = self.prefix_hashes
         return replace(
             self,

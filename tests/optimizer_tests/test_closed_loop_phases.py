@@ -39,10 +39,10 @@ def test_out_of_step_drops_the_warm_ups_and_spreads_the_first_sends_over_a_cycle
     assert len(set(rel[:3])) == 3  # independent phases, not one burst
     assert np.array_equal(out.release_s, w.out_of_step(0.5, seed=3).release_s)
     assert not np.array_equal(out.release_s, w.out_of_step(0.5, seed=4).release_s)
-    # a request schedule is kept: no send before its scheduled time
-    sched = np.linspace(0.0, 5.5, 12)
-    kept = _loop(100, n=12, clients=3, warmups=2, release=sched).out_of_step(0.5, seed=3)
-    assert np.all(kept.release_s >= sched[2:])
+    # a request schedule already spreads the sends: refused, not overwritten
+    paced = _loop(100, n=12, clients=3, warmups=2, release=np.linspace(0.0, 5.5, 12))
+    with pytest.raises(WorkloadError, match="request schedule"):
+        paced.out_of_step(0.5)
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(WorkloadError, match="cycle_s"):
             w.out_of_step(bad)
