@@ -128,13 +128,13 @@ def result_json(result: SimulationResult, config: ServingConfig) -> dict:
     }
 
 
-def out_of_step_json(bound: OutOfStepBound, lockstep: SimulationResult) -> dict:
+def out_of_step_json(bound: OutOfStepBound) -> dict:
     """A closed loop's TTFT and TPOT with the clients out of step (`out_of_step_bound`)."""
     return {
         "prompts_per_step": bound.prompts_per_step,
         "ttft_s": _pct(bound.ttft),
         "tpot_s": _pct(bound.tpot),
-        "note": bound.note(lockstep),
+        "note": bound.note,
     }
 
 
@@ -227,7 +227,7 @@ def simulate(
         out = result_json(result, cfg)
         out["latency"] = label
         out["priced_as"] = cfg.engine_release.label
-        out["out_of_step"] = None if bound is None else out_of_step_json(bound, result)
+        out["out_of_step"] = None if bound is None else out_of_step_json(bound)
         typer.echo(json.dumps(out, indent=2))
         return
     table = Table("figure", "value", title=f"{replay.name} on {cfg.mode.value} "
@@ -239,7 +239,7 @@ def simulate(
     if result.latency_is_estimate:
         console.print("[yellow]figures priced by a roofline estimate, not measured kernels[/]")
     if bound is not None:
-        console.print(f"[yellow]note: {bound.note(result)}[/]")
+        console.print(f"[yellow]note: {bound.note}[/]")
 
 
 def resolve_latency(model: str, latency_model_id: int | None, *, calibrated: bool = True):
