@@ -176,6 +176,46 @@ def decode_floor_s(url: str, run: ClosedLoopRun) -> float:
     return table.step_time_s(load)
 
 
+def lone_prefill_s(url: str, run: ClosedLoopRun) -> float:
+    """The priced step of one of `run`'s prompts (chat template included) alone on the
+    engine: the unit in which `lone_prefill_table` reads TTFT."""
+    from api.services.tuning import stored_latency
+
+    config, spec = closed_loop_deployment(run)
+    inst = config.replica
+    table = stored_latency(url, run.model).source.for_instance(
+        inst.accelerator, inst.tp, precision=config.shape.precision,
+        engine=config.engine_release, layout=inst.layout,
+    )  # fmt: skip
+    n = run.isl + spec.chat_template_tokens
+    return table.idle_step_time_s(StepLoad(num_tokens=n, num_logits=1, prefill_q=(n,),
+                                           prefill_kv=(n,)))  # fmt: skip
+
+
+def lone_prefill_table(url: str, rows: list[tuple[ClosedLoopRun, float, float | None]]) -> None:
+    """Mean TTFT in lone prefills (`lone_prefill_s`) by clients and prompt length, median
+    over TP degrees and output lengths: measured, the lock-step replay's and the
+    out-of-step replay's (docs/closed-loop.md, "What the measured runs say")."""
+    cells: dict[tuple[str, int, int], list[float]] = defaultdict(list)
+    for run, sim_ttft, out_of_step in rows:
+        if run.precision:
+            continue  # the three FP8 rows: one each, at their own lengths
+        p = lone_prefill_s(url, run)
+        cells["measured", run.isl, run.concurrency].append(run.ttft_s / p)
+        cells["lock-step replay", run.isl, run.concurrency].append(sim_ttft / p)
+        if out_of_step is not None:
+            cells["out-of-step replay", run.isl, run.concurrency].append(out_of_step / p)
+    clients = sorted({c for _, _, c in cells})
+    print(" mean TTFT in lone prefills (one prompt's priced step on an idle engine), median "
+          "over TP degrees and output lengths:")  # fmt: skip
+    print(f"   {'clients':28s}" + "".join(f"{c:>7d}" for c in clients))
+    for what in ("measured", "lock-step replay", "out-of-step replay"):
+        for isl in sorted({i for w, i, _ in cells if w == what}):
+            values = [cells.get((what, isl, c)) for c in clients]
+            row = "".join(f"{statistics.median(v):7.1f}" if v else "      -" for v in values)
+            print(f"   {what + f' {isl:,}':28s}{row}")
+
+
 def closed_loop_section(url: str, env: dict[str, str], fit: bool, path: Path = CLOSED_LOOP) -> None:
     if path == CLOSED_LOOP:
         print("\n== closed-loop runs: vLLM 0.12.0 (V1, synchronous), Qwen3-32B, H100, aiperf ==")
@@ -187,6 +227,7 @@ def closed_loop_section(url: str, env: dict[str, str], fit: bool, path: Path = C
         print(f" left out: {len(sample.left_out)} rows of other backends")
     rows, refused = [], []
     bounded: list[tuple[bool, float]] = []  # (measured within the note's range, its low end)
+    replays: list[tuple[ClosedLoopRun, float, float | None]] = []  # lock-step, out-of-step TTFT
     with tempfile.TemporaryDirectory() as tmp:
         for run in runs:
             out = _simulate_cli(run, Path(tmp), env)
@@ -196,9 +237,11 @@ def closed_loop_section(url: str, env: dict[str, str], fit: bool, path: Path = C
             ttft = out["ttft_s"]["mean"] / run.ttft_s - 1.0
             tpot = out["tpot_s"]["mean"] / run.tpot_s - 1.0
             rows.append((run, ttft, tpot, out["ttft_s"]["p50"]))
+            low = None
             if out.get("out_of_step"):  # the CLI's note: the clients' phases decide TTFT
                 low = out["out_of_step"]["ttft_s"]["mean"]
                 bounded.append((low <= run.ttft_s <= out["ttft_s"]["mean"], low / run.ttft_s - 1))
+            replays.append((run, out["ttft_s"]["mean"], low))
     print(
         f" {len(rows)} of {len(runs)} runs simulated through the CLI "
         f"({len(rows) / max(len(runs), 1):.0%} representable); refused: {len(refused)}"
@@ -231,6 +274,8 @@ def closed_loop_section(url: str, env: dict[str, str], fit: bool, path: Path = C
             f"the out-of-step and the lock-step replay: {inside} of {len(bounded)}; the "
             f"out-of-step replay's median error {statistics.median(e for _, e in bounded):+.1%}"
         )
+    if path == CLOSED_LOOP:
+        lone_prefill_table(url, replays)
     below = [(r, f) for r, *_ in rows if (f := decode_floor_s(url, r)) > FLOOR_MARGIN * r.tpot_s]
     print(
         f" runs whose batch's priced decode-only step (no prefill: a floor) exceeds their "
