@@ -10,15 +10,15 @@ layer's. On one rank of tp:
   output GEMM, all from the measured GEMM tables; the gated RMSNorm (reads the output and
   the gate, writes one) as an elementwise kernel; the block ends (add + RMSNorm,
   all-reduces) as any layer's;
-- a prefill chunk of q tokens (`chunk_ms`): the causal conv1d, the copies of q/k/v to
-  contiguous tensors and FLA's chunked delta rule, by the bytes they move
-  (AIConfigurator's speed-of-light formula, plus the copies): q/k/v read and the output
-  written in the activation dtype, the state (`ssm_dtype`: fp32 for Qwen3.5) read and
-  written once, and one state snapshot per 64-token chunk written and read back;
+- a prefill chunk of q tokens (`chunk_ms`): the causal conv1d and the copies of q/k/v to
+  contiguous tensors by the bytes they move (q/k/v read and written in the activation
+  dtype), the state (`ssm_dtype`: fp32 for Qwen3.5) gathered and scattered once, and
+  FLA's chunked delta rule (the Triton kernels vLLM runs) at the rates its published
+  timings show (`delta_rule_ms`);
 - a decoding sequence (`decode_ms`): the recurrent update reads and writes its state
   and conv window once per step.
 
-No table measures the conv1d or the recurrence: both are the roofline's, listed by
+No table of ours measures the conv1d or the recurrence: both are estimates, listed by
 `estimated_ops` as `gdn_prefill` and `gdn_decode`. What the host spends launching them
 outside CUDA graphs is `optimizer.latency.launches`' (20 kernels a layer), and in a
 prefill step that, not the GPU, is most of a GDN layer's time.
@@ -45,6 +45,17 @@ class Pricing(moe.Pricing, Protocol):
 
 
 CHUNK = 64  # FLA's chunk of the delta rule
+# FLA's chunked delta rule (fla/ops/gated_delta_rule, vendored by vLLM) in one layer: a
+# serial pass over each sequence's CHUNK-token chunks (the state recurrence) plus work
+# per token and value head, at the rates of FLA/Triton's published timings on H100
+# (FlashInfer PR #3866, head dim 128, 8 value heads, 2,048-8,192 tokens in one or two
+# sequences: with a fixed 29 us a call, here the core's launches, and the longest
+# sequence's chunks, all six within 2%; at 64 heads FLA runs up to 22% above). FLA on
+# B300 times within 5% of H100 (FlashInfer PR #4078), so these hold on Hopper and
+# Blackwell.
+DELTA_RULE_CHUNK_MS = 1.17e-3
+DELTA_RULE_TOKEN_HEAD_MS = 1.22e-6
+DELTA_RULE_REFERENCE_HBM = 3.35e12  # H100 SXM: a slower memory system runs it slower
 CORE_KERNELS = GDN_CORE  # a prefill chunk's kernels (`launches`), each at least a launch
 DECODE_KERNELS = 2  # causal_conv1d_update and the packed recurrent decode
 ESTIMATED = ("gdn_prefill", "gdn_decode")
@@ -90,13 +101,26 @@ def block_ms(pricing: Pricing, m: np.ndarray) -> np.ndarray:
 def chunk_ms(pricing: Pricing, q: np.ndarray) -> np.ndarray:
     """One layer's conv1d and chunked delta rule over a prefill chunk of `q` tokens (the
     module docstring); its cached prefix is in the state, not read."""
-    _, value, conv, state = _rank(pricing)
+    _, _, conv, state = _rank(pricing)
     q = np.asarray(q, dtype=np.float64)
     act = pricing.shape.dtype_bytes
-    snapshots = np.ceil(q / CHUNK) * state * 2.0  # written by the recurrence, read by output
     copies = q * conv * act * 2.0  # q, k, v made contiguous after the conv
-    moved = q * conv * act * 2.0 + q * value * act + 2.0 * state + snapshots + copies
-    return _memory_ms(pricing, moved, CORE_KERNELS)
+    moved = q * conv * act * 2.0 + 2.0 * state + copies
+    return _memory_ms(pricing, moved, CORE_KERNELS) + delta_rule_ms(pricing, q)
+
+
+def delta_rule_ms(pricing: Pricing, q: np.ndarray) -> np.ndarray:
+    """FLA's chunked delta rule over a chunk of `q` tokens in one layer (`DELTA_RULE_*`).
+    A step's chunks are priced one by one and summed; vLLM runs them in one call, where
+    their serial passes overlap, so a step of several prompts is priced up to
+    DELTA_RULE_CHUNK_MS a chunk and layer high for all but its longest."""
+    spec, tp = pricing.shape.gdn, pricing.tp
+    assert spec is not None
+    heads = max(1, spec.num_value_heads // tp)
+    q = np.asarray(q, dtype=np.float64)
+    ms = np.ceil(q / CHUNK) * DELTA_RULE_CHUNK_MS + q * heads * DELTA_RULE_TOKEN_HEAD_MS
+    slower = max(1.0, DELTA_RULE_REFERENCE_HBM / pricing.roofline.accelerator.hbm_bytes_per_s)
+    return ms * slower * pricing.scale
 
 
 def decode_ms(pricing: Pricing, num_seqs: np.ndarray) -> np.ndarray:

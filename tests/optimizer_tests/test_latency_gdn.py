@@ -1,6 +1,7 @@
-"""Gated DeltaNet layers priced as vLLM runs them (`optimizer.latency.gdn`): the chunked
-recurrence by its bytes, a chunk independent of its cached prefix, a decoding sequence
-independent of its context, and the rest of the layer through the GEMM tables."""
+"""Gated DeltaNet layers priced as vLLM runs them (`optimizer.latency.gdn`): the conv and
+copies by their bytes, FLA's delta rule at its published rates, a chunk independent of its
+cached prefix, a decoding sequence independent of its context, and the rest of the layer
+through the GEMM tables."""
 
 from __future__ import annotations
 
@@ -25,16 +26,36 @@ def _roofline(shape: ModelShape, tp: int = 1) -> Pricing:
     return Pricing(shape, tp, RooflinePricer(get_accelerator("h100")))
 
 
-def test_a_chunk_of_the_delta_rule_costs_its_bytes_worked_by_hand() -> None:
+def test_a_chunk_of_the_delta_rule_costs_its_bytes_and_flas_rates_worked_by_hand() -> None:
     """tp 1, bf16, a 128-token chunk. key dim 2 x 64 = 128, value dim 4 x 64 = 256, conv
     dim 2 x 128 + 256 = 512. State: 4 x 64 x 64 x 4 B (fp32) + 512 x 3 x 2 B = 68,608 B.
-    Bytes: conv read + written 128 x 512 x 2 x 2 = 262,144; output 128 x 256 x 2 = 65,536;
-    state read and written 137,216; two 64-token snapshots written and read back
-    2 x 68,608 x 2 = 274,432; q/k/v copies 262,144: 1,001,472 B. At 80% of 3.35 TB/s,
-    plus a 4 us launch for each of the core's 20 kernels: 0.08 + 1,001,472 / 2.68e9 ms
-    = 0.080374 ms (at this size the launches are nearly all of it)."""
+    Bytes: conv read + written 128 x 512 x 2 x 2 = 262,144; state gathered and scattered
+    137,216; q/k/v copies 262,144: 661,504 B, at 80% of 3.35 TB/s; a 4 us launch for each
+    of the core's 20 kernels; FLA's delta rule: 2 chunks x 1.17 us + 128 tokens x 4 value
+    heads x 1.22 ns. 0.08 + 661,504 / 2.68e9 + 0.00234 + 0.00062464 = 0.083211 ms."""
     ms = gdn.chunk_ms(_roofline(TOY), np.array([128.0]))
-    assert ms[0] == pytest.approx(20 * 0.004 + 1_001_472 / 2.68e9, rel=1e-9)
+    assert ms[0] == pytest.approx(20 * 0.004 + 661_504 / 2.68e9 + 2 * 1.17e-3 + 512 * 1.22e-6,
+                                  rel=1e-9)  # fmt: skip
+
+
+def test_the_delta_rule_runs_at_flas_published_rates() -> None:
+    """Qwen3.6-35B-A3B (32 value heads), one 8,192-token chunk: at tp 2, 128 chunks x 1.17
+    us + 8,192 x 16 heads x 1.22 ns = 0.30966 ms a layer on H100, the same on B300 (FLA
+    times within 5% of H100 there), and 3.35 / 2.0 TB/s slower on A100. Chunks are priced
+    one by one, so two 4,096-token chunks cost what one 8,192-token chunk does (vLLM's one
+    call overlaps their serial passes: `delta_rule_ms`'s caveat). At tp 4 the heads halve."""
+    shape = get_shape("qwen3.6-35b-a3b")
+
+    def rule(gpu: str, tp: int, q: list[float]) -> float:
+        pricing = Pricing(shape, tp, RooflinePricer(get_accelerator(gpu)))
+        return float(gdn.delta_rule_ms(pricing, np.array(q)).sum())
+
+    assert rule("h100", 2, [8192.0]) == pytest.approx(128 * 1.17e-3 + 8192 * 16 * 1.22e-6)
+    assert rule("b300", 2, [8192.0]) == pytest.approx(rule("h100", 2, [8192.0]))
+    assert rule("a100", 2, [8192.0]) == pytest.approx(rule("h100", 2, [8192.0]) * 3.35 / 2.0)
+    two = rule("h100", 2, [4096.0, 4096.0])
+    assert two == pytest.approx(rule("h100", 2, [8192.0]))
+    assert rule("h100", 4, [8192.0]) == pytest.approx(128 * 1.17e-3 + 8192 * 8 * 1.22e-6)
 
 
 def test_gdn_layers_read_their_state_not_the_prefix_or_the_context() -> None:
