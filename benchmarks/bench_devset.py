@@ -158,10 +158,9 @@ def _simulate_cli(run: ClosedLoopRun, workdir: Path, env: dict[str, str]) -> dic
 FLOOR_MARGIN = 1.1  # a priced step this far above the measured TPOT is not pricing noise
 
 
-def decode_floor_s(url: str, run: ClosedLoopRun) -> float:
-    """The priced time of one decode-only step of `run`'s full batch at its mean context
-    (prompt, chat template and half the output), on one DP rank: a lower bound on its
-    TPOT, which every prefill interleaved with the decodes only raises."""
+def _run_table(url: str, run: ClosedLoopRun):
+    """`run`'s deployment (its replica and its benchmark) and the stored table that prices
+    its steps, as the simulator prices them."""
     from api.services.tuning import stored_latency
 
     config, spec = closed_loop_deployment(run)
@@ -170,6 +169,14 @@ def decode_floor_s(url: str, run: ClosedLoopRun) -> float:
         inst.accelerator, inst.tp, precision=config.shape.precision,
         engine=config.engine_release, layout=inst.layout,
     )  # fmt: skip
+    return inst, spec, table
+
+
+def decode_floor_s(url: str, run: ClosedLoopRun) -> float:
+    """The priced time of one decode-only step of `run`'s full batch at its mean context
+    (prompt, chat template and half the output), on one DP rank: a lower bound on its
+    TPOT, which every prefill interleaved with the decodes only raises."""
+    inst, spec, table = _run_table(url, run)
     b = max(run.concurrency // inst.dp, 1)
     kv = run.isl + spec.chat_template_tokens + run.osl // 2
     load = StepLoad(num_tokens=b, num_logits=b, num_decode_seqs=b, decode_kv_tokens=b * kv)
@@ -179,14 +186,7 @@ def decode_floor_s(url: str, run: ClosedLoopRun) -> float:
 def lone_prefill_s(url: str, run: ClosedLoopRun) -> float:
     """The priced step of one of `run`'s prompts (chat template included) alone on the
     engine: the unit in which `lone_prefill_table` reads TTFT."""
-    from api.services.tuning import stored_latency
-
-    config, spec = closed_loop_deployment(run)
-    inst = config.replica
-    table = stored_latency(url, run.model).source.for_instance(
-        inst.accelerator, inst.tp, precision=config.shape.precision,
-        engine=config.engine_release, layout=inst.layout,
-    )  # fmt: skip
+    _, spec, table = _run_table(url, run)
     n = run.isl + spec.chat_template_tokens
     return table.idle_step_time_s(StepLoad(num_tokens=n, num_logits=1, prefill_q=(n,),
                                            prefill_kv=(n,)))  # fmt: skip
