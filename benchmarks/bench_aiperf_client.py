@@ -7,7 +7,7 @@ known, and servetune's replay of the same run (docs/closed-loop.md). Usage:
 The engine is a stand-in, not vLLM: an OpenAI-compatible streaming server (stdlib asyncio)
 whose engine thread steps like vLLM V1 with synchronous scheduling (8,192-token budget,
 running requests first, waiting prefills packed and the last one chunked, arrivals
-admitted between steps) and sleeps each step for its `LinearStep` cost.
+admitted between steps) and sleeps each step for what `STEP` prices it at.
 It adds 8 chat-template tokens to every prompt, as Qwen3's template does. aiperf runs
 AIConfigurator's protocol (`--concurrency C`, 20 x C requests after 2 x C warm-ups, fixed
 lengths, ignore_eos, streaming) with its default worker count, against a word-level
@@ -40,10 +40,13 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+
+from optimizer.latency.analytic import LinearLatency, SingleLatencySource
+from optimizer.latency.base import StepLoad
 
 CASES = ((1024, 128, 8), (1024, 128, 32), (4096, 128, 8), (4096, 128, 32))  # isl, osl, C
 TEMPLATE_TOKENS = 8  # Qwen3's chat template around one user message
@@ -52,30 +55,9 @@ ROW = ("{:>9s} {:4d} | {:8.0f} ms {:6.0f} {:6.1f} {:6.0f} | {:8.0f} ms {:6.0f} {
        "{:+7.1%} {:+6.1%}")  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class LinearStep:
-    """A step's cost: `base_s + prefill_token_s x prefill tokens + decode_s x decodes`."""
-
-    base_s: float = 0.015
-    prefill_token_s: float = 5.0e-5
-    decode_s: float = 1.0e-4
-
-    def cost_s(self, prefill_tokens: int, decodes: int) -> float:
-        return self.base_s + self.prefill_token_s * prefill_tokens + self.decode_s * decodes
-
-
-@dataclass(frozen=True, slots=True)
-class _Priced:
-    """`LinearStep` as servetune's `StepLatency` (and its `LatencySource`)."""
-
-    step: LinearStep
-    is_estimate: bool = False
-
-    def step_time_s(self, load) -> float:
-        return self.step.cost_s(sum(load.prefill_q), load.num_decode_seqs)
-
-    def for_instance(self, *args, **kwargs) -> _Priced:
-        return self
+# The stand-in's step cost, which also prices the replay: 15 ms + 50 us a token + 50 us a
+# sampled row (a decode costs 100 us, a 1,032-token prefill 66.6 ms).
+STEP = LinearLatency(base_s=0.015, per_token_s=5.0e-5, per_seq_s=5.0e-5)
 
 
 class _Request:
@@ -91,7 +73,7 @@ class _Request:
 class StandInEngine:
     """The engine thread (vLLM V1's loop, synchronous scheduling) and its server."""
 
-    def __init__(self, step: LinearStep, budget: int) -> None:
+    def __init__(self, step: LinearLatency, budget: int) -> None:
         self.step, self.budget = step, budget
         self.inbox: queue.Queue[_Request] = queue.Queue()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -129,10 +111,15 @@ class StandInEngine:
                 n = min(r.prompt, budget)
                 plan.append((r, n))
                 budget -= n
-            prefill = sum(n for r, n in plan if r.done < r.prompt)
-            time.sleep(
-                self.step.cost_s(prefill, len(plan) - sum(r.done < r.prompt for r, _ in plan))
-            )
+            chunks = [(r, n) for r, n in plan if r.done < r.prompt]  # prefill chunks
+            decodes = len(plan) - len(chunks)
+            sampled = decodes + sum(r.done + n >= r.prompt for r, n in chunks)
+            load = StepLoad(
+                num_tokens=sum(n for _, n in plan), num_logits=sampled,
+                prefill_q=tuple(n for _, n in chunks),
+                prefill_kv=tuple(r.done + n for r, n in chunks), num_decode_seqs=decodes,
+            )  # fmt: skip
+            time.sleep(self.step.step_time_s(load))
             now, firsts = time.monotonic(), 0
             for r, n in plan:
                 if r.done < r.prompt:
@@ -231,7 +218,7 @@ def _tokenizer(aiperf: str, where: Path) -> None:
         "model_max_length": 10**7}))  # fmt: skip
 
 
-def measure(aiperf: str, isl: int, osl: int, c: int, step: LinearStep, budget: int, port: int,
+def measure(aiperf: str, isl: int, osl: int, c: int, step: LinearLatency, budget: int, port: int,
             rounds: int, tmp: Path) -> tuple[dict, StandInEngine]:  # fmt: skip
     """One aiperf run against a fresh stand-in engine: aiperf's summary and the engine."""
     engine = StandInEngine(step, budget)
@@ -268,7 +255,7 @@ def measure(aiperf: str, isl: int, osl: int, c: int, step: LinearStep, budget: i
     return json.loads(export.read_text()), engine
 
 
-def replay(isl: int, osl: int, c: int, step: LinearStep, budget: int, rounds: int):
+def replay(isl: int, osl: int, c: int, step: LinearLatency, budget: int, rounds: int):
     from optimizer.bench_serve import BenchServeSpec
     from optimizer.closed_loop_workload import NO_FRONTEND
     from optimizer.config import InstanceConfig, ServingConfig
@@ -281,7 +268,7 @@ def replay(isl: int, osl: int, c: int, step: LinearStep, budget: int, rounds: in
                           max_concurrency=c, num_warmups=2 * c,
                           chat_template_tokens=TEMPLATE_TOKENS, client="aiperf")  # fmt: skip
     spec = replace(spec, frontend=NO_FRONTEND)
-    return simulate(spec.workload(), config, _Priced(step), seed=0)
+    return simulate(spec.workload(), config, SingleLatencySource(step), seed=0)
 
 
 def _groups(sizes: list[int]) -> str:
@@ -299,9 +286,9 @@ def main() -> int:
     cases = CASES
     if args.only:
         cases = (tuple(int(x) for x in args.only.split("/")),)
-    step = LinearStep()
-    print(f"stand-in engine: step = {step.base_s * 1e3:.0f} ms + {step.prefill_token_s * 1e6:.0f} "
-          f"us/prefill token + {step.decode_s * 1e6:.0f} us/decode, budget {args.budget}; "
+    step = STEP
+    print(f"stand-in engine: step = {step.base_s * 1e3:.0f} ms + {step.per_token_s * 1e6:.0f} "
+          f"us/token + {step.per_seq_s * 1e6:.0f} us/sampled row, budget {args.budget}; "
           f"aiperf {args.aiperf}, {args.rounds} requests per client after 2")  # fmt: skip
     head = ("ISL/OSL", "C", "aiperf TTFT", "p50", "TPOT", "server", "replay TTFT", "p50", "TPOT",
             "TTFT", "TPOT")  # fmt: skip
