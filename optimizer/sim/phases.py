@@ -6,7 +6,7 @@ successors arrive together (docs/closed-loop.md). Measured vLLM runs do that whe
 step holds few of the prompts, and do not where it holds many: on the development set
 (Qwen3-32B, H100, vLLM 0.12), with 4,096-token prompts (2 per 8,192-token step) the
 lock-step replay's mean TTFT is within 10-18% of the measured one, with 1,024-token
-prompts (7-8 per step) it is 1.5-2.7x above it, and measured TTFT lies between the
+prompts (7-8 per step) it is 1.8-2.7x above it, and measured TTFT lies between the
 lock-step replay and a replay whose clients start at independent phases. Where the
 clients' phases decide TTFT, `out_of_step_bound` replays the same deployment with the
 clients out of step, the other end of that range, so the answer states both.
