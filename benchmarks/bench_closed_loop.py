@@ -12,20 +12,24 @@ more rows start the measured clients spread over a quarter and a half of a reque
 cycle instead of as the client's burst, and one starts them at independent uniform
 phases of a cycle (`ClosedLoopWorkload.out_of_step`, the figure `simulate --workload`
 adds where the clients' phases decide TTFT): how far the answer moves when the clients
-are out of step (what measured runs look like at 1,024-token prompts).
+are out of step (what measured runs look like at 1,024-token prompts). A last row gives
+every step a random GPU time (its price times a lognormal factor, sigma 0.2): whether
+run-to-run variance of the GPU's steps breaks the clients' groups.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 from bench_common import SHARED, prepare_database
 
 from optimizer.closed_loop_workload import NO_FRONTEND, FrontendDelay
+from optimizer.latency.base import LatencySource, StepLatency, StepLoad, idle_step_time
 from optimizer.sim import simulate
 from optimizer.validation.devset import closed_loop_deployment, closed_loop_runs_of
 
@@ -33,6 +37,35 @@ CASES = (  # (tp, isl, osl, concurrency)
     (2, 1024, 128, 8), (8, 1024, 128, 8), (2, 1024, 1024, 32), (8, 1024, 1024, 64),
     (2, 4096, 1024, 8), (4, 4096, 512, 32),
 )  # fmt: skip
+
+
+STEP_SIGMA = 0.2  # lognormal spread of each step's GPU time around its price
+
+
+@dataclass
+class _NoisySteps:
+    """A step model whose every step takes its price times a lognormal factor."""
+
+    inner: StepLatency
+    rng: random.Random = field(default_factory=lambda: random.Random(1))
+
+    @property
+    def is_estimate(self) -> bool:
+        return self.inner.is_estimate
+
+    def step_time_s(self, load: StepLoad) -> float:
+        return self.inner.step_time_s(load) * self.rng.lognormvariate(0.0, STEP_SIGMA)
+
+    def idle_step_time_s(self, load: StepLoad) -> float:
+        return idle_step_time(self.inner)(load) * self.rng.lognormvariate(0.0, STEP_SIGMA)
+
+
+@dataclass(frozen=True)
+class _NoisySource:
+    inner: LatencySource
+
+    def for_instance(self, *args, **kwargs) -> StepLatency:
+        return _NoisySteps(self.inner.for_instance(*args, **kwargs))
 
 
 def _variants(spec, config):
@@ -49,7 +82,7 @@ def _variants(spec, config):
 
 def _row(label: str, res) -> str:
     ttft, tpot = res.ttft_s * 1e3, res.tpot_s * 1e3
-    return (f"  {label:28s} {np.nanmean(ttft):8.0f} ms {np.nanmedian(ttft):5.0f} ms "
+    return (f"  {label:32s} {np.nanmean(ttft):8.0f} ms {np.nanmedian(ttft):5.0f} ms "
             f"{np.nanmean(tpot):8.1f} ms")  # fmt: skip
 
 
@@ -71,7 +104,7 @@ def main() -> int:
             print(f"\nQwen3-32B TP{run.tp} on H100, {run.concurrency} clients, "
                   f"{run.isl}/{run.osl}: measured mean TTFT {run.ttft_s * 1e3:.0f} ms, "
                   f"TPOT {run.tpot_s * 1e3:.1f} ms")  # fmt: skip
-            print(f"  {'variant':28s} {'TTFT mean':>10s} {'p50':>7s} {'TPOT mean':>10s}")
+            print(f"  {'variant':32s} {'TTFT mean':>10s} {'p50':>7s} {'TPOT mean':>10s}")
             cycle = None
             for label, s, c in _variants(spec, config):
                 res = simulate(s.workload(), c, latency, seed=0)
@@ -90,6 +123,8 @@ def main() -> int:
                 res = simulate(replace(wl, release_s=np.maximum.accumulate(rel)), config,
                                latency, seed=0)  # fmt: skip
                 print(_row(f"clients spread over {share:g} cycle", res))
+            res = simulate(spec.workload(), config, _NoisySource(latency), seed=0)
+            print(_row(f"GPU steps +-{STEP_SIGMA:g} lognormal", res))
     return 0
 
 
