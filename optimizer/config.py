@@ -23,6 +23,7 @@ from optimizer.config_parts import (
     ConfigError,
     InstanceConfig,
     KVLinkConfig,
+    RejectReason,
     Role,
     RoutingPolicy,
     ServingMode,
@@ -39,6 +40,7 @@ __all__ = [
     "ConfigError",
     "InstanceConfig",
     "KVLinkConfig",
+    "RejectReason",
     "Role",
     "RolePlan",
     "RoutingPolicy",
@@ -342,7 +344,8 @@ def _validate(cfg: ServingConfig) -> None:
                 "weights per GPU + "
                 f"{activation_reserve_bytes(deployed, inst) / 1e9:.1f} GB reserve > "
                 f"{acc.memory_gib:g} GiB x gpu_memory_utilization {inst.gpu_memory_utilization} "
-                "leaves no room for the KV cache"
+                "leaves no room for the KV cache",
+                RejectReason.MEMORY,
             )
         mml = cfg.max_model_len
         if (
@@ -360,5 +363,6 @@ def _validate(cfg: ServingConfig) -> None:
         if mml is not None and mml > tokens:
             raise ConfigError(
                 f"{where}: max_model_len {mml} exceeds the KV cache capacity of "
-                f"{tokens} tokens (vLLM refuses to start)"
+                f"{tokens} tokens (vLLM refuses to start)",
+                RejectReason.MEMORY,
             )

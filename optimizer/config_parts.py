@@ -24,8 +24,22 @@ from optimizer.shapes import (
 )
 
 
+class RejectReason(StrEnum):
+    """Why a config cannot serve the workload (what `explain` counts trials by)."""
+
+    RULE = "rule"  # a field, model or engine rule broken (e.g. tp must divide the heads)
+    MEMORY = "memory"  # the weights, or a request's KV cache, do not fit the GPUs
+    REQUESTS = "requests"  # it cannot hold the workload's longest requests
+    BUDGET = "budget"  # it needs more GPUs than the budget
+
+
 class ConfigError(ValueError):
-    """A serving config is invalid: bad field, vLLM rule broken, or the model does not fit."""
+    """A serving config is invalid: bad field, vLLM rule broken, or the model does not fit.
+    `reason` says which kind (`RejectReason`)."""
+
+    def __init__(self, message: str, reason: RejectReason = RejectReason.RULE) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ServingMode(StrEnum):

@@ -15,7 +15,8 @@ from api.cli.common import console, fail, output_dir, session, trace_source
 
 if TYPE_CHECKING:
     from optimizer.search import TuneRequest
-    from optimizer.search.outcome import TuneOutcome
+    from optimizer.search.attainment import Attainment
+    from optimizer.search.outcome import Recommendation, TuneOutcome
 
 
 def _trace_id(trace: str) -> int:
@@ -30,19 +31,14 @@ def _trace_id(trace: str) -> int:
     return result.trace.id
 
 
-def _gpus(n: int) -> str:
-    return f"{n} GPU{'' if n == 1 else 's'}"
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.2f}/h"
 
 
-def _money(value: float | None, unit: str = "/h") -> str:
-    return "-" if value is None else f"${value:,.2f}{unit}"
-
-
-def _cost_text(ev) -> str:
-    if ev.price_per_hour is None:
-        return ' (no GPU prices given: --space \'{"prices": [["h100", 2.5]]}\' adds $)'
-    per_m = ev.cost_per_million_output_tokens
-    return f", {_money(ev.price_per_hour)}, {_money(per_m, '')} per million output tokens"
+def _price_hint(outcome: TuneOutcome) -> str:
+    """How to get dollar figures, naming the GPUs of this run."""
+    gpu = outcome.request.gpu_types[0]
+    return f'no GPU prices given: --space \'{{"prices": [["{gpu}", 2.5]]}}\' adds $'
 
 
 def print_header(outcome: TuneOutcome) -> None:
@@ -62,12 +58,19 @@ def print_header(outcome: TuneOutcome) -> None:
     console.print(f"[bold]Latency model:[/] {label}")
 
 
+def _attain(att: Attainment | None) -> str:
+    """A table cell: the share and the rate it was measured at."""
+    return "-" if att is None else f"{att.share:.1%} @ {att.rate:,.2f}"
+
+
 def _pareto_table(outcome: TuneOutcome, priced: bool) -> Table:
     table = Table(
-        title="Pareto front: fleets verified on the whole workload (cost vs tokens/s/user)"
+        title="Pareto front: fleets verified on the whole workload (cost vs tokens/s/user)",
+        caption="attain: the lowest attainment measured, @ the req/s it was measured at; "
+        "latencies at the workload's own load",
     )
     cols = ["trial", "mode", "GPUs"] + (["$/h"] if priced else []) + [
-        "tp", "tokens", "seqs", "chunked", "K", "attain", "tok/s/user", "TTFT p90 ms",
+        "tp", "tokens", "seqs", "chunked", "K", "attain @ req/s", "tok/s/user", "TTFT p90 ms",
         "TPOT p90 ms",
     ]  # fmt: skip
     for col in cols:  # numbers fold at 80 columns rather than turn into "15.…"
@@ -79,18 +82,22 @@ def _pareto_table(outcome: TuneOutcome, priced: bool) -> Table:
         mode = cfg.mode.value + (
             f" {cfg.num_prefill}P:{cfg.num_decode}D" if cfg.num_prefill else f" x{cfg.num_replicas}"
         )
-        star = "*" if rec is not None and p.trial == rec.trial else ""
-        name = "defaults" if p.trial is None else str(p.trial)
-        row = [f"{name}{star}", mode, str(ev.num_gpus)]
+        chosen = rec is not None and p.trial == rec.trial and p.defaults == rec.defaults
+        name = ("defaults" if p.defaults else str(p.trial)) + ("*" if chosen else "")
+        row = [name, mode, str(ev.num_gpus)]
         if priced:
             row.append(_money(ev.price_per_hour))
         row += [
             f"{front.tp}/{back.tp}" if front is not back else str(front.tp),
-            str(front.max_num_batched_tokens), str(back.max_num_seqs),
+            str(front.max_num_batched_tokens),
+            str(back.max_num_seqs),
             "on" if front.enable_chunked_prefill else "off",
-            str(cfg.speculation.num_speculative_tokens), f"{ev.attainment:.1%}",
-            f"{ev.interactivity_tok_s:.1f}", f"{ev.ttft_p90_ms:,.0f}", f"{ev.tpot_p90_ms:.1f}",
-        ]  # fmt: skip
+            str(cfg.speculation.num_speculative_tokens),
+            _attain(ev.attainment),
+            f"{ev.interactivity_tok_s:.1f}",
+            f"{ev.ttft_p90_ms:,.0f}",
+            f"{ev.tpot_p90_ms:.1f}",
+        ]
         table.add_row(*row)
     return table
 
@@ -100,62 +107,43 @@ def _capacity_table(outcome: TuneOutcome) -> Table:
     table = Table(title="Capacity plan: GPUs the recommended unit needs as traffic grows")
     cols = ("traffic", "clients", "req/s served") if clients else (
         "traffic", "mean req/s", "sized for req/s")  # fmt: skip
-    for col in (*cols, "GPUs", "$/h", "attainment"):
+    for col in (*cols, "GPUs", "$/h", "attain @ req/s"):
         table.add_column(col, justify="right", overflow="fold")
     for c in outcome.capacity:
         gpus = str(c.num_gpus) if c.feasible else f"> {c.num_gpus}"
         load = [f"{max(1, round(clients * c.traffic)):,}", f"{c.mean_rate:.2f}"] if clients else [
             f"{c.mean_rate:.2f}", f"{c.sizing_rate:.2f}"]  # fmt: skip
-        table.add_row(
-            f"{c.traffic:g}x", *load, gpus, _money(c.price_per_hour), f"{c.attainment:.1%}"
-        )
+        cells = (f"{c.traffic:g}x", *load, gpus, _money(c.price_per_hour), _attain(c.attainment))
+        table.add_row(*cells)
     return table
-
-
-def _load_text(outcome: TuneOutcome) -> str:
-    clients = outcome.evaluated.clients
-    return f"with the {clients:,} clients" if clients else "at the trace's rate"
 
 
 def print_outcome(outcome: TuneOutcome) -> None:
     print_header(outcome)
     priced = bool(outcome.request.space().prices)
     console.print(_pareto_table(outcome, priced))
-    b = outcome.baseline
-    bev = b.predicted
-    if bev.status.value == "invalid":
-        console.print(f"[bold]Baseline[/] ({b.description}): not valid here: {bev.error}")
-    else:
-        verdict = "meets the SLOs" if bev.feasible else "misses the SLOs"
-        console.print(
-            f"[bold]Baseline[/] ({b.description}): {verdict} with {_gpus(bev.num_gpus)} "
-            f"({bev.attainment:.1%} attainment {_load_text(outcome)})",
-            highlight=False,
-        )
+    verdict = outcome.verdict
+    console.print(verdict.baseline, highlight=False)
     rec = outcome.recommendation
     if rec is None:
-        console.print(f"[red]{outcome.shortfall}[/]", highlight=False)
-        return
-    ev = rec.predicted
-    gain = ""
-    if b.gain and rec.trial is not None:
-        more = "cost {:.2f}x as much" if priced else "need {:.2f}x as many GPUs"
-        gain = "; the defaults " + more.format(b.gain)
-    who = "the engine defaults" if rec.trial is None else f"trial {rec.trial}"
+        console.print(f"[red]{verdict.headline}[/]", highlight=False)
+    else:
+        _print_recommendation(outcome, rec)
     console.print(
-        f"[bold green]Recommendation[/] ({who}): [bold]{_gpus(ev.num_gpus)}[/] "
-        f"({ev.num_units} x {ev.unit_gpus}-GPU unit){_cost_text(ev)}{gain}; "
-        f"attainment {ev.attainment:.1%} {_load_text(outcome)}"
-        + (
-            ""
-            if outcome.evaluated.clients
-            else f", {ev.sizing_attainment:.1%} at {outcome.evaluated.sizing_rate:.2f} req/s"
-        ),
+        f"\n`servetune explain {outcome.study_name}`: every trial, why each lost, and what "
+        "would change the answer",
         highlight=False,
     )
+
+
+def _print_recommendation(outcome: TuneOutcome, rec: Recommendation) -> None:
+    console.print(f"[bold green]{outcome.verdict.headline}[/]", highlight=False)
+    if rec.predicted.price_per_hour is None:
+        console.print(f"  ({_price_hint(outcome)})", highlight=False)
+    load = "with the clients" if outcome.evaluated.clients else "at the trace's own rate"
     for c in rec.slo_checks:
         mark = "[green]ok[/]" if c.ok else "[red]over[/]"
-        console.print(f"  {c.metric}: {c.predicted:.1f} vs SLO {c.target:g}  {mark}")
+        console.print(f"  {c.metric} {load}: {c.predicted:.1f} vs SLO {c.target:g}  {mark}")
     if rec.out_of_step is not None:  # the same note as `simulate --workload` on this fleet
         console.print(f"  [yellow]note: {rec.out_of_step.note}[/]", highlight=False)
     if outcome.capacity:
@@ -328,11 +316,16 @@ def run_study(request: TuneRequest, name: str, *, workers: int = 1) -> TuneOutco
         task = bar.add_task("tune", total=request.num_trials, best="")
 
         def on_progress(p) -> None:
-            best = f"fewest so far ~{p.fewest_gpus} GPUs" if p.fewest_gpus else ""
-            if p.stage != "searching":
+            best = ""
+            if p.screened_fewest_gpus:
+                best = f"fewest so far ~{p.screened_fewest_gpus} GPUs (screened)"
+            if p.stage == "done":
+                best = "done"
+            elif p.stage != "searching":
                 best = p.stage
             bar.update(task, completed=p.trials_done, best=best)
 
+        error = None
         try:
             outcome = run_tuning_job(
                 request, database_url=get_settings().database_url, study_name=name,
@@ -340,9 +333,13 @@ def run_study(request: TuneRequest, name: str, *, workers: int = 1) -> TuneOutco
                 num_threads=get_settings().native_threads, workers=workers,
             )  # fmt: skip
         except TrialError as exc:
-            fail(f"{exc.details()}\nThis is a servetune bug, not a bad config: please report it.")
+            error = f"{exc.details()}\nThis is a servetune bug, not a bad config: please report it."
         except (TraceNotFound, ValueError) as exc:
-            fail(str(exc))
+            error = str(exc)
+        if error is not None:
+            bar.live.transient = True  # the run never started: leave no empty bar behind
+    if error is not None:
+        fail(error)
     console.print(f"study [bold]{name}[/] ({outcome.num_trials} trials)")
     print_outcome(outcome)
     return outcome
@@ -365,13 +362,16 @@ def worker(
     console.print(f"study {study}: {done} finished trials")
 
 
-def explain(
-    job_or_config: Annotated[str, typer.Argument(help="a study name, or an outcome.json file")],
-) -> None:
-    """Print the phase breakdown and the plain-language diagnosis of a tuning result."""
+def _load_outcome(job_or_config: str) -> TuneOutcome:
+    """The outcome in an outcome.json file or stored for a study."""
+    from optimizer.search.outcome import OutcomeFormatError, TuneOutcome
+
     path = Path(job_or_config)
     if path.suffix == ".json" and path.exists():
-        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            fail(f"{path}: not a readable outcome.json ({exc})")
     else:
         from storage.tuning import TuningRunNotFound, get_tuning_run
 
@@ -383,19 +383,90 @@ def explain(
         if run.outcome is None:
             fail(f"study {job_or_config!r} has no outcome yet (status {run.status.value})")
         data = run.outcome
-    diag = data.get("diagnosis") if isinstance(data, dict) else None
-    if not diag:
-        fail(f"{job_or_config}: no diagnosis in this outcome")
-    table = Table(title="Phase breakdown")
-    table.add_column("metric")
-    rows = [d for d in (diag["baseline"], diag.get("recommendation")) if d]
-    for d in rows:
-        table.add_column(d["label"], justify="right")
-    for key in ("rate", "prefill_share", "decode_share", "mixed_share", "mean_batch",
-                "decode_intensity", "prefill_intensity", "ridge", "kv_utilization",
-                "num_preemptions", "queueing_share_of_ttft", "itl_spike_share", "itl_p99_ms",
-                "ttft_p90_ms", "tpot_p90_ms"):  # fmt: skip
-        table.add_row(key, *(f"{d[key]:.3g}" if d[key] is not None else "-" for d in rows))
-    console.print(table)
-    for line in diag["account"]:
-        console.print(line, highlight=False)
+    try:
+        return TuneOutcome.from_dict(data)
+    except OutcomeFormatError as exc:
+        fail(f"{job_or_config}: {exc}; run the study again to explain it")
+
+
+# The phase breakdown's rows: (label, field, format).
+_PHASE_ROWS = (
+    ("load (req/s)", "rate", "{:.2f}"),
+    ("GPU time in prefill-only steps", "prefill_share", "{:.0%}"),
+    ("GPU time in decode-only steps", "decode_share", "{:.0%}"),
+    ("GPU time in mixed steps", "mixed_share", "{:.0%}"),
+    ("sequences per step (mean)", "mean_batch", "{:.1f}"),
+    ("decode intensity (FLOP/byte)", "decode_intensity", "{:.0f}"),
+    ("prefill chunk intensity (FLOP/byte)", "prefill_intensity", "{:,.0f}"),
+    ("GPU ridge point (FLOP/byte)", "ridge", "{:.0f}"),
+    ("KV cache in use (mean)", "kv_utilization", "{:.0%}"),
+    ("preemptions", "num_preemptions", "{:,}"),
+    ("queueing share of TTFT", "queueing_share_of_ttft", "{:.0%}"),
+    ("decode tokens hit by an ITL spike", "itl_spike_share", "{:.1%}"),
+    ("ITL p99 (ms)", "itl_p99_ms", "{:,.1f}"),
+    ("TTFT p90 (ms)", "ttft_p90_ms", "{:,.0f}"),
+    ("TPOT p90 (ms)", "tpot_p90_ms", "{:.1f}"),
+)
+
+
+def _trials_table(outcome: TuneOutcome) -> Table:
+    t = outcome.trials
+    table = Table(
+        title=f"Trials: {t.num_trials} finished; the verified fleets first, then the best "
+        "screens (GPUs of a screen: its estimate)"
+    )
+    for col in ("trial", "config", "stage", "GPUs", "fate", "deciding", "why"):
+        table.add_column(col, overflow="fold")
+    for r in t.rows:
+        name = "defaults" if r.defaults else str(r.trial)
+        if r.defaults and r.trial is not None:
+            name = f"defaults (trial {r.trial})"
+        if r.also:
+            name += f" (+{len(r.also)})"
+        gpus = str(r.num_gpus) if r.num_gpus else "-"
+        table.add_row(name, r.knobs, r.stage.value, gpus, r.fate.value, r.deciding, r.detail)
+    return table
+
+
+def _print_explanation(outcome: TuneOutcome) -> None:
+    verdict = outcome.verdict
+    print_header(outcome)
+    colour = "green" if outcome.recommendation is not None else "red"
+    console.print(f"[bold {colour}]{verdict.headline}[/]", highlight=False)
+    console.print(verdict.baseline, highlight=False)
+    console.print(_trials_table(outcome))
+    if outcome.trials.lost:
+        console.print("[bold]Trials that lost, by reason[/]")
+        for g in outcome.trials.lost:
+            why = g.fate.value + (f" ({g.reason.value})" if g.reason else "")
+            more = ", ..." if g.count > len(g.trials) else ""
+            listed = ", ".join(str(n) for n in g.trials) + more
+            console.print(f"  {g.count} {why}: trials {listed}; e.g. {g.example}", highlight=False)
+    if verdict.runner_up:
+        console.print("\n[bold]Why the recommendation beats the runner-up[/]")
+        console.print(f"  {verdict.runner_up}", highlight=False)
+    if verdict.what_ifs:
+        console.print("\n[bold]What would change the answer[/]")
+        for line in verdict.what_ifs:
+            console.print(f"  - {line}", highlight=False)
+    diag = outcome.diagnosis
+    phases = [d for d in (diag.baseline, diag.recommendation) if d is not None]
+    if phases:
+        table = Table(title="Where GPU time goes (at the workload's own load)")
+        table.add_column("")
+        for d in phases:
+            table.add_column(d.label, justify="right")
+        for label, key, fmt in _PHASE_ROWS:
+            table.add_row(label, *(fmt.format(getattr(d, key)) for d in phases))
+        console.print(table)
+    console.print("[bold]Diagnosis[/]")
+    for line in diag.account:
+        console.print(f"  {line}", highlight=False)
+
+
+def explain(
+    job_or_config: Annotated[str, typer.Argument(help="a study name, or an outcome.json file")],
+) -> None:
+    """Explain a tuning result: the verdict, every trial and why it lost, why the
+    recommendation beats the runner-up, what would change the answer, where GPU time goes."""
+    _print_explanation(_load_outcome(job_or_config))

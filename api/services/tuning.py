@@ -33,6 +33,7 @@ from optimizer.search.study import (
     count_finished,
     make_storage,
     open_study,
+    rejected_trials,
     run_trials,
     trial_outcomes,
     warm_cache,
@@ -297,11 +298,15 @@ def run_tuning_job(
             study_name=study_name,
             num_trials=done,
             latency=LatencyInfo(label, setup.latency.is_estimate),
+            rejected=rejected_trials(study),
             on_step=on_step,
         )
         status = TuningStatus.DONE if done >= request.num_trials else TuningStatus.STOPPED
         with session_scope(engine) as s:
             finish_tuning_run(s, study_name, outcome.to_dict(), status)
+        rec = outcome.recommendation
+        gpus = None if rec is None else rec.predicted.num_gpus
+        on_progress(replace(last, eta_s=None, stage="done", recommended_gpus=gpus))
         return outcome
     finally:
         engine.dispose()

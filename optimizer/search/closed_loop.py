@@ -28,8 +28,9 @@ from typing import ClassVar
 
 from optimizer.bench_serve import BenchServeSpec
 from optimizer.closed_loop_workload import ClosedLoopWorkload
-from optimizer.config import ConfigError, ServingConfig
+from optimizer.config import ConfigError, RejectReason, ServingConfig
 from optimizer.latency.base import LatencySource
+from optimizer.search.attainment import Load, attainment_of
 from optimizer.search.evaluation import (
     BaseEvaluator,
     EvalSettings,
@@ -134,7 +135,8 @@ class ClosedLoopEvaluator(BaseEvaluator):
         s = self.settings
         status = EvalStatus.FEASIBLE if ok else EvalStatus.INFEASIBLE
         unit_rate = res.request_goodput(s.slo) / n
-        return figures_of(status, stage, unit, n, res, unit_rate, sims, True)
+        attained = (attainment_of(res, s.slo, Load.CLIENTS, res.request_throughput),)
+        return figures_of(status, stage, unit, n, res, unit_rate, sims, True, attained)
 
     # -- screening ---------------------------------------------------------------------
     def _screen(self, unit: ServingConfig) -> Evaluation:
@@ -142,10 +144,13 @@ class ClosedLoopEvaluator(BaseEvaluator):
         most = self.settings.gpu_budget // unit.num_gpus
         if most < 1:
             raise ConfigError(
-                f"needs {unit.num_gpus} GPUs, more than the budget of {self.settings.gpu_budget}"
+                f"needs {unit.num_gpus} GPUs, more than the budget of {self.settings.gpu_budget}",
+                RejectReason.BUDGET,
             )
         n, ok, runs = self._size(unit, self.screen, 1, most)
-        return self._figures(ok, EvalStage.SCREENED, unit, n, runs[n], len(runs))
+        return self._with_limit(
+            self._figures(ok, EvalStage.SCREENED, unit, n, runs[n], len(runs)), ok, n, runs
+        )
 
     # -- verification ------------------------------------------------------------------
     def _verify(
@@ -158,4 +163,14 @@ class ClosedLoopEvaluator(BaseEvaluator):
         n, ok, runs = self._size(unit, self.scaled(rate_factor), start, most)
         res = runs[n]
         ev = self._figures(ok, EvalStage.VERIFIED, unit, n, res, len(runs))
-        return Verified(fleet_of(unit, n), replace(ev, sizing_attainment=ev.attainment), res)
+        return Verified(fleet_of(unit, n), self._with_limit(ev, ok, n, runs), res, res)
+
+    def _with_limit(
+        self, ev: Evaluation, ok: bool, n: int, runs: dict[int, SimulationResult]
+    ) -> Evaluation:
+        """`ev` with its nearest failing point: the fleet with one unit fewer, when tried."""
+        if not ok or n - 1 not in runs:
+            return ev
+        fewer = runs[n - 1]
+        rate = fewer.request_throughput
+        return replace(ev, limit=attainment_of(fewer, self.settings.slo, Load.CLIENTS, rate))

@@ -19,6 +19,7 @@ import numpy as np
 from optimizer.config import ServingConfig, ServingMode
 from optimizer.search.evaluation import Evaluation
 from optimizer.search.recommend import TrialOutcome
+from optimizer.search.windows import EvaluatedTrace
 from optimizer.sim import SimulationResult
 
 
@@ -40,7 +41,6 @@ class PhaseDiagnosis:
     itl_p99_ms: float
     ttft_p90_ms: float
     tpot_p90_ms: float
-    attainment: float
 
     @property
     def decode_bound(self) -> str:
@@ -100,7 +100,6 @@ def breakdown(
         itl_p99_ms=result.itl.p99 * 1e3,
         ttft_p90_ms=result.ttft.p90 * 1e3,
         tpot_p90_ms=result.tpot.p90 * 1e3,
-        attainment=float(result.slo_attainment or 0.0),
     )
 
 
@@ -138,23 +137,29 @@ def _fleet(ev: Evaluation, per_dollar: bool) -> str:
 def explain(
     base: PhaseDiagnosis | None,
     rec: PhaseDiagnosis | None,
-    base_out: TrialOutcome,
+    base_ev: Evaluation,
+    base_config: ServingConfig | None,
     best: TrialOutcome | None,
     *,
+    rec_name: str,
+    kept_defaults: bool,
+    evaluated: EvaluatedTrace,
     per_dollar: bool = False,
 ) -> tuple[str, ...]:
-    """The plain-language account: what the defaults need, which knobs the recommendation
-    moves, and through which phase it saves GPUs."""
+    """The plain-language account: what the defaults need (`base_ev`; `base_config` their
+    fleet, None when they cannot be built at all), which knobs the recommendation (`best`,
+    named `rec_name`) moves, and through which phase it saves GPUs."""
     lines = []
-    base_ev = base_out.evaluation
     if base is None:
         lines.append(f"vLLM's defaults are not a valid deployment here: {base_ev.error}")
     else:
+        att = base_ev.attainment
+        assert att is not None
         need = (
             f"meet the SLOs with {_fleet(base_ev, per_dollar)}"
             if base_ev.feasible
-            else f"miss the SLOs even with {_fleet(base_ev, per_dollar)} "
-            f"({base_ev.attainment:.1%} attainment)"
+            else f"miss the SLOs even with {_fleet(base_ev, per_dollar)}: "
+            f"{evaluated.attainment_text(att)}"
         )
         lines.append(
             f"vLLM's defaults {need}. At {base.rate:.2f} req/s: {base.prefill_share:.0%} of GPU "
@@ -168,7 +173,7 @@ def explain(
     if best is None:
         lines.append("No config met the SLOs within the budget, so there is nothing to compare.")
         return tuple(lines)
-    if best.number is None:
+    if kept_defaults:
         lines.append(
             f"No config found needs fewer {'dollars' if per_dollar else 'GPUs'} than the "
             f"defaults' {_fleet(base_ev, per_dollar)} or is more than 3% more interactive "
@@ -177,7 +182,12 @@ def explain(
         )
         return tuple(lines)
     rec_ev = best.evaluation
-    changes = _knob_changes(base_out.config, best.config)
+    if base_config is None:
+        lines.append(
+            f"Recommendation ({rec_name}) meets the SLOs with {_fleet(rec_ev, per_dollar)}."
+        )
+        return tuple(lines)
+    changes = _knob_changes(base_config, best.config)
     saving = ""
     if base_ev.feasible and base_ev.num_gpus == rec_ev.num_gpus and not per_dollar:
         saving = (
@@ -187,7 +197,7 @@ def explain(
     elif base_ev.feasible:
         saving = f" instead of the defaults' {_fleet(base_ev, per_dollar)}"
     lines.append(
-        f"Recommendation (trial {best.number}) meets the SLOs with {_fleet(rec_ev, per_dollar)}"
+        f"Recommendation ({rec_name}) meets the SLOs with {_fleet(rec_ev, per_dollar)}"
         f"{saving}; it changes {', '.join(changes) or 'nothing'}."
     )
     if rec is None or base is None:
@@ -205,7 +215,7 @@ def explain(
             f"KV: preemptions fall {base.num_preemptions} -> {rec.num_preemptions}, "
             "so less prefill is recomputed"
         )
-    rec_cfg, base_cfg = best.config, base_out.config
+    rec_cfg, base_cfg = best.config, base_config
     if rec_cfg.mode is ServingMode.DISAGGREGATED and base_cfg.mode is ServingMode.COLOCATED:
         why.append(
             "interference: prefill and decode run on separate GPUs, so neither waits for the other"

@@ -27,8 +27,9 @@ from typing import ClassVar, Protocol
 import numpy as np
 
 from optimizer.closed_loop_workload import ClosedLoopWorkload
-from optimizer.config import ConfigError, ServingConfig
+from optimizer.config import ConfigError, RejectReason, ServingConfig
 from optimizer.latency.base import LatencySource
+from optimizer.search.attainment import Attainment, Load
 from optimizer.search.space import config_key
 from optimizer.search.windows import EvaluatedTrace
 from optimizer.sim import SLO, OutOfStepBound, SimulationResult, max_request_tokens, simulate
@@ -102,8 +103,12 @@ class Evaluation:
 
     Screened: `num_units`/`num_gpus` are the estimate for the sizing rate and the
     latencies those of one unit at its share of it on the window. Verified: the
-    sized fleet's, on the whole trace at the trace's own rate (`attainment`) and at
-    the sizing rate (`sizing_attainment`).
+    sized fleet's, on the whole trace at the trace's own rate; `attainments` holds
+    each run's attainment with its load (a trace's fleet: at the sizing rate, then at
+    the trace's own rate), and `attainment` (derived) is the lowest of them, the one
+    that decides whether the deployment meets the target. `limit` is the nearest
+    failing point: a screen's lowest probed rate above its capacity; a verified fleet
+    that meets the target, the same fleet with one unit fewer, when that was tried.
     """
 
     status: EvalStatus
@@ -116,10 +121,8 @@ class Evaluation:
     goodput_per_gpu: float = 0.0  # unit_rate / unit_gpus
     goodput_per_dollar: float | None = None  # unit_rate / the unit's USD per hour
     interactivity_tok_s: float = 0.0  # median output tokens/s per user
-    attainment: float = 0.0  # share of requests meeting every SLO
-    ttft_attainment: float = 0.0  # share meeting the TTFT SLO alone
-    tpot_attainment: float = 0.0  # share meeting the TPOT SLO alone
-    sizing_attainment: float = 0.0
+    attainments: tuple[Attainment, ...] = ()
+    limit: Attainment | None = None
     request_goodput: float = 0.0  # requests/s meeting the SLOs
     output_tokens_per_s: float = 0.0
     cost_per_million_output_tokens: float | None = None  # USD, at the trace's rate
@@ -133,10 +136,26 @@ class Evaluation:
     num_simulations: int = 0
     bounded: bool = True  # False when a capacity search hit its probe limit
     error: str = ""
+    reject: RejectReason | None = None  # INVALID: why
+    # derived: the lowest of `attainments` (None: nothing was run, an invalid config)
+    attainment: Attainment | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        lowest = min(self.attainments, key=lambda a: a.share, default=None)
+        object.__setattr__(self, "attainment", lowest)
 
     @property
     def feasible(self) -> bool:
         return self.status is EvalStatus.FEASIBLE
+
+    @property
+    def share(self) -> float:
+        """The deciding attainment's share (0 when nothing was run)."""
+        return self.attainment.share if self.attainment is not None else 0.0
+
+    def at(self, load: Load) -> Attainment | None:
+        """The attainment measured at `load`, if any."""
+        return next((a for a in self.attainments if a.load is load), None)
 
 
 @dataclass(slots=True)
@@ -161,19 +180,38 @@ class EvaluationCache:
         try:
             result = screen(unit)
         except ConfigError as exc:
-            result = Evaluation(EvalStatus.INVALID, EvalStage.SCREENED, unit.num_gpus,
-                                unit_gpus=unit.num_gpus, error=str(exc))  # fmt: skip
+            result = invalid(unit.num_gpus, exc)
         self.entries[key] = result
         return result
 
 
+def invalid(num_gpus: int, exc: ConfigError) -> Evaluation:
+    """The evaluation of a config that cannot run (`exc` says why)."""
+    return Evaluation(
+        EvalStatus.INVALID,
+        EvalStage.SCREENED,
+        num_gpus,
+        unit_gpus=num_gpus,
+        error=str(exc),
+        reject=exc.reason,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Verified:
-    """A sized fleet, its verified figures and the simulation they come from."""
+    """A sized fleet, its verified figures and the simulation they come from (`result`, at
+    the workload's own load), and the run it was sized on (`sized`: at the sizing rate; the
+    same run when that is the workload's own load)."""
 
     fleet: ServingConfig
     evaluation: Evaluation
     result: SimulationResult
+    sized: SimulationResult
+
+    def deciding_run(self) -> SimulationResult:
+        """The run of the evaluation's deciding (lowest) attainment."""
+        att = self.evaluation.attainment
+        return self.sized if att is not None and att.load is Load.SIZING else self.result
 
 
 class Evaluator(Protocol):
@@ -257,7 +295,8 @@ class BaseEvaluator(ABC):
             raise ConfigError(
                 f"rejects the {self._workload_name}'s longest requests "
                 f"({self.longest_request_tokens} prompt + output tokens; this config holds at "
-                f"most {limit})"
+                f"most {limit})",
+                RejectReason.REQUESTS,
             )
 
     # -- screening ---------------------------------------------------------------------
@@ -307,9 +346,10 @@ def figures_of(
     unit_rate: float,
     sims: int,
     bounded: bool,
+    attainments: tuple[Attainment, ...],
 ) -> Evaluation:
-    slo = res.slo
-    assert slo is not None
+    """The figures of `res`, a run of `num_units` x `unit`; `attainments` are the
+    attainments that decide `status`, each with its load (`res`'s among them)."""
     tpot = res.tpot_s[~np.isnan(res.tpot_s)]
     tpot = tpot[tpot > 0]
     interactivity = float(np.median(1.0 / tpot)) if tpot.size else 0.0
@@ -320,6 +360,8 @@ def figures_of(
     cost = None
     if price is not None and out_tok_s > 0:
         cost = price / (out_tok_s * 3600) * 1e6
+    slo = res.slo
+    assert slo is not None
     return Evaluation(
         status=status,
         stage=stage,
@@ -331,10 +373,7 @@ def figures_of(
         goodput_per_gpu=unit_rate / unit_gpus,
         goodput_per_dollar=(unit_rate / unit_price) if unit_price else None,
         interactivity_tok_s=interactivity,
-        attainment=res.attainment(slo),
-        ttft_attainment=float(np.mean(res.ttft_s <= slo.ttft_s)),
-        tpot_attainment=float(np.mean(np.isnan(res.tpot_s) | (res.tpot_s <= slo.tpot_s))),
-        sizing_attainment=res.attainment(slo),
+        attainments=attainments,
         request_goodput=res.request_goodput(slo),
         output_tokens_per_s=out_tok_s,
         cost_per_million_output_tokens=cost,

@@ -39,25 +39,26 @@ class TrialOutcome:
 
 @dataclass(frozen=True, slots=True)
 class ParetoRow:
-    trial: int | None  # None: the engine's defaults
+    trial: int | None  # the first trial that screened its unit (None: none did)
     config: ServingConfig
     predicted: Evaluation
+    defaults: bool = False  # the engine's defaults (sized like any other unit)
 
     @property
     def meets_slo(self) -> bool:
         return self.predicted.feasible
 
 
-def _cost(ev: Evaluation, per_dollar: bool) -> float:
+def cost_of(ev: Evaluation, per_dollar: bool) -> float:
     """What a fleet costs: USD per hour with prices, else GPUs."""
     if per_dollar:
         return ev.price_per_hour if ev.price_per_hour is not None else math.inf
     return float(ev.num_gpus)
 
 
-def _screen_rank(ev: Evaluation, per_dollar: bool) -> tuple[float, float, float]:
+def screen_rank(ev: Evaluation, per_dollar: bool) -> tuple[float, float, float]:
     efficiency = (ev.goodput_per_dollar or 0.0) if per_dollar else ev.goodput_per_gpu
-    return (_cost(ev, per_dollar), -efficiency, -ev.interactivity_tok_s)
+    return (cost_of(ev, per_dollar), -efficiency, -ev.interactivity_tok_s)
 
 
 def candidates(
@@ -73,13 +74,25 @@ def candidates(
             seen.setdefault(config_key(o.config), o)
     feasible = [o for o in seen.values() if o.evaluation.feasible]
     if not feasible:
-        return sorted(seen.values(), key=lambda o: _screen_rank(o.evaluation, per_dollar)[1:])[:2]
-    pool = sorted(feasible, key=lambda o: _screen_rank(o.evaluation, per_dollar))
+        return sorted(seen.values(), key=lambda o: screen_rank(o.evaluation, per_dollar)[1:])[:2]
+    pool = sorted(feasible, key=lambda o: screen_rank(o.evaluation, per_dollar))
     chosen = pool[: max(1, limit - 1)]
     rest = [o for o in pool if o not in chosen]
     if rest and len(chosen) < limit:
         chosen.append(max(rest, key=lambda o: o.evaluation.interactivity_tok_s))
     return chosen
+
+
+def rank(o: TrialOutcome, per_dollar: bool) -> tuple[float, float, float, int]:
+    """The recommendation's order: cheapest, then most interactive, then the highest
+    attainment, then the defaults (trial None), then the earliest trial."""
+    ev = o.evaluation
+    return (
+        cost_of(ev, per_dollar),
+        -ev.interactivity_tok_s,
+        -ev.share,
+        -1 if o.number is None else o.number,
+    )
 
 
 NEAR_DEFAULTS = 1.03  # interactivity within this factor of the defaults' is no reason to move
@@ -93,18 +106,10 @@ def recommend(verified: Sequence[TrialOutcome], *, per_dollar: bool = False) -> 
     feasible = [o for o in verified if o.evaluation.feasible]
     if not feasible:
         return None
-    best = min(
-        feasible,
-        key=lambda o: (
-            _cost(o.evaluation, per_dollar),
-            -o.evaluation.interactivity_tok_s,
-            -o.evaluation.attainment,
-            -1 if o.number is None else o.number,
-        ),
-    )
-    cost = _cost(best.evaluation, per_dollar)
+    best = min(feasible, key=lambda o: rank(o, per_dollar))
+    cost = cost_of(best.evaluation, per_dollar)
     for o in feasible:
-        same = o.number is None and _cost(o.evaluation, per_dollar) == cost
+        same = o.number is None and cost_of(o.evaluation, per_dollar) == cost
         if same and o.evaluation.interactivity_tok_s * NEAR_DEFAULTS >= (
             best.evaluation.interactivity_tok_s
         ):
@@ -121,9 +126,10 @@ def pareto_front(
     """Non-dominated (cost, interactivity) fleets among those meeting the SLOs (all verified
     ones when none does), cheapest first; one row per distinct fleet, and one per point
     (fleets within 0.1% on both axes are one point: the defaults', else the earliest
-    trial's). `keep` (the recommendation) is always a row."""
+    trial's, unless `keep` is one of them). `keep` (the recommendation, or the closest
+    fleet when none meets the SLOs) is always a row."""
     pool = [o for o in verified if o.evaluation.feasible] or list(verified)
-    order = sorted(pool, key=lambda o: -1 if o.number is None else o.number)
+    order = sorted(pool, key=lambda o: (o is not keep, -1 if o.number is None else o.number))
     rows: list[TrialOutcome] = []
     seen: set[str] = set()
     for o in order:
@@ -131,22 +137,22 @@ def pareto_front(
         if key not in seen and not any(_same_point(o, r, per_dollar) for r in rows):
             seen.add(key)
             rows.append(o)
-    pts = [(_cost(o.evaluation, per_dollar), o.evaluation.interactivity_tok_s) for o in rows]
+    pts = [(cost_of(o.evaluation, per_dollar), o.evaluation.interactivity_tok_s) for o in rows]
     front = []
     for i, (c, t) in enumerate(pts):
         dominated = any(
             (c2 <= c and t2 >= t) and (c2 < c or t2 > t) for j, (c2, t2) in enumerate(pts) if j != i
         )
-        if not dominated or (keep is not None and rows[i].number == keep.number):
-            front.append(ParetoRow(rows[i].number, rows[i].config, rows[i].evaluation))
-    if keep is not None and all(r.trial != keep.number for r in front):
-        front.append(ParetoRow(keep.number, keep.config, keep.evaluation))
-    front.sort(key=lambda r: (_cost(r.predicted, per_dollar), -r.predicted.interactivity_tok_s))
-    return front
+        if not dominated or rows[i] is keep:
+            front.append(rows[i])
+    if keep is not None and not any(o is keep for o in front):
+        front.append(keep)
+    front.sort(key=lambda o: (cost_of(o.evaluation, per_dollar), -o.evaluation.interactivity_tok_s))
+    return [ParetoRow(o.number, o.config, o.evaluation, defaults=o.number is None) for o in front]
 
 
 def _same_point(a: TrialOutcome, b: TrialOutcome, per_dollar: bool) -> bool:
-    ca, cb = _cost(a.evaluation, per_dollar), _cost(b.evaluation, per_dollar)
+    ca, cb = cost_of(a.evaluation, per_dollar), cost_of(b.evaluation, per_dollar)
     ta, tb = a.evaluation.interactivity_tok_s, b.evaluation.interactivity_tok_s
     return math.isclose(ca, cb, rel_tol=1e-3) and math.isclose(ta, tb, rel_tol=1e-3)
 
@@ -174,9 +180,11 @@ def baseline_config(space: SearchSpace) -> ServingConfig:
     except HardwareError:  # the config names the bad accelerator
         tokens, seqs = vllm_server_budget(0.0, "")
     last: ConfigError | None = None
+    tried = 0
     for tp in (1, 2, 4, 8):
         if tp > space.gpu_budget:
             break
+        tried = tp
         inst = InstanceConfig(
             accelerator=acc,
             tp=tp,
@@ -196,10 +204,21 @@ def baseline_config(space: SearchSpace) -> ServingConfig:
             )
         except ConfigError as exc:
             last = exc
-    raise ConfigError(f"baseline: vLLM's defaults do not fit within the GPU budget: {last}")
+    if last is None:  # not even tp 1 is within the budget (cannot happen: budget >= 1)
+        raise ConfigError(f"vLLM's defaults need more than {space.gpu_budget} GPUs")
+    within = f"the budget of {space.gpu_budget} GPUs" if tried < 8 else "one node (tp <= 8)"
+    raise ConfigError(
+        f"vLLM's defaults do not fit on {acc} within {within}: at tp={tried}, "
+        f"{str(last).split(': ', 1)[-1]}",
+        last.reason,
+    )
 
 
-def describe_baseline(config: ServingConfig) -> str:
+def describe_baseline(config: ServingConfig | None, space: SearchSpace | None = None) -> str:
+    """The defaults in words (`config` None: they cannot be built; `space` names them)."""
+    if config is None:
+        acc = space.accelerators[0] if space is not None else "the GPU"
+        return f"vLLM defaults: one replica on {acc}, chunked prefill on, no speculation"
     inst = config.replica
     assert inst is not None
     return (
@@ -214,18 +233,24 @@ def describe_baseline(config: ServingConfig) -> str:
 class BaselineComparison:
     """The engine's defaults, sized for the same traffic; `gain` is how many times more
     GPUs (or USD per hour) they need than the recommendation (None: they cannot meet
-    the SLOs within the budget)."""
+    the SLOs within the budget). `config` is None when the defaults cannot be deployed at
+    all (`predicted` is then INVALID and its `error` says why)."""
 
     description: str
-    config: ServingConfig
+    config: ServingConfig | None
     predicted: Evaluation
     gain: float | None
 
 
 def compare(
-    baseline: ServingConfig, base_eval: Evaluation, rec: Evaluation | None, *, per_dollar: bool
+    description: str,
+    baseline: ServingConfig | None,
+    base_eval: Evaluation,
+    rec: Evaluation | None,
+    *,
+    per_dollar: bool,
 ) -> BaselineComparison:
     gain = None
     if rec is not None and base_eval.feasible:
-        gain = _cost(base_eval, per_dollar) / _cost(rec, per_dollar)
-    return BaselineComparison(describe_baseline(baseline), baseline, base_eval, gain)
+        gain = cost_of(base_eval, per_dollar) / cost_of(rec, per_dollar)
+    return BaselineComparison(description, baseline, base_eval, gain)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from optimizer.search.evaluation import EvalStatus, Evaluation
 from optimizer.search.outcome import TuneOutcome
+from optimizer.search.verdict import who
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +21,7 @@ class _Point:
     y: float  # median output tokens/s per user
     gpus: int
     price: str
-    attainment: float
+    attainment: str  # the deciding attainment with the traffic it was measured at
     ttft: float
     tpot: float
     label: str
@@ -31,30 +32,39 @@ def _priced(outcome: TuneOutcome) -> bool:
     return bool(outcome.request.space().prices)
 
 
-def _point(ev: Evaluation, label: str, recommended: bool, priced: bool) -> _Point:
+def _point(outcome: TuneOutcome, ev: Evaluation, label: str, recommended: bool) -> _Point:
     price = ev.price_per_hour
-    x = price if priced and price is not None else float(ev.num_gpus)
+    x = price if _priced(outcome) and price is not None else float(ev.num_gpus)
     shown = f" (${price:,.2f}/h)" if price is not None else ""
-    return _Point(x, ev.interactivity_tok_s, ev.num_gpus, shown, ev.attainment,
-                  ev.ttft_p90_ms, ev.tpot_p90_ms, label, recommended)  # fmt: skip
+    att = "-" if ev.attainment is None else outcome.evaluated.attainment_text(ev.attainment)
+    return _Point(
+        x,
+        ev.interactivity_tok_s,
+        ev.num_gpus,
+        shown,
+        att,
+        ev.ttft_p90_ms,
+        ev.tpot_p90_ms,
+        label,
+        recommended,
+    )
 
 
 def _points(outcome: TuneOutcome) -> list[_Point]:
     rec = outcome.recommendation
-    priced = _priced(outcome)
     pts = []
     for p in outcome.pareto:
         cfg = p.config
         inst = cfg.roles()[0].instance
-        name = "vLLM defaults" if p.trial is None else f"trial {p.trial}"
+        name = who(p.trial, p.defaults)
         split = f" {inst.layout.key}" if inst.layout.key else ""  # "dp4-ep" for a MoE split
         label = (
             f"{name}: {cfg.mode.value} tp={inst.tp}{split} tokens={inst.max_num_batched_tokens} "
             f"seqs={cfg.roles()[-1].instance.max_num_seqs} "
             f"K={cfg.speculation.num_speculative_tokens}"
         )
-        chosen = rec is not None and p.trial == rec.trial
-        pts.append(_point(p.predicted, label, chosen, priced))
+        chosen = rec is not None and p.trial == rec.trial and p.defaults == rec.defaults
+        pts.append(_point(outcome, p.predicted, label, chosen))
     return pts
 
 
@@ -62,8 +72,8 @@ def _base(outcome: TuneOutcome) -> _Point | None:
     b = outcome.baseline
     if b.predicted.status is EvalStatus.INVALID:
         return None
-    kept = outcome.recommendation is not None and outcome.recommendation.trial is None
-    return _point(b.predicted, b.description, kept, _priced(outcome))
+    kept = outcome.recommendation is not None and outcome.recommendation.defaults
+    return _point(outcome, b.predicted, b.description, kept)
 
 
 def _xlabel(outcome: TuneOutcome) -> str:

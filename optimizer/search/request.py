@@ -294,14 +294,17 @@ def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True, slots=True)
 class TuneProgress:
     """Reported after each finished trial (counted across every worker of the study), then
-    at each step of the verification that follows the trials."""
+    at each step of the verification that follows the trials, and once when the answer is
+    built (`stage` "done", with the recommended fleet's verified GPUs)."""
 
     trials_done: int
     trials_total: int
     best_goodput_per_gpu: float | None = None  # best feasible screen so far, req/s per GPU
     eta_s: float | None = None  # of the trials
-    fewest_gpus: int | None = None  # the smallest fleet a feasible screen estimates
-    stage: str = "searching"  # then what the verification is doing
+    # The smallest fleet a feasible screen estimates: an estimate, before verification.
+    screened_fewest_gpus: int | None = None
+    stage: str = "searching"  # then what the verification is doing; "done" at the end
+    recommended_gpus: int | None = None  # "done": the verified recommendation's (None: none)
 
 
 # The requests whose space was built without error, by what `space()` reads (bounded).

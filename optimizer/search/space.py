@@ -25,6 +25,7 @@ from optimizer.config import (
     ConfigError,
     InstanceConfig,
     KVLinkConfig,
+    RejectReason,
     ServingConfig,
     ServingMode,
     SpecMethod,
@@ -339,7 +340,8 @@ def build_config(space: SearchSpace, chooser: Chooser) -> ServingConfig:
     if not ratios:
         raise ConfigError(
             f"disaggregated: no P:D ratio of {[list(r) for r in space.pd_ratios]} fits "
-            f"{space.gpu_budget} GPUs at tp 1"
+            f"{space.gpu_budget} GPUs at tp 1",
+            RejectReason.BUDGET,
         )
     num_prefill, num_decode = pick(chooser, "pd_ratio", ratios)
     prefill = _instance(space, chooser, "prefill", space.gpu_budget // num_prefill, k)
@@ -352,7 +354,8 @@ def build_config(space: SearchSpace, chooser: Chooser) -> ServingConfig:
             split += f" x dp {prefill.dp}/{decode.dp}"
         raise ConfigError(
             f"P:D unit {num_prefill}:{num_decode} at {split} needs {gpus} GPUs, more than the "
-            f"budget of {space.gpu_budget}"
+            f"budget of {space.gpu_budget}",
+            RejectReason.BUDGET,
         )
     return ServingConfig.disaggregated(
         space.model, prefill, decode, num_prefill=num_prefill, num_decode=num_decode, **common

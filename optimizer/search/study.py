@@ -35,11 +35,12 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_s
 from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import TrialState
 
-from optimizer.config import ConfigError, ServingConfig
+from optimizer.config import ConfigError, RejectReason, ServingConfig
 from optimizer.plain import PlainDataError, from_plain, to_plain
 from optimizer.search.evaluation import EvalStatus, Evaluation, Evaluator, TrialError
 from optimizer.search.recommend import TrialOutcome
 from optimizer.search.space import SearchSpace, TrialChooser, build_config
+from optimizer.search.trials import RejectedTrial
 
 HEARTBEAT_S = 5
 GRACE_S = 20
@@ -49,6 +50,8 @@ _ATTR_EVAL = "evaluation"
 _ATTR_CONSTRAINT = "constraint"
 _ATTR_SURPLUS = "surplus"
 _ATTR_ERROR = "error"
+_ATTR_CONFIG_ERROR = "config_error"
+_ATTR_CONFIG_REASON = "config_error_reason"
 
 
 def make_storage(url: str) -> RDBStorage:
@@ -110,6 +113,22 @@ def trial_outcomes(study: optuna.Study) -> list[TrialOutcome]:
     return out
 
 
+def rejected_trials(study: optuna.Study) -> list[RejectedTrial]:
+    """Completed trials whose choices made no valid config, in trial order (a trial of an
+    older servetune, which stored no reason, counts as a broken rule)."""
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        message = t.user_attrs.get(_ATTR_CONFIG_ERROR)
+        if message is None:
+            continue
+        try:
+            reason = RejectReason(t.user_attrs.get(_ATTR_CONFIG_REASON, RejectReason.RULE))
+        except ValueError:
+            reason = RejectReason.RULE
+        out.append(RejectedTrial(t.number, reason, message))
+    return out
+
+
 def _evaluation(data: object) -> Evaluation:
     built = from_plain(Evaluation, data, "evaluation")
     assert isinstance(built, Evaluation)
@@ -128,7 +147,8 @@ class Objective:
         try:
             config = build_config(self.space, TrialChooser(trial))
         except ConfigError as exc:
-            trial.set_user_attr("config_error", str(exc)[:500])
+            trial.set_user_attr(_ATTR_CONFIG_ERROR, str(exc)[:500])
+            trial.set_user_attr(_ATTR_CONFIG_REASON, exc.reason.value)
             trial.set_constraint(_ATTR_CONSTRAINT, 1.0)
             return 0.0, 0.0
         try:

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 from optimizer.config import ServingConfig
 from optimizer.latency.base import LatencySource
+from optimizer.search.attainment import Load, attainment_of
 from optimizer.search.evaluation import (
     BaseEvaluator,
     EvalSettings,
@@ -41,7 +42,13 @@ from optimizer.search.evaluation import (
     figures_of,
 )
 from optimizer.search.sizing import fleet_of, size_fleet
-from optimizer.search.windows import EvaluatedTrace, busiest_start, peak_rate, trace_window
+from optimizer.search.windows import (
+    EvaluatedTrace,
+    busiest_start,
+    longer_peak_rates,
+    peak_rate,
+    trace_window,
+)
 from optimizer.sim import SimulationResult, max_sustainable_rate
 from optimizer.workload import Workload
 
@@ -81,6 +88,10 @@ class TraceEvaluator(BaseEvaluator):
             peak_window_s=s.peak_window_s,
             headroom=s.headroom,
             sizing_rate=sizing,
+            peak_rates=tuple(
+                (w, max(mean, r) * s.headroom)
+                for w, r in longer_peak_rates(whole.arrival_s, s.peak_window_s)
+            ),
         )
         longest = int((trace.input_tokens + trace.output_tokens).max())
         return cls(whole, screen, latency, settings, evaluated, longest_request_tokens=longest)
@@ -118,16 +129,22 @@ class TraceEvaluator(BaseEvaluator):
         rate = cap.request_rate
         gpus = unit.num_gpus
         if rate <= 0:
+            lowest = attainment_of(cap.result, s.slo, Load.SCREEN, cap.result_rate)
             return figures_of(
                 EvalStatus.INFEASIBLE, EvalStage.SCREENED, unit, 0, cap.result, rate,
-                sims, cap.bounded,
+                sims, cap.bounded, (lowest,),
             )  # fmt: skip
         units = max(1, math.ceil(self.evaluated.sizing_rate / rate - 1e-9))
-        at = window.rate_scaled(self.evaluated.sizing_rate / units / window.mean_rate)
+        share_rate = self.evaluated.sizing_rate / units
+        at = window.rate_scaled(share_rate / window.mean_rate)
         share = self._run(at, unit)
         status = EvalStatus.FEASIBLE if units * gpus <= s.gpu_budget else EvalStatus.INFEASIBLE
-        return figures_of(status, EvalStage.SCREENED, unit, units, share, rate, sims + 1,
-                          cap.bounded)  # fmt: skip
+        attained = (attainment_of(share, s.slo, Load.SCREEN, share_rate),)
+        ev = figures_of(status, EvalStage.SCREENED, unit, units, share, rate, sims + 1,
+                        cap.bounded, attained)  # fmt: skip
+        if cap.limit is None:  # the capacity is the unit's saturation throughput
+            return ev
+        return replace(ev, limit=attainment_of(cap.limit, s.slo, Load.SCREEN, cap.limit_rate))
 
     # -- verification ------------------------------------------------------------------
     def _verify(
@@ -145,13 +162,19 @@ class TraceEvaluator(BaseEvaluator):
         fleet = fleet_of(unit, n)
         sized = runs[n]
         report = sized
+        sizing_rate = self.evaluated.sizing_rate * rate_factor
+        load = Load.TRACE if scale == 1.0 else Load.SIZING
+        attained = [attainment_of(sized, s.slo, load, sizing_rate)]
         if rate_factor == 1.0 and scale != 1.0:
             report = self.simulate(fleet)  # the trace's own rate: what `simulate` prints
             ok = ok and report.attainment(s.slo) >= s.attainment
+            attained.append(attainment_of(report, s.slo, Load.TRACE, self.trace_rate))
         status = EvalStatus.FEASIBLE if ok else EvalStatus.INFEASIBLE
         sims = len(runs) + (report is not sized)
-        ev = figures_of(status, EvalStage.VERIFIED, unit, n, report, 0.0, sims, True)
-        ev = replace(ev, sizing_attainment=sized.attainment(s.slo))
+        ev = figures_of(status, EvalStage.VERIFIED, unit, n, report, 0.0, sims, True,
+                        tuple(attained))  # fmt: skip
+        if ok and n - 1 in runs:  # the nearest failing point: one unit fewer
+            ev = replace(ev, limit=attainment_of(runs[n - 1], s.slo, load, sizing_rate))
         if screened is not None:
             ev = replace(
                 ev,
@@ -160,4 +183,4 @@ class TraceEvaluator(BaseEvaluator):
                 goodput_per_dollar=screened.goodput_per_dollar,
                 bounded=screened.bounded,
             )
-        return Verified(fleet, ev, report)
+        return Verified(fleet, ev, report, sized)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from optimizer.search.attainment import Attainment, Load
 from optimizer.workload import Workload
 
 
@@ -33,6 +34,24 @@ class EvaluatedTrace:
     headroom: float
     sizing_rate: float  # max(mean, peak) x headroom
     clients: int = 0  # a closed loop's clients (vllm bench serve --max-concurrency); 0: a trace
+    # (window_s, req/s): the busiest rate over longer windows than `peak_window_s`
+    peak_rates: tuple[tuple[float, float], ...] = ()
+
+    def load_label(self, load: Load) -> str:
+        """What traffic `load` means on this workload, for people."""
+        if load is Load.TRACE:
+            return "the trace's own rate"
+        if load is Load.SIZING:
+            extra = f" x headroom {self.headroom:g}" if self.headroom != 1 else ""
+            return f"its busiest {self.peak_window_s:g} s{extra}, the sizing rate"
+        if load is Load.CLIENTS:
+            return "served to the benchmark's clients"
+        return "one unit on the screening window"
+
+    def attainment_text(self, att: Attainment) -> str:
+        """`att` as one figure with its traffic: "86.7% at 12.05 req/s (its busiest 60 s,
+        the sizing rate)"."""
+        return f"{att.share:.1%} at {att.rate:,.2f} req/s ({self.load_label(att.load)})"
 
     def describe(self) -> str:
         t, s = self.trace, self.screened
@@ -72,6 +91,17 @@ def peak_rate(arrival_s: np.ndarray, window_s: float) -> float:
     width = min(window_s, span)
     ends = np.searchsorted(arrival_s, arrival_s + width, side="left")
     return float((ends - np.arange(n)).max()) / width
+
+
+WHAT_IF_WINDOWS_S = (300.0, 900.0, 3600.0)
+
+
+def longer_peak_rates(arrival_s: np.ndarray, window_s: float) -> tuple[tuple[float, float], ...]:
+    """The busiest rate over each of `WHAT_IF_WINDOWS_S` longer than `window_s` and shorter
+    than the trace's span, for the answer's what-ifs."""
+    n = arrival_s.shape[0]
+    span = float(arrival_s[-1] - arrival_s[0]) if n > 1 else 0.0
+    return tuple((w, peak_rate(arrival_s, w)) for w in WHAT_IF_WINDOWS_S if window_s < w < span)
 
 
 def busiest_start(arrival_s: np.ndarray, num_requests: int) -> int | None:

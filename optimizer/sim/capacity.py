@@ -41,6 +41,11 @@ class CapacityResult:
     result: SimulationResult  # the run at `rate_scale` (or the lowest rate probed)
     bounded: bool  # False when the search ran out of simulations before converging
     saturation_rate: float  # requests/s completed when every request arrives at once
+    result_rate: float = 0.0  # requests/s of `result`'s run (= request_rate when sustainable)
+    # The lowest rate probed that misses the target, and its run: what limits the capacity
+    # (None when the capacity is the saturation cap, or nothing is sustainable).
+    limit_rate: float = 0.0
+    limit: SimulationResult | None = None
 
 
 def max_sustainable_rate(
@@ -82,9 +87,11 @@ def max_sustainable_rate(
     burst = sim(workload.time_scaled(_BURST_SCALE))
     saturation = burst.request_throughput
     upper = max(saturation / workload.mean_rate, 1e-3)
-    scale, bounded = _search(ok, upper, rel_tol, lambda: len(runs) + 1 >= max_simulations)
-    probed = runs[scale] if scale > 0 else runs[min(runs)]
+    scale, above, bounded = _search(ok, upper, rel_tol, lambda: len(runs) + 1 >= max_simulations)
+    probed_scale = scale if scale > 0 else min(runs)
+    probed = runs[probed_scale]
     rate = workload.mean_rate * scale
+    limit = runs.get(above) if scale > 0 else None
     return CapacityResult(
         rate_scale=scale,
         request_rate=rate,
@@ -94,17 +101,21 @@ def max_sustainable_rate(
         result=probed,
         bounded=bounded,
         saturation_rate=saturation,
+        result_rate=workload.mean_rate * probed_scale,
+        limit_rate=workload.mean_rate * above if limit is not None else 0.0,
+        limit=limit,
     )
 
 
 def _search(
     ok: Callable[[float], bool], upper: float, rel_tol: float, exhausted: Callable[[], bool]
-) -> tuple[float, bool]:
-    """(highest scale in (0, upper] with ok(scale), converged?) — 0.0 when none is found."""
+) -> tuple[float, float, bool]:
+    """(highest scale in (0, upper] with ok(scale), the lowest scale known to fail above it
+    (`upper` when none was probed), converged?) — 0.0 first when none is found."""
     if ok(1.0):
         lo, hi = 1.0, max(upper, 1.0)
         if hi <= lo * (1 + rel_tol):
-            return lo, True
+            return lo, hi, True
         guess = 0.7 * hi
         if guess > lo * (1 + rel_tol):
             if ok(guess):
@@ -116,14 +127,14 @@ def _search(
         steps = 1
         while not ok(lo):
             if steps >= _MAX_STEPS_DOWN:
-                return 0.0, True
+                return 0.0, lo, True
             hi, lo, steps = lo, lo / 4.0, steps + 1
     while hi / lo > 1 + rel_tol:
         if exhausted():
-            return lo, False
+            return lo, hi, False
         mid = math.sqrt(lo * hi)
         if ok(mid):
             lo = mid
         else:
             hi = mid
-    return lo, True
+    return lo, hi, True

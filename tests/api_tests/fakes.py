@@ -10,11 +10,14 @@ from collections.abc import Callable
 from api.worker import JobContext
 from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.search import EvalStatus, Evaluation, TuneOutcome, TuneProgress, TuneRequest
+from optimizer.search.attainment import Attainment, Load
 from optimizer.search.diagnose import Diagnosis, PhaseDiagnosis
 from optimizer.search.evaluation import EvalStage
 from optimizer.search.flags import launch_commands
 from optimizer.search.outcome import CapacityRow, LatencyInfo, Recommendation, SLOCheck
 from optimizer.search.recommend import BaselineComparison, ParetoRow
+from optimizer.search.trials import TrialsSummary
+from optimizer.search.verdict import Verdict
 from optimizer.search.windows import EvaluatedTrace, TraceWindow
 
 
@@ -23,12 +26,18 @@ def _config(tokens: int) -> ServingConfig:
     return ServingConfig.colocated("llama-3.1-8b", inst, num_replicas=2)
 
 
+def _attainment(load: Load, rate: float, share: float) -> Attainment:
+    return Attainment(load, rate, share, ttft_share=share, tpot_share=1.0)
+
+
 def _evaluation(goodput: float, interactivity: float, feasible: bool = True) -> Evaluation:
     status = EvalStatus.FEASIBLE if feasible else EvalStatus.INFEASIBLE
+    share = 0.95 if feasible else 0.5
+    attained = (_attainment(Load.SIZING, 7.5, share), _attainment(Load.TRACE, 5.0, share + 0.03))
     return Evaluation(
         status, EvalStage.VERIFIED, 2, num_units=2, unit_gpus=1, unit_rate=goodput,
         goodput_per_gpu=goodput, interactivity_tok_s=interactivity,
-        attainment=0.95 if feasible else 0.5, ttft_p90_ms=850.0, tpot_p90_ms=31.0,
+        attainments=attained, ttft_p90_ms=850.0, tpot_p90_ms=31.0,
     )  # fmt: skip
 
 
@@ -39,7 +48,7 @@ EVALUATED = EvaluatedTrace(_WINDOW, _WINDOW, 7.5, 60.0, 1.0, 7.5)
 def _phase(label: str) -> PhaseDiagnosis:
     return PhaseDiagnosis(
         label, 10.0, 0.2, 0.7, 0.1, 12.0, 30.0, 900.0, 295.0, 0.4, 0, 0.1, 0.02,
-        float("nan"), 850.0, 31.0, 0.95,
+        float("nan"), 850.0, 31.0,
     )  # fmt: skip
 
 
@@ -72,10 +81,17 @@ def fake_outcome(request: TuneRequest, num_trials: int) -> TuneOutcome:
         evaluated=EVALUATED,
         pareto=pareto,
         capacity=(
-            CapacityRow(1.0, 5.0, 7.5, 2, 2, None, 0.95, True),
-            CapacityRow(2.0, 10.0, 15.0, 4, 4, None, 0.93, True),
+            CapacityRow(1.0, 5.0, 7.5, 2, 2, None, _attainment(Load.SIZING, 7.5, 0.95), True),
+            CapacityRow(2.0, 10.0, 15.0, 4, 4, None, _attainment(Load.SIZING, 15.0, 0.93), True),
         ),
         diagnosis=Diagnosis(_phase("baseline"), _phase("recommendation"), account),
+        verdict=Verdict(
+            headline=f"Recommendation (trial {best.trial}): 2 GPUs (2 x 1-GPU unit).",
+            baseline="Baseline (vLLM defaults): meets the SLOs with 2 GPUs.",
+            runner_up="",
+            what_ifs=(),
+        ),
+        trials=TrialsSummary(num_trials, (), ()),
     )
 
 

@@ -49,7 +49,7 @@ def test_tune_then_explain(cli_db, runner, tmp_path):
         (predicted["ttft_p99_ms"], got["ttft_s"]["p99"] * 1e3),
         (predicted["tpot_p90_ms"], got["tpot_s"]["p90"] * 1e3),
         (predicted["tpot_p99_ms"], got["tpot_s"]["p99"] * 1e3),
-        (predicted["attainment"], got["slo_attainment"]),
+        (_at(predicted, "trace")["share"], got["slo_attainment"]),
     ]
     for want, have in pairs:
         assert have == pytest.approx(want, rel=0.005)
@@ -57,7 +57,15 @@ def test_tune_then_explain(cli_db, runner, tmp_path):
     assert "cdn" not in (tmp_path / "out" / "pareto.html").read_text().lower()
     res = runner.invoke(app, ["explain", "cli1"])
     assert res.exit_code == 0, res.output
-    assert "prefill_share" in res.output
+    explained = " ".join(res.output.split())
+    # The verdict, the trials with what decided each, and where GPU time goes.
+    assert outcome["verdict"]["headline"].split(":")[0] in explained
+    assert "Trials: 3 finished" in explained and "GPU time in prefill-only steps" in explained
+
+
+def _at(predicted: dict, load: str) -> dict:
+    """The attainment of an outcome's figures measured at `load`."""
+    return next(a for a in predicted["attainments"] if a["load"] == load)
 
 
 def test_tune_rejects_bad_input(cli_db, runner):
@@ -138,7 +146,7 @@ def test_tune_a_closed_loop_benchmark(cli_db, runner, tmp_path):
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert "closed loop: 24 clients sending 96 prompts" in text
-    assert "attainment with the 24 clients" in text and "Capacity plan" in text
+    assert "(served to the benchmark's clients)" in text and "Capacity plan" in text
     from api.cli.common import session
     from storage.traces import list_traces
 
@@ -161,7 +169,7 @@ def test_tune_a_closed_loop_benchmark(cli_db, runner, tmp_path):
     for want, have in [
         (predicted["ttft_p90_ms"], got["ttft_s"]["p90"] * 1e3),
         (predicted["tpot_p90_ms"], got["tpot_s"]["p90"] * 1e3),
-        (predicted["attainment"], got["slo_attainment"]),
+        (_at(predicted, "clients")["share"], got["slo_attainment"]),
         (predicted["request_goodput"], got["goodput"]),
     ]:
         assert have == pytest.approx(want, rel=1e-9)

@@ -64,11 +64,16 @@ def test_job_runs_resumes_and_is_stored(db_url):
                          should_stop=lambda: False, on_progress=seen.append)  # fmt: skip
     assert out.num_trials == 4 and seen[-1].trials_done == 4
     assert out.baseline.config.replica.max_num_batched_tokens == 8192
-    assert out.to_dict()["schema_version"] == 4
+    assert out.to_dict()["schema_version"] == 5
     # Every figure shown is a verified fleet's, on the whole (120-request) trace.
     assert out.evaluated.trace.num_requests == 120
     assert all(p.predicted.stage.value == "verified" for p in out.pareto)
-    assert seen[-1].stage.startswith("capacity plan") or out.recommendation is None
+    # The last report is the answer's: the verified recommendation's GPUs, not a screen's
+    # estimate (which stays named as one).
+    assert seen[-1].stage == "done"
+    rec = out.recommendation
+    assert seen[-1].recommended_gpus == (None if rec is None else rec.predicted.num_gpus)
+    assert any(p.stage.startswith("capacity plan") for p in seen) or rec is None
     # Resuming the same job keeps the 4 completed trials and runs none again.
     out2 = run_tuning_job(_request(trace_id, 4), database_url=db_url, study_name="job1",
                           should_stop=lambda: False, on_progress=lambda _p: None)  # fmt: skip

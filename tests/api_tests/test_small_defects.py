@@ -17,6 +17,7 @@ from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.latency.analytic import LinearLatency, MappingLatencySource
 from optimizer.records import TraceFormat, TraceInfo
 from optimizer.search import TuneProgress, TuneRequest
+from optimizer.search.attainment import Attainment, Load
 from optimizer.search.evaluation import EvalStage, EvalStatus, Evaluation
 from optimizer.search.outcome import LatencyInfo, build_outcome
 from optimizer.search.recommend import TrialOutcome, baseline_config, pareto_front
@@ -237,8 +238,9 @@ def test_only_defaults_no_trial_tried_stay_trial_null_and_on_the_front() -> None
 
 
 def _ev(gpus: int, tok_s: float) -> Evaluation:
+    met = (Attainment(Load.SIZING, 10.0, 0.95, 0.96, 0.99),)
     return Evaluation(EvalStatus.FEASIBLE, EvalStage.VERIFIED, gpus, num_units=gpus,
-                      unit_gpus=1, interactivity_tok_s=tok_s, attainment=0.95)  # fmt: skip
+                      unit_gpus=1, interactivity_tok_s=tok_s, attainments=met)  # fmt: skip
 
 
 def test_defaults_that_beat_the_fronts_top_point_are_on_the_front() -> None:

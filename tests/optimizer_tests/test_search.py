@@ -16,6 +16,7 @@ from optimizer.config import (
     SpeculationConfig,
 )
 from optimizer.latency.analytic import LinearLatency, MappingLatencySource, SingleLatencySource
+from optimizer.search.attainment import Load
 from optimizer.search.evaluation import EvalSettings, EvalStatus, TrialError
 from optimizer.search.flags import launch_commands
 from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome
@@ -168,7 +169,7 @@ def test_the_recommendation_is_the_smaller_fleet_verified_on_the_whole_trace():
     # Its figures are those of simulating the recommended config on the whole trace.
     direct = simulate(wl, rec.config, BY_TP, seed=0, slo=ev.settings.slo)
     assert rec.predicted.ttft_p90_ms == direct.ttft.p90 * 1e3
-    assert rec.predicted.attainment == direct.attainment(ev.settings.slo)
+    assert rec.predicted.at(Load.TRACE).share == direct.attainment(ev.settings.slo)
     assert "--tensor-parallel-size 2" in rec.launch[0].command and rec.launch[0].count == 1
     # The capacity plan starts at the recommendation and never shrinks with traffic.
     gpus = [c.num_gpus for c in out.capacity]
@@ -197,11 +198,15 @@ def test_the_defaults_are_kept_when_nothing_is_cheaper():
 def test_an_impossible_slo_names_the_binding_slo_and_how_close_it_came():
     out, _, _ = _tuned(40.0, slo_ttft_ms=20.0)
     assert out.recommendation is None and out.capacity == ()
-    assert out.shortfall.startswith("No fleet within 8 GPUs meets the SLOs for 90% of requests.")
-    assert (
-        "Binding: TTFT <= 20 ms" in out.shortfall
-        and "TPOT" not in out.shortfall.split("Closest")[0]
-    )
+    headline = out.verdict.headline
+    assert headline.startswith("No fleet within 8 GPUs meets the SLOs for 90% of requests.")
+    # The closest fleet, its deciding attainment with the traffic it was measured at, and
+    # the SLO that binds there (TTFT alone; TPOT does not).
+    closest = max((p.predicted for p in out.pareto), key=lambda e: e.share)
+    att = closest.attainment
+    assert f"{att.share:.1%} at {att.rate:,.2f} req/s" in headline
+    there = headline.split("; there ")[1]
+    assert there.startswith("TTFT <= 20 ms binds") and "TPOT" not in there
 
 
 def test_errors_that_are_not_the_configs_fail_the_trial_loudly():

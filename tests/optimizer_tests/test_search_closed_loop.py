@@ -8,6 +8,7 @@ import pytest
 from optimizer.bench_serve import BenchServeSpec
 from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.latency.analytic import LinearLatency, SingleLatencySource
+from optimizer.search.attainment import Load
 from optimizer.search.closed_loop import ClosedLoopEvaluator
 from optimizer.search.evaluation import EvalSettings, EvalStage, EvalStatus
 from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome
@@ -62,7 +63,9 @@ def test_verified_figures_are_what_simulate_prints_for_the_fleet():
     res = simulate(_spec(12).build(), v.fleet, LAT, seed=0, slo=SLO_)
     e = v.evaluation
     assert v.fleet == fleet_of(UNIT, e.num_units)
-    assert e.attainment == res.attainment(SLO_) == e.sizing_attainment
+    # One attainment, measured with the benchmark's clients: what simulate prints.
+    assert [a.load for a in e.attainments] == [Load.CLIENTS]
+    assert e.attainment.share == res.attainment(SLO_)
     assert e.ttft_p90_ms == pytest.approx(res.ttft.p90 * 1e3, rel=1e-12)
     assert e.request_goodput == pytest.approx(res.request_goodput(SLO_), rel=1e-12)
     # Per-GPU goodput: the fleet's requests/s meeting the SLOs over its GPUs.
@@ -73,7 +76,7 @@ def test_the_budget_caps_the_fleet_and_says_infeasible():
     ev = _evaluator(12, gpu_budget=1)
     screened = ev.evaluate(UNIT)
     assert screened.status is EvalStatus.INFEASIBLE and screened.num_units == 1
-    assert screened.attainment == pytest.approx(_attainment(_spec(12), 1))
+    assert screened.attainment.share == pytest.approx(_attainment(_spec(12), 1))
     big = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(accelerator="h100", tp=2))
     assert ev.evaluate(big).status is EvalStatus.INVALID  # 2 GPUs > the budget of 1
 

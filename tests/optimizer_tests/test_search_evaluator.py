@@ -11,6 +11,7 @@ import pytest
 
 from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.latency.analytic import LinearLatency, SingleLatencySource
+from optimizer.search.attainment import Load
 from optimizer.search.evaluation import EvalSettings, EvalStage, EvalStatus
 from optimizer.search.sizing import fleet_of, unit_of
 from optimizer.search.space import config_key
@@ -89,7 +90,7 @@ def test_verify_reports_exactly_what_simulate_gives_for_the_fewest_units_that_me
     direct = simulate(_workload(), v.fleet, LAT, seed=0, slo=slo)
     assert v.evaluation.ttft_p90_ms == direct.ttft.p90 * 1e3
     assert v.evaluation.tpot_p99_ms == direct.tpot.p99 * 1e3
-    assert v.evaluation.attainment == direct.attainment(slo)
+    assert v.evaluation.at(Load.TRACE).share == direct.attainment(slo)
     # It is the fewest: one unit fewer misses the target at the sizing rate.
     scale = ev.sizing_scale
     assert ev.simulate(fleet_of(CFG, n), scale).attainment(slo) >= 0.9
