@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from optimizer.plain import PlainDataError, from_plain, to_plain
 
 T = TypeVar("T")
-DOCUMENT_VERSION = 2  # this build's layout of the service's documents (1: before 2026-12)
+DOCUMENT_VERSION = 3  # this build's layout of the service's documents (2: before 0140)
 
 
 def to_json(obj: object) -> dict[str, Any]:

@@ -26,7 +26,7 @@ class DeploymentFilter:
     source: str | None = None  # "trace:ID" or "stream:NAME"
     model: str | None = None
     gpu: str | None = None
-    num_gpus: int | None = None
+    gpu_budget: int | None = None
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
 
@@ -39,10 +39,10 @@ def _info(row: RecommendationRow | sa.Row) -> RecommendationInfo:
         source=row.source,
         model=row.model,
         gpu=row.gpu,
-        num_gpus=row.num_gpus,
+        gpu_budget=row.num_gpus,
         slo_ttft_ms=row.slo_ttft_ms,
         slo_tpot_ms=row.slo_tpot_ms,
-        attainment=row.attainment,
+        attainment_target=row.attainment,
         created_at=row.created_at,
         recommendation=from_json(Recommendation, row.recommendation),
         window=None if row.window is None else from_json(WindowSummary, row.window),
@@ -99,7 +99,8 @@ def latest_recommendation(
     return _info(found)
 
 
-_FILTERS = ("source", "model", "gpu", "num_gpus", "slo_ttft_ms", "slo_tpot_ms")
+_FILTERS = ("source", "model", "gpu", "gpu_budget", "slo_ttft_ms", "slo_tpot_ms")
+_COLUMNS = {"gpu_budget": "num_gpus"}  # filter -> column, where they differ
 
 
 @lru_cache(maxsize=2 ** len(_FILTERS))
@@ -108,5 +109,5 @@ def _latest_query(given: tuple[str, ...]) -> sa.Select:
     table = RecommendationRow.__table__
     query = sa.select(table).where(table.c.project == sa.bindparam("project"))
     for name in given:
-        query = query.where(table.c[name] == sa.bindparam(name))
+        query = query.where(table.c[_COLUMNS.get(name, name)] == sa.bindparam(name))
     return query.order_by(table.c.created_at.desc(), table.c.id.desc()).limit(1)

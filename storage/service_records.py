@@ -142,10 +142,10 @@ class RecommendationInfo:
     source: str  # "trace:ID" or "stream:NAME"
     model: str
     gpu: str  # the request's GPU types, comma-separated
-    num_gpus: int  # the request's GPU budget
+    gpu_budget: int  # the request's GPU budget (the fleet's GPUs: recommendation.predicted)
     slo_ttft_ms: float
     slo_tpot_ms: float
-    attainment: float
+    attainment_target: float  # the request's share of requests that must meet the SLOs
     created_at: datetime
     recommendation: Recommendation
     window: WindowSummary | None = None

@@ -29,13 +29,25 @@ class LatestQuery(BaseModel):
     stream: Name = None
     model: Name = None
     gpu: Name = None
-    num_gpus: Annotated[int | None, Field(ge=1, le=4096)] = None
+    gpu_budget: Annotated[
+        int | None, Field(ge=1, le=4096, description="the request's GPU budget")
+    ] = None
+    num_gpus: Annotated[
+        int | None,
+        Field(ge=1, le=4096, description="deprecated: the former name of gpu_budget"),
+    ] = None
     slo_ttft_ms: Annotated[float | None, Field(gt=0, le=1e9)] = None
     slo_tpot_ms: Annotated[float | None, Field(gt=0, le=1e9)] = None
 
     def deployment(self) -> DeploymentFilter:
         if self.trace_id is not None and self.stream is not None:
             raise ApiError(422, "give at most one of trace_id or stream", kind="validation")
+        if None not in (self.gpu_budget, self.num_gpus) and self.gpu_budget != self.num_gpus:
+            raise ApiError(
+                422,
+                "gpu_budget and num_gpus (its former name) differ; give one",
+                kind="validation",
+            )
         source = None
         if self.trace_id is not None:
             source = f"trace:{self.trace_id}"
@@ -45,7 +57,7 @@ class LatestQuery(BaseModel):
             source=source,
             model=self.model,
             gpu=self.gpu,
-            num_gpus=self.num_gpus,
+            gpu_budget=self.gpu_budget if self.gpu_budget is not None else self.num_gpus,
             slo_ttft_ms=self.slo_ttft_ms,
             slo_tpot_ms=self.slo_tpot_ms,
         )

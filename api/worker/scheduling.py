@@ -33,7 +33,7 @@ def _deployment(schedule: ScheduleInfo) -> DeploymentFilter:
         source=p.source,
         model=p.model,
         gpu=",".join(p.gpu_types),
-        num_gpus=p.gpu_budget,
+        gpu_budget=p.gpu_budget,
         slo_ttft_ms=p.slo_ttft_ms,
         slo_tpot_ms=p.slo_tpot_ms,
     )

@@ -75,7 +75,7 @@ def test_job_flow_progress_result_recommendation(service: Service, tmp_path: Pat
         f"/v1/tuning-jobs/{jid}/result", headers=service.auth(service.key_a)
     )
     outcome = result.json()["outcome"]
-    assert outcome["schema_version"] == 4 and outcome["request"]["trace_id"] == tid
+    assert outcome["schema_version"] == 5 and outcome["request"]["trace_id"] == tid
     assert " vllm serve " in outcome["recommendation"]["launch"][0]["command"]
     assert outcome["recommendation"]["predicted"]["ttft_p90_ms"] == 850.0
     assert outcome["baseline"]["gain"] == 1.6 and len(outcome["pareto"]) == 4
@@ -85,6 +85,17 @@ def test_job_flow_progress_result_recommendation(service: Service, tmp_path: Pat
         headers=service.auth(service.key_a),
     )
     assert rec.status_code == 200 and rec.json()["job_id"] == jid
+    # The request's budget and target are named so, apart from the fleet's own figures.
+    latest = rec.json()
+    assert latest["gpu_budget"] == 8 and latest["attainment_target"] == 0.9
+    assert "num_gpus" not in latest and "attainment" not in latest
+    assert latest["recommendation"]["predicted"]["num_gpus"] == 2
+    for query, code in (("gpu_budget=8", 200), ("num_gpus=8", 200), ("gpu_budget=4", 404),
+                        ("gpu_budget=8&num_gpus=4", 422)):  # fmt: skip
+        got = service.client.get(
+            f"/v1/recommendations/latest?{query}", headers=service.auth(service.key_a)
+        )
+        assert got.status_code == code, (query, got.text)
     other = service.client.get("/v1/recommendations/latest", headers=service.auth(service.key_b))
     assert other.status_code == 404
     listing = service.client.get(
