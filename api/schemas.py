@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from optimizer.records import TraceWarning
 from optimizer.search import TuneOutcome, TuneRequest
 from storage.service_records import ApiKeyInfo, JobStatus, ScheduleTrigger
 
@@ -86,8 +87,13 @@ class TraceCreated(BaseModel):
     name: str
     stream: str | None = None
     num_requests: int
-    warnings: list[str] = []
+    warnings: list[str] = Field([], description="the repairs made (a sort, dropped rows)")
     num_dropped: int = 0
+    plausibility_warnings: list[TraceWarning] = Field(
+        [],
+        description="figures real traffic hardly shows (a request rate, a span, a length); "
+        "the trace is stored all the same, with them",
+    )
 
 
 class KeyCreate(StrictBody):

@@ -14,6 +14,7 @@ from enum import StrEnum
 import numpy as np
 
 STATS_SCHEMA_VERSION = 1
+PLAUSIBILITY_SCHEMA_VERSION = 1  # the stored list of a trace's TraceWarnings
 
 
 class TraceFormat(StrEnum):
@@ -54,6 +55,29 @@ class TraceStats:
     warnings: tuple[str, ...] = ()
 
 
+class TraceWarningCode(StrEnum):
+    """What a plausibility check on an ingested trace found (`optimizer.traces.plausibility`);
+    each code's `TraceWarning.figure` and `limit` are in the unit named here."""
+
+    RATE_HIGH = "rate_high"  # mean request rate (req/s) above the plausible ceiling
+    BURST_HIGH = "burst_high"  # busiest 1 s (req/s) above it while the mean is not
+    SPAN_ZERO = "span_zero"  # requests (count) that all arrive at one instant
+    RATE_LOW = "rate_low"  # mean request rate (req/s) below the floor, over days
+    LENGTH_OVER_CONTEXT = "length_over_context"  # prompt + output tokens of the longest
+
+
+@dataclass(frozen=True, slots=True)
+class TraceWarning:
+    """A figure of an ingested trace that real traffic hardly shows: stored with the trace,
+    it never blocks the import. `figure` is what the trace has, `limit` the plausible bound
+    it crossed (units by `code`); `message` says what, where and what was expected."""
+
+    code: TraceWarningCode
+    figure: float
+    limit: float
+    message: str
+
+
 @dataclass(frozen=True, slots=True)
 class TraceColumns:
     """A trace as columnar arrays, sorted by arrival (stable), arrival_s from 0."""
@@ -79,6 +103,9 @@ class TraceInfo:
     stats: TraceStats
     project: str = "default"  # traces are project-scoped (API keys see one project)
     stream: str | None = None  # a named series of uploads (rolling-window re-tuning)
+    # What the plausibility checks found when the file was ingested (none for a trace
+    # the service built, or one stored before the checks existed)
+    plausibility_warnings: tuple[TraceWarning, ...] = ()
 
 
 class OpKind(StrEnum):

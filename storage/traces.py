@@ -17,13 +17,16 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from optimizer.plain import PlainDataError, from_plain, to_plain
 from optimizer.records import (
+    PLAUSIBILITY_SCHEMA_VERSION,
     STATS_SCHEMA_VERSION,
     TokenStats,
     TraceColumns,
     TraceFormat,
     TraceInfo,
     TraceStats,
+    TraceWarning,
 )
 from storage.listing import count_rows, page_rows
 from storage.models import TraceRequestRow, TraceRow
@@ -67,6 +70,29 @@ def stats_from_json(data: dict) -> TraceStats:
     return TraceStats(**data)
 
 
+def plausibility_to_json(warnings: tuple[TraceWarning, ...]) -> dict:
+    return {
+        "schema_version": PLAUSIBILITY_SCHEMA_VERSION,
+        "warnings": [to_plain(w) for w in warnings],
+    }
+
+
+def plausibility_from_json(data: dict) -> tuple[TraceWarning, ...]:
+    version = data.get("schema_version")
+    if version != PLAUSIBILITY_SCHEMA_VERSION:
+        raise ValueError(
+            f"trace plausibility_warnings schema_version {version!r}, "
+            f"expected {PLAUSIBILITY_SCHEMA_VERSION}"
+        )
+    try:
+        return tuple(
+            from_plain(TraceWarning, w, f"plausibility_warnings[{i}]")
+            for i, w in enumerate(data["warnings"])
+        )
+    except PlainDataError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _info(row: TraceRow | sa.Row) -> TraceInfo:
     return TraceInfo(
         id=row.id,
@@ -77,6 +103,7 @@ def _info(row: TraceRow | sa.Row) -> TraceInfo:
         stats=stats_from_json(row.stats),
         project=row.project,
         stream=row.stream,
+        plausibility_warnings=plausibility_from_json(row.plausibility_warnings),
     )
 
 
@@ -166,8 +193,10 @@ def store_trace(
     stats: TraceStats,
     project: str = DEFAULT_PROJECT,
     stream: str | None = None,
+    plausibility_warnings: tuple[TraceWarning, ...] = (),
 ) -> tuple[TraceInfo, bool]:
-    """Store a trace and its requests; return (info, created).
+    """Store a trace and its requests, with what ingest's plausibility checks found;
+    return (info, created).
 
     Idempotent by content hash within a project: when the same content is already stored, the
     existing trace is returned with created=False and nothing is written. The
@@ -185,6 +214,7 @@ def store_trace(
         created_at=datetime.now(UTC),
         num_requests=len(columns),
         stats=stats_to_json(stats),
+        plausibility_warnings=plausibility_to_json(plausibility_warnings),
     )
     try:
         with session.begin_nested():

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from api.cli.common import console, fail, output_file, session
-from optimizer.records import TraceFormat, TraceInfo
+from optimizer.records import TraceFormat, TraceInfo, TraceWarning
 
 app = typer.Typer(help="Production traces: import, inspect, export.", no_args_is_help=True)
 
@@ -55,6 +55,12 @@ def _summary_table(info: TraceInfo) -> Table:
     return table
 
 
+def print_plausibility(warnings: tuple[TraceWarning, ...]) -> None:
+    """One yellow `warning:` line per figure real traffic hardly shows (nothing blocks)."""
+    for w in warnings:
+        console.print(f"[yellow]warning:[/] {w.message}", highlight=False, soft_wrap=True)
+
+
 @app.command("import")
 def import_(
     path: Annotated[Path, typer.Argument(help="trace file (CSV, JSONL or Parquet)")],
@@ -73,7 +79,12 @@ def import_(
         str | None, typer.Option("--output", help="generic: output tokens column")
     ] = None,
 ) -> None:
-    """Validate and store a trace (idempotent: the same file returns the stored trace)."""
+    """Validate and store a trace (idempotent: the same file returns the stored trace).
+
+    Figures real traffic hardly shows (a request rate over 1,000 req/s, all requests at
+    one instant, under 0.01 req/s over days, a request longer than any model's context)
+    are stored with the trace and printed as warnings; with a numeric arrival column the
+    warning says what the trace would be in the other units."""
     from api.services.ingest import ingest_trace
     from api.settings import get_settings
     from optimizer.traces import IngestLimits, TraceFormatError, generic_mapping
@@ -104,6 +115,7 @@ def import_(
     verb = "stored as" if result.created else "already stored as"
     console.print(f"{verb} trace [bold]{result.trace.id}[/]")
     console.print(_summary_table(result.trace))
+    print_plausibility(result.plausibility_warnings)
 
 
 @app.command("list")
@@ -142,8 +154,10 @@ def _get(trace_id: int) -> TraceInfo:
 
 @app.command("show")
 def show(trace_id: Annotated[int, typer.Argument(help="trace id")]) -> None:
-    """Show a trace's statistics."""
-    console.print(_summary_table(_get(trace_id)))
+    """Show a trace's statistics and what its ingest found implausible."""
+    info = _get(trace_id)
+    console.print(_summary_table(info))
+    print_plausibility(info.plausibility_warnings)
 
 
 @app.command("export")

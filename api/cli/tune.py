@@ -24,10 +24,12 @@ def _trace_id(trace: str) -> int:
     path = trace_source(trace)
     if isinstance(path, int):
         return path
+    from api.cli.traces import print_plausibility
     from api.services.ingest import ingest_trace
 
     with session() as s:
         result = ingest_trace(s, path)
+    print_plausibility(result.plausibility_warnings)
     return result.trace.id
 
 

@@ -207,6 +207,7 @@ async def upload_trace(
         num_requests=result.trace.stats.num_requests,
         warnings=list(result.warnings),
         num_dropped=result.num_dropped,
+        plausibility_warnings=list(result.plausibility_warnings),
     )
 
 

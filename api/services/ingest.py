@@ -2,7 +2,9 @@
 
 Used by the CLI and the REST API alike. Parsing happens before any database
 work, so a bad file never touches stored data; storing is atomic and
-idempotent by content hash.
+idempotent by content hash. A file's plausibility warnings (a rate, a span, a
+length real traffic hardly shows) are stored with it; a workload the service
+built is stored without any.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from optimizer.bench_serve import BenchServeSpec
-from optimizer.records import TraceColumns, TraceFormat, TraceInfo
+from optimizer.records import TraceColumns, TraceFormat, TraceInfo, TraceWarning
 from optimizer.traces import ColumnMapping, IngestLimits, parse_trace
 from optimizer.traces.stats import compute_stats
 from optimizer.workload import Workload
@@ -25,8 +27,10 @@ from storage.traces import DEFAULT_PROJECT, find_trace_by_hash, store_trace
 class IngestResult:
     trace: TraceInfo
     created: bool  # False: the same content was already stored
-    warnings: tuple[str, ...]
+    warnings: tuple[str, ...]  # the repairs made
     num_dropped: int
+    # What this file shows that real traffic hardly does (stored with a new trace)
+    plausibility_warnings: tuple[TraceWarning, ...] = ()
 
 
 def ingest_trace(
@@ -45,8 +49,9 @@ def ingest_trace(
     path = Path(path)
     parsed = parse_trace(path, format=format, mapping=mapping, limits=limits or IngestLimits())
     existing = find_trace_by_hash(session, parsed.content_hash, project=project)
+    found = parsed.plausibility_warnings
     if existing is not None:
-        return IngestResult(existing, False, parsed.warnings, parsed.num_dropped)
+        return IngestResult(existing, False, parsed.warnings, parsed.num_dropped, found)
     info, created = store_trace(
         session,
         name=name or path.stem,
@@ -56,8 +61,9 @@ def ingest_trace(
         stats=parsed.stats,
         project=project,
         stream=stream,
+        plausibility_warnings=found,
     )
-    return IngestResult(info, created, parsed.warnings, parsed.num_dropped)
+    return IngestResult(info, created, parsed.warnings, parsed.num_dropped, found)
 
 
 def ingest_bench_workload(

@@ -54,6 +54,14 @@ Repaired, with a warning in `ParsedTrace.warnings` (also stored in the stats):
 Accepted as they are: duplicate timestamps, quantised timestamps, blank lines in
 JSONL, a UTF-8 byte-order mark, whitespace around numbers, `12.0` as a token count.
 
+Warned, and stored all the same (`ParsedTrace.plausibility_warnings`, typed
+`TraceWarning`s stored with the trace): figures real traffic hardly shows, with the
+thresholds and their reasons in `optimizer.traces.plausibility`: a mean request rate
+above 1,000 req/s (or a busiest second above it), many requests at one instant, under
+0.01 req/s over more than a day, a request longer than any model's context. With a
+numeric arrival column a rate warning says what the trace would be in the other units
+(ms stamps read as us: "500 requests in 0.14 s ... that is 140 s at 3.6 req/s").
+
 Statistics definitions are in `optimizer.traces.stats`.
 """
 
@@ -66,6 +74,7 @@ from optimizer.traces.formats import (
     generic_mapping,
 )
 from optimizer.traces.parse import IngestLimits, ParsedTrace, parse_trace
+from optimizer.traces.plausibility import check_plausibility
 from optimizer.traces.stats import compute_stats, prefix_hit_ratio, token_stats
 
 __all__ = [
@@ -76,6 +85,7 @@ __all__ = [
     "ParsedTrace",
     "TimeUnit",
     "TraceFormatError",
+    "check_plausibility",
     "compute_stats",
     "generic_mapping",
     "parse_trace",

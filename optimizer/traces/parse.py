@@ -3,7 +3,7 @@
 Pipeline: `sniff` (size limit, sha256, binary/encoding checks, column names) ->
 format resolution (forced, mapping, or detected) -> `frames` (lazy scan of the
 mapped columns, declared schemas, row limit) -> `convert` (typed arrays, first
-bad row named) -> documented repairs -> `stats.compute_stats`.
+bad row named) -> documented repairs -> `stats.compute_stats` -> `plausibility` (warnings).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from optimizer.records import TraceColumns, TraceFormat, TraceStats
+from optimizer.records import TraceColumns, TraceFormat, TraceStats, TraceWarning
 from optimizer.traces import convert
 from optimizer.traces.errors import TraceFormatError, clip_list
 from optimizer.traces.formats import (
@@ -28,6 +28,7 @@ from optimizer.traces.formats import (
     with_native_optionals,
 )
 from optimizer.traces.frames import ROW, load_frame
+from optimizer.traces.plausibility import check_plausibility
 from optimizer.traces.sniff import FileFacts, inspect_file
 from optimizer.traces.stats import compute_stats, infer_block_size
 
@@ -56,6 +57,8 @@ class ParsedTrace:
     num_dropped: int = 0
     block_size: int | None = None  # tokens per prefix hash block, when hash_ids exist
     num_bytes: int = field(default=0, compare=False)
+    # What real traffic hardly shows (a rate, a span, a length): kept, with a warning
+    plausibility_warnings: tuple[TraceWarning, ...] = ()
 
 
 def parse_trace(
@@ -157,6 +160,7 @@ def _build(path: Path, facts: FileFacts, spec: FormatSpec, frame: pl.DataFrame) 
         hashes = None if hashes is None else [hashes[i] for i in order]
         sessions = None if sessions is None else [sessions[i] for i in order]
         accept = None if accept is None else accept[order]
+        rows = rows[order]
     arrival = arrival - arrival[0]
 
     block_size = None
@@ -167,6 +171,9 @@ def _build(path: Path, facts: FileFacts, spec: FormatSpec, frame: pl.DataFrame) 
     stats = compute_stats(
         columns, num_dropped=num_dropped, warnings=warnings, block_size=block_size
     )
+    plausibility = check_plausibility(
+        columns, stats, format=spec.format, mapping=m, rows=np.asarray(rows) + 1
+    )
     return ParsedTrace(
         format=spec.format,
         columns=columns,
@@ -176,6 +183,7 @@ def _build(path: Path, facts: FileFacts, spec: FormatSpec, frame: pl.DataFrame) 
         num_dropped=num_dropped,
         block_size=block_size,
         num_bytes=facts.num_bytes,
+        plausibility_warnings=plausibility,
     )
 
 

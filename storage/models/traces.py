@@ -11,10 +11,14 @@ from sqlalchemy import (
     LargeBinary,
     String,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
 from storage.models.base import Base, UtcDateTime
+
+# A trace's stored plausibility warnings when there are none, as an SQL literal
+NO_PLAUSIBILITY_WARNINGS_SQL = """'{"schema_version": 1, "warnings": []}'"""
 
 
 class TraceRow(Base):
@@ -36,6 +40,11 @@ class TraceRow(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     num_requests: Mapped[int] = mapped_column(Integer)
     stats: Mapped[dict] = mapped_column(JSON)  # TraceStats with schema_version
+    # {"schema_version": 1, "warnings": [TraceWarning, ...]}: what ingest's plausibility
+    # checks found; traces stored before them (migration 0130) and built ones have none
+    plausibility_warnings: Mapped[dict] = mapped_column(
+        JSON, server_default=text(NO_PLAUSIBILITY_WARNINGS_SQL)
+    )
 
 
 class TraceRequestRow(Base):

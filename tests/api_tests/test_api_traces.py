@@ -5,6 +5,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from tests.api_tests.conftest import Service, write_trace_csv
 
 PROBLEM = "application/problem+json"
@@ -163,3 +165,28 @@ def test_lists_page_by_offset_and_by_keyset_cursor(service: Service, tmp_path: P
         assert r.status_code == 422 and r.headers["content-type"] == PROBLEM
     jobs = service.client.get("/v1/tuning-jobs?after=1", headers=a).json()
     assert jobs["items"] == [] and jobs["next_after"] is None  # newest first: none below 1
+
+
+def test_implausible_upload_is_stored_with_its_warnings(service: Service, tmp_path: Path) -> None:
+    """Issue 43 over REST: ms stamps uploaded as us. 201, the warning in the upload's
+    answer, and the same warning in the trace's description and in the list."""
+    path = tmp_path / "ms.csv"
+    path.write_text("\n".join(["ts,prompt,output", *(f"{280 * i},1000,100" for i in range(500))]))
+    fields = {"arrival": "ts", "input": "prompt", "output": "output", "arrival_unit": "us"}
+    r = _upload(service, path, **fields)
+    assert r.status_code == 201, r.text
+    (warning,) = r.json()["plausibility_warnings"]
+    assert warning["code"] == "rate_high" and warning["limit"] == 1000.0
+    assert warning["figure"] == pytest.approx(500 / 0.13972)
+    assert (
+        "if the stamps in 'ts' are milliseconds, not microseconds, that is 140 s"
+        in (warning["message"])
+    )
+    tid = r.json()["id"]
+    info = service.client.get(f"/v1/traces/{tid}", headers=service.auth(service.key_a)).json()
+    assert info["plausibility_warnings"] == [warning]
+    listing = service.client.get("/v1/traces", headers=service.auth(service.key_a)).json()
+    assert listing["items"][0]["plausibility_warnings"] == [warning]
+
+    plain = _upload(service, write_trace_csv(tmp_path / "ok.csv", 40))
+    assert plain.status_code == 201 and plain.json()["plausibility_warnings"] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pytest
 from typer.testing import CliRunner
 
 from api.cli import app
@@ -101,3 +102,51 @@ def test_export_round_trip_keeps_prefix_hashes(
         assert abs(stats_b.prefix_hit_ratio - 0.651) < 5e-4
         assert stats_a.prefix_hit_ratio == stats_b.prefix_hit_ratio
         assert stats_a.input_tokens == stats_b.input_tokens
+
+
+def _write_ms_stamps(path: Path) -> Path:
+    """500 requests 280 ms apart (139.72 s, 3.58 req/s), stamps in milliseconds."""
+    lines = ["ts,prompt,output", *(f"{280 * i},1000,100" for i in range(500))]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+MS_AS_US = (
+    "warning: 500 requests in 0.14 s (3,579 req/s; plausible up to 1,000 req/s for one "
+    "fleet): if the stamps in 'ts' are milliseconds, not microseconds, that is 140 s at 3.6 "
+    "req/s; check --arrival-unit (REST field arrival_unit)"
+)
+
+
+def test_implausible_trace_is_stored_with_warnings_and_shown(
+    cli_db: str, runner: CliRunner, tmp_path: Path
+) -> None:
+    """Issue 43: ms stamps imported as us. Stored all the same, warned at import and by show."""
+    src = _write_ms_stamps(tmp_path / "ms.csv")
+    options = ["--arrival", "ts", "--input", "prompt", "--output", "output"]
+    result = runner.invoke(app, ["traces", "import", str(src), *options, "--arrival-unit", "us"])
+    assert result.exit_code == 0, result.output
+    assert "stored as trace 1" in result.output
+    assert MS_AS_US in " ".join(result.output.split())
+    shown = runner.invoke(app, ["traces", "show", "1"])
+    assert shown.exit_code == 0 and MS_AS_US in " ".join(shown.output.split())
+
+    right = runner.invoke(app, ["traces", "import", str(src), *options, "--arrival-unit", "ms"])
+    assert right.exit_code == 0 and "warning" not in right.output  # 3.6 req/s over 140 s
+    assert "warning" not in runner.invoke(app, ["traces", "show", "2"]).output
+
+
+def test_tune_prints_the_warnings_of_the_file_it_imports(
+    cli_db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tune --trace PATH` stores the file first (tune's `_trace_id`); its warnings show."""
+    from api.cli.tune import _trace_id
+
+    lines = ["arrived_at,num_prefill_tokens,num_decode_tokens"]
+    lines += [f"{280 * i},1000,100" for i in range(500)]
+    path = tmp_path / "ms.csv"  # a splitwise-shaped file whose stamps are milliseconds
+    path.write_text("\n".join(lines) + "\n")
+    assert _trace_id(str(path)) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "warning: 500 requests in 38.8 h (0.0036 req/s;" in out
+    assert "format splitwise reads 'arrived_at' in s" in out

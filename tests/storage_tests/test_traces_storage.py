@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from optimizer.records import TraceFormat
+from optimizer.records import TraceFormat, TraceWarning, TraceWarningCode
 from storage.db import (
     current_revision,
     head_revision,
@@ -18,6 +18,7 @@ from storage.traces import (
     TraceNotFound,
     count_traces,
     delete_trace,
+    find_trace_by_hash,
     get_trace,
     list_traces,
     load_trace_columns,
@@ -114,3 +115,31 @@ def test_list_and_delete(engine) -> None:
     with engine.connect() as conn:
         left = conn.execute(sa.text("select count(*) from trace_requests")).scalar()
     assert left == 4
+
+
+WARNINGS = (
+    TraceWarning(TraceWarningCode.RATE_HIGH, 3578.6, 1000.0, "500 requests in 0.14 s ..."),
+    TraceWarning(TraceWarningCode.LENGTH_OVER_CONTEXT, 10485761.0, 10485760.0, "row 4 ..."),
+)
+
+
+def test_plausibility_warnings_round_trip(engine) -> None:
+    """Stored with the trace, read back by id, in lists and by hash; none when not given."""
+    cols = make_columns(20, seed=4)
+    with session_scope(engine) as s:
+        info, _ = store_trace(
+            s,
+            name="w",
+            source_format=TraceFormat.GENERIC,
+            content_hash="hw",
+            columns=cols,
+            stats=make_stats(20),
+            plausibility_warnings=WARNINGS,
+        )
+    plain, _ = _store(engine, cols, content_hash="hp")
+    assert info.plausibility_warnings == WARNINGS and plain.plausibility_warnings == ()
+    with session_scope(engine) as s:
+        assert get_trace(s, info.id).plausibility_warnings == WARNINGS
+        assert [t.plausibility_warnings for t in list_traces(s)] == [WARNINGS, ()]
+        assert find_trace_by_hash(s, "hw").plausibility_warnings == WARNINGS
+        assert get_trace(s, plain.id).plausibility_warnings == ()
