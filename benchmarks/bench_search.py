@@ -1,6 +1,7 @@
 """Search quality and speed with the faithful objective. Usage:
     .venv/bin/python benchmarks/bench_search.py grid [--seeds 5] [--screen-requests 2000]
     .venv/bin/python benchmarks/bench_search.py conv [--trials 200] [--workers 2]
+    .venv/bin/python benchmarks/bench_search.py floors [--runs 5]
 
 grid: every unit of the product's default space (colocated and disaggregated, within an
 8-H100 budget) is screened once on the Azure code trace, exactly as a trial screens it
@@ -16,12 +17,19 @@ Azure conv trace (Llama-3.1-8B, 8-H100 budget, TTFT <= 2 s / TPOT <= 50 ms at 90
 priced by the fitted AIConfigurator H100 model in the database, `--workers` processes.
 Then the recommended fleet size and, on that many GPUs, the per-GPU goodput (max
 sustainable rate on the whole trace / GPUs) of the recommendation and of vLLM's defaults.
+
+floors: a request no deployment can meet, refused upfront by its physical floors
+(optimizer.search.floors): `servetune tune` on the Azure code trace (stored once) with
+Qwen3-235B-A22B-FP8 on 16 H200 at TTFT <= 2 ms, TPOT <= 0.05 ms, timed as a whole process
+(median of `--runs`), beside `servetune --help`'s (the process's own start-up) and the
+check alone in this process.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -170,16 +178,67 @@ def conv(args: argparse.Namespace) -> None:
         )
 
 
+FLOORS_MODEL = "Qwen/Qwen3-235B-A22B-FP8"
+FLOORS_CASE = f"--model {FLOORS_MODEL} --gpu h200 --gpus 16 --slo-ttft-ms 2 --slo-tpot-ms 0.05"
+
+
+def floors(args: argparse.Namespace) -> None:
+    import subprocess
+
+    from optimizer.search import TuneRequest
+    from optimizer.search.floors import WorkloadLengths, floor_violations
+    from optimizer.traces import compute_stats
+
+    def wall(cmd: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+        start = time.perf_counter()
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        return time.perf_counter() - start, done
+
+    trace = TRACES / "AzureLLMInferenceTrace_code.csv"
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "SERVETUNE_DATABASE_URL": f"sqlite:///{Path(tmp) / 'f.db'}"}
+        run([SERVETUNE, "traces", "import", str(trace)], env)  # trace 1
+        cmd = [SERVETUNE, "tune", "--trace", "1", *FLOORS_CASE.split(), "--study", "floors"]
+        walls, done = [], None
+        for _ in range(args.runs):
+            took, done = wall(cmd, env)
+            walls.append(took)
+        assert done is not None and done.returncode == 2, done
+        print(done.stdout + done.stderr)
+        helps = [wall([SERVETUNE, "--help"], env)[0] for _ in range(args.runs)]
+    lengths = WorkloadLengths.of_stats(compute_stats(parse_trace(trace).columns))
+    request = TuneRequest(
+        trace_id=1,
+        model=FLOORS_MODEL,
+        gpu_types=("h200",),
+        gpu_budget=16,
+        slo_ttft_ms=2,
+        slo_tpot_ms=0.05,
+    )
+    checks = []
+    for _ in range(max(args.runs, 20)):
+        start = time.perf_counter()
+        floor_violations(request, lengths)
+        checks.append(time.perf_counter() - start)
+    print(
+        f"refused by the floors through the CLI: {statistics.median(walls):.2f} s wall (median "
+        f"of {args.runs}; servetune --help {statistics.median(helps):.2f} s); the check alone "
+        f"{statistics.median(checks) * 1e3:.2f} ms; target <= 1 s (the study it replaces ran "
+        "3 min 48 s)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("which", choices=("grid", "conv"))
+    parser.add_argument("which", choices=("grid", "conv", "floors"))
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--screen-requests", type=int, default=2000)
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--database", default=None, help="a database with a fitted H100 model")
+    parser.add_argument("--runs", type=int, default=5, help="floors: timed runs")
     args = parser.parse_args()
-    {"grid": grid, "conv": conv}[args.which](args)
+    {"grid": grid, "conv": conv, "floors": floors}[args.which](args)
 
 
 if __name__ == "__main__":

@@ -331,12 +331,32 @@ class ModelShape:
         the LM head. The input embedding is a row lookup and is not counted (untied; tied,
         the table counts once, as the LM head), as OpenAI counts gpt-oss's active
         parameters; Qwen and DeepSeek count it (add `embedding_params`)."""
-        active_experts = 0
-        if self.moe is not None:
-            per_layer = self.moe.experts_per_token * self.expert_params
-            active_experts = self.num_moe_layers * per_layer
         lookup = 0 if self.tie_word_embeddings else self.embedding_params
-        return self.num_params - self.routed_expert_params + active_experts - lookup
+        return self.num_params - self.routed_expert_params + self.active_expert_params - lookup
+
+    @property
+    def active_expert_params(self) -> int:
+        """Weights of the routed experts one token runs: `experts_per_token` per MoE layer."""
+        if self.moe is None:
+            return 0
+        return self.num_moe_layers * self.moe.experts_per_token * self.expert_params
+
+    @property
+    def active_weight_bytes(self) -> float:
+        """Bytes of the `num_active_params` at their formats' widths (scales included): what
+        one token's forward pass reads, all GPUs together. Attention, Gated DeltaNet,
+        dense-MLP and shared-expert projections at `dense_weight_dtype_bytes`, the token's
+        routed experts at `expert_weight_dtype_bytes`, routers, norms and the LM head at
+        `dtype`; the input embedding is a row lookup and is not counted (untied)."""
+        dense = self.num_linear_params - self.routed_expert_params
+        experts = self.active_expert_params
+        rest = self.num_active_params - dense - experts  # routers, norms, LM head
+        widths = (
+            dense * self._dense_element_bytes()
+            + experts * self._expert_element_bytes()
+            + rest * self.dtype_bytes
+        )
+        return float(widths)
 
     # -- bytes per GPU -------------------------------------------------------------------
 

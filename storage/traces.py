@@ -413,3 +413,18 @@ def _load_optional(
         else None
     )
     return hashes, sessions, accept
+
+
+def load_token_counts(
+    session: Session, trace_id: int, num_requests: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first `num_requests` stored requests' (input, output) tokens, in arrival order:
+    what a request cut by `max_requests` runs on, without the rest of the trace."""
+    t = TraceRequestRow
+    rows = session.execute(
+        sa.select(t.input_tokens, t.output_tokens)
+        .where(t.trace_id == trace_id, t.seq < num_requests)
+        .order_by(t.seq)
+    ).all()
+    counts = np.array(rows, dtype=np.int64).reshape(-1, 2)
+    return counts[:, 0].copy(), counts[:, 1].copy()

@@ -265,6 +265,7 @@ def tune(
     ] = None,
 ) -> None:
     """Find the fewest GPUs (or lowest $/h) that meet the SLOs, and the configs to run."""
+    from api.services.floors import check_request_floors
     from optimizer.search import TuneRequest, TuneRequestError
 
     if (trace is None) == (workload is None):
@@ -287,6 +288,8 @@ def tune(
             screen_requests=screen_requests, headroom=headroom, peak_window_s=peak_window_s,
             draft_model=draft_model, acceptance_rate=acceptance_rate, deployment_id=deployment,
         )  # fmt: skip
+        with session() as s:  # an SLO below a physical floor is refused before any study
+            check_request_floors(s, request)
     except TuneRequestError as exc:
         fail(str(exc).replace("search_space: ", "--space: ", 1))
     if not 1 <= workers <= 64:

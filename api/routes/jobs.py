@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session
 from api.deps import IdPath, PagingDep, PrincipalDep, ReaderDep, SessionDep
 from api.problems import ApiError
 from api.reads import encode_json, polled_json
-from api.schemas import JobCreated, JobResultOut, Page, Problem, page
+from api.schemas import FieldError, JobCreated, JobResultOut, Page, Problem, page
+from api.services.floors import FloorError, check_request_floors
 from api.services.stream_windows import EmptyWindow, resolve_window
 from optimizer.search import TuneRequest
 from storage.jobs import (
@@ -103,7 +104,10 @@ def job_links(job_id: int) -> dict[str, str]:
     status_code=202,
     response_model=JobCreated,
     summary="Queue a tuning job (runs in a worker; poll its status)",
-    responses={**ERRORS, 422: {"model": Problem, "description": "invalid parameters"}},
+    responses={
+        **ERRORS,
+        422: {"model": Problem, "description": "invalid parameters, or an SLO below a floor"},
+    },
 )
 def create(
     params: Annotated[TuneRequest, Body(openapi_examples=PARAMS_EXAMPLES)],
@@ -117,6 +121,13 @@ def create(
         )
     except EmptyWindow as exc:
         raise ApiError(422, str(exc), kind="empty-window") from None
+    try:
+        check_request_floors(
+            session, params, project=principal.project, trace_ids=window.trace_ids if window else ()
+        )
+    except FloorError as exc:
+        errors = [FieldError(where=f"body.{v.field}", message=v.message) for v in exc.violations]
+        raise ApiError(422, str(exc), kind="below-physical-floor", errors=errors) from None
     job = enqueue_job(session, project=principal.project, params=params, window=window)
     response.headers["Location"] = f"/v1/tuning-jobs/{job.id}"
     return JobCreated(id=job.id, status=job.status, **job_links(job.id))

@@ -25,6 +25,7 @@ from optimizer.engines import CURRENT_VLLM, EngineOverhead, EngineRelease
 from optimizer.latency.base import LatencySource
 from optimizer.search.closed_loop import ClosedLoopEvaluator
 from optimizer.search.evaluation import Evaluator, TrialError
+from optimizer.search.floors import check_floors, request_lengths
 from optimizer.search.outcome import LatencyInfo, TuneOutcome, build_outcome
 from optimizer.search.request import TuneProgress, TuneRequest, TuneRequestError
 from optimizer.search.space import SearchSpace
@@ -254,6 +255,7 @@ def run_tuning_job(
         )
     upgrade_database(database_url)  # ours first: Optuna then leaves alembic_version alone
     trace = _trace_of(database_url, request)
+    check_floors(request, request_lengths(request, trace))  # FloorError: nothing stored
     setup = prepare(request, trace, _resolved(database_url, request, latency, num_threads))
     release = EngineRelease("vllm", setup.space.engine_version or CURRENT_VLLM)
     label = f"{setup.latency.label}; priced as {release.label}"

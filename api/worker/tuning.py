@@ -14,6 +14,7 @@ from api.services.tuning import run_tuning_job
 from api.settings import get_settings
 from api.worker.context import JobContext, JobFailed
 from optimizer.search import TuneOutcome, TuneRequest, TuneRequestError
+from optimizer.search.floors import FloorError
 
 
 def job_request(params: TuneRequest, trace_ids: tuple[int, ...]) -> TuneRequest:
@@ -42,4 +43,6 @@ def run_tuning(ctx: JobContext) -> TuneOutcome:
             num_threads=get_settings().native_threads,
         )
     except LookupError as exc:  # the trace was deleted since the job was queued
+        raise JobFailed(str(exc)) from exc
+    except FloorError as exc:  # an SLO below a physical floor (a schedule's job, say)
         raise JobFailed(str(exc)) from exc
