@@ -11,7 +11,7 @@ documents only change version. Finished jobs' results keep their layout (outcome
 schema_version 4) and are served as stored.
 
 Revision ID: 0140_attainment_loads
-Revises: 0120_deployment_loop
+Revises: 0130_trace_plausibility
 """
 
 import json
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0140_attainment_loads"
-down_revision = "0120_deployment_loop"
+down_revision = "0130_trace_plausibility"
 branch_labels = None
 depends_on = None
 
