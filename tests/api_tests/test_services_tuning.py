@@ -154,3 +154,21 @@ def test_a_bug_fails_the_job_with_its_traceback_not_as_invalid_configs(db_url):
                        latency=_Broken())  # fmt: skip
     assert "ZeroDivisionError: bug in the latency model" in info.value.details()
     assert "Traceback (most recent call last)" in info.value.details()
+
+
+def test_a_model_whose_defaults_do_not_fit_is_still_answered(db_url):
+    """DeepSeek-V3 on 16 x H100: vLLM's defaults (one replica, tp <= 8) do not fit one
+    node. The job (what the REST worker runs) finishes, the defaults a row saying why."""
+    from optimizer.config import RejectReason
+
+    trace_id = _store_trace(db_url)
+    request = TuneRequest(
+        trace_id=trace_id, model="deepseek-ai/DeepSeek-V3", gpu_types=("h100",), gpu_budget=16,
+        slo_ttft_ms=5000, slo_tpot_ms=200, num_trials=3, seed=0,
+    )  # fmt: skip
+    out = run_tuning_job(request, database_url=db_url, study_name="dsv3",
+                         should_stop=lambda: False, on_progress=lambda _p: None)  # fmt: skip
+    base = out.baseline
+    assert base.config is None and base.predicted.reject is RejectReason.MEMORY
+    assert "cannot be deployed: vLLM's defaults do not fit on h100" in out.verdict.baseline
+    assert out.trials.rows[0].defaults and out.trials.rows[0].deciding == "memory"
