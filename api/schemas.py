@@ -172,6 +172,6 @@ class JobResultOut(BaseModel):
 
     job_id: int
     outcome: TuneOutcome = Field(
-        description="schema_version 4 (3 without the recommendation's out_of_step); jobs "
-        "finished before keep the layout they were stored with"
+        description="schema_version 5 (4 added the recommendation's out_of_step, which 5 "
+        "drops); jobs finished before keep the layout they were stored with"
     )

@@ -34,9 +34,9 @@ from optimizer.search.recommend import (
 from optimizer.search.request import TuneRequest
 from optimizer.search.space import SearchSpace, config_key
 from optimizer.search.windows import EvaluatedTrace
-from optimizer.sim import OutOfStepBound, SimulationResult
+from optimizer.sim import SimulationResult
 
-OUTCOME_SCHEMA_VERSION = 4
+OUTCOME_SCHEMA_VERSION = 5
 
 
 class OutcomeFormatError(ValueError):
@@ -65,9 +65,6 @@ class Recommendation:
     predicted: Evaluation
     slo_checks: tuple[SLOCheck, ...]
     launch: tuple[LaunchCommand, ...]
-    # A closed loop whose clients' phases decide TTFT: the fleet with them out of step, the
-    # low end of the TTFT range (`optimizer.sim.out_of_step_bound`); None elsewhere.
-    out_of_step: OutOfStepBound | None = None
 
     def yaml(self) -> str:
         return yaml.safe_dump(self.config.to_dict(), sort_keys=False)
@@ -149,15 +146,11 @@ CAPACITY_FACTORS = (1.0, 2.0, 4.0)
 
 
 def _recommendation(
-    request: TuneRequest,
-    o: TrialOutcome,
-    model_id: str | None,
-    trial: int | None,
-    out_of_step: OutOfStepBound | None,
+    request: TuneRequest, o: TrialOutcome, model_id: str | None, trial: int | None
 ) -> Recommendation:
     ev = o.evaluation
     launch = launch_commands(o.config, model=model_id)
-    return Recommendation(trial, o.config, ev, slo_checks(request, ev), launch, out_of_step)
+    return Recommendation(trial, o.config, ev, slo_checks(request, ev), launch)
 
 
 def _trial_of(unit: ServingConfig, outcomes: Sequence[TrialOutcome]) -> int | None:
@@ -265,8 +258,7 @@ def build_outcome(
     rec = None
     if best is not None:
         rec_trial = base_trial if best.number is None else best.number
-        bound = evaluator.phase_bound(best.config, results[best.number])
-        rec = _recommendation(request, best, model_id, rec_trial, bound)
+        rec = _recommendation(request, best, model_id, rec_trial)
     capacity: tuple[CapacityRow, ...] = ()
     if best is not None:
         on_step("capacity plan: GPUs needed at 2x and 4x the traffic")

@@ -64,7 +64,7 @@ def test_job_runs_resumes_and_is_stored(db_url):
                          should_stop=lambda: False, on_progress=seen.append)  # fmt: skip
     assert out.num_trials == 4 and seen[-1].trials_done == 4
     assert out.baseline.config.replica.max_num_batched_tokens == 8192
-    assert out.to_dict()["schema_version"] == 4
+    assert out.to_dict()["schema_version"] == 5
     # Every figure shown is a verified fleet's, on the whole (120-request) trace.
     assert out.evaluated.trace.num_requests == 120
     assert all(p.predicted.stage.value == "verified" for p in out.pareto)
