@@ -178,6 +178,7 @@ class JobResultOut(BaseModel):
 
     job_id: int
     outcome: TuneOutcome = Field(
-        description="schema_version 4 (3 without the recommendation's out_of_step); jobs "
-        "finished before keep the layout they were stored with"
+        description="schema_version 5: every attainment with the load and rate it was "
+        "measured at, the verdict's sentences and the trials' fates (the out_of_step range "
+        "of 4 is gone); jobs finished before keep the layout they were stored with"
     )

@@ -9,9 +9,10 @@ whose engine thread steps like vLLM V1 with synchronous scheduling (8,192-token 
 running requests first, waiting prefills packed and the last one chunked, arrivals
 admitted between steps) and sleeps each step for what `STEP` prices it at.
 It adds 8 chat-template tokens to every prompt, as Qwen3's template does. aiperf runs
-AIConfigurator's protocol (`--concurrency C`, 20 x C requests after 2 x C warm-ups, fixed
-lengths, ignore_eos, streaming) with its default worker count, against a word-level
-tokenizer (no model download).
+`--concurrency C`, 20 x C requests after 2 x C warm-ups, fixed lengths, ignore_eos,
+streaming (the development runs had 10 x C requests and a C + isl + 1,500-token budget:
+`--rounds` and `--budget` set them here) with its default worker count, against a
+word-level tokenizer (no model download).
 
 servetune replays each run with the same step costs through `optimizer.sim.simulate`
 (the engine's costs are this script's, so the CLI's stored latency models do not apply),

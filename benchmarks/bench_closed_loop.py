@@ -4,15 +4,16 @@ the API server and the engine (docs/closed-loop.md). Usage:
     .venv/bin/python benchmarks/bench_closed_loop.py [--database URL]
 
 Cases from the development set (aiperf closed loops of vLLM 0.12.0 serving Qwen3-32B on
-H100, observations/aic-silicon-dev), each replayed as shipped (AIConfigurator's
-protocol: 2C warm-ups and the client's barrier, Qwen3's 8 chat-template tokens, aiperf's
-turnaround, the API server's path, V1 synchronous scheduling) and with one mechanism
+H100, observations/aic-silicon-dev), each replayed as shipped (the protocol the runs
+were made with, `optimizer.validation.devset`: 10C requests after 2C warm-ups and the
+client's barrier, the generator's C + isl + 1,500-token budget and C sequences, Qwen3's 8
+chat-template tokens, aiperf's turnaround, the API server's path, V1 synchronous
+scheduling) and with one mechanism
 changed at a time; mean and median TTFT, mean TPOT, against the measured means. Two
 more rows start the measured clients spread over a quarter and a half of a request's
 cycle instead of as the client's burst, and one starts them at independent uniform
-phases of a cycle (`ClosedLoopWorkload.out_of_step`, the figure `simulate --workload`
-adds where the clients' phases decide TTFT): how far the answer moves when the clients
-are out of step (what measured runs look like at 1,024-token prompts). A last row gives
+phases of a cycle (`ClosedLoopWorkload.out_of_step`): how far the answer moves when the
+clients are out of step. A last row gives
 every step a random GPU time (its price times a lognormal factor, sigma 0.2): whether
 run-to-run variance of the GPU's steps breaks the clients' groups.
 """
@@ -112,7 +113,7 @@ def main() -> int:
                     cycle = float(np.nanmean(res.e2e_s))
                 print(_row(label, res))
             assert cycle is not None
-            wl = spec.workload()  # independent phases, as `simulate --workload` notes them
+            wl = spec.workload()  # independent phases
             res = simulate(wl.out_of_step(cycle), config, latency, seed=0)
             print(_row("clients out of step", res))
             for share in (0.25, 0.5):  # the measured clients out of step from the start

@@ -12,10 +12,16 @@ Sections (`--only steps|closed-loop|offline|online`; all by default):
   for each step type. The MoE runs of that folder: benchmarks/bench_moe_steps.py.
 - closed-loop: the 93 development runs (observations/aic-silicon-dev: vLLM 0.12.0, V1
   with synchronous scheduling, Qwen3-32B on H100, aiperf closed loops), each through the
-  path users run: `servetune simulate --workload W --config C --json` in a subprocess.
-  Mean TTFT and TPOT against measured, medians per TP degree and prompt length, and per
-  half (the V1-synchronous overhead is fitted on the training half); targets TTFT <=
-  15%, TPOT <= 5%, no run refused. `--closed-loop-csv FILE` runs this section on another
+  path users run: `servetune simulate --workload W --config C --json` in a subprocess,
+  under the protocol the runs were made with (`optimizer.validation.devset`): 10 x C
+  measured requests after 2 x C warm-ups drained first, a server with
+  `--max-num-batched-tokens` C + isl + 1,500 and `--max-num-seqs` C (inferred from the
+  peer's config generator, not recorded in the rows). Mean TTFT and TPOT against
+  measured, medians per TP degree and prompt length, and per half (the V1-synchronous
+  overhead is fitted on the training half); targets TTFT <= 15%, TPOT <= 5%, no run
+  refused. Where measured TTFT falls against the replay and the same deployment with
+  its clients out of step (`ClosedLoopWorkload.out_of_step`). `--closed-loop-csv FILE`
+  runs this section on another
   sample of AIConfigurator's schema (either its development-set columns or its current
   ones: gemm/moe/kvcache quant modes, attention DP, MoE TP/EP; `optimizer.validation.
   devset`): each vLLM row through the CLI, the share representable, each refusal by
@@ -35,6 +41,7 @@ H100 and B300 tables imported and fitted once.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -55,9 +62,11 @@ from optimizer.engines import NO_OVERHEAD, EngineRelease
 from optimizer.latency.base import StepLoad, TableReach
 from optimizer.shapes import DEFAULT_PRECISION
 from optimizer.sim import simulate
-from optimizer.sim.phases import LOCKSTEP_VALIDATED_PROMPTS
 from optimizer.validation.devset import (
+    GENERATOR_BUDGET_MARGIN,
     GPU_OF_SYSTEM,
+    MEASURED_PER_CLIENT,
+    WARMUPS_PER_CLIENT,
     ClosedLoopRun,
     Deployment,
     DevSetError,
@@ -158,14 +167,20 @@ def _simulate_cli(run: ClosedLoopRun, workdir: Path, env: dict[str, str]) -> dic
 FLOOR_MARGIN = 1.1  # a priced step this far above the measured TPOT is not pricing noise
 
 
+@functools.cache
+def _latency(url: str, model: str):
+    """The stored latency source `simulate` prices `model` with."""
+    from api.services.tuning import stored_latency
+
+    return stored_latency(url, model).source
+
+
 def _run_table(url: str, run: ClosedLoopRun):
     """`run`'s deployment (its replica and its benchmark) and the stored table that prices
     its steps, as the simulator prices them."""
-    from api.services.tuning import stored_latency
-
     config, spec = closed_loop_deployment(run)
     inst = config.replica
-    table = stored_latency(url, run.model).source.for_instance(
+    table = _latency(url, run.model).for_instance(
         inst.accelerator, inst.tp, precision=config.shape.precision,
         engine=config.engine_release, layout=inst.layout,
     )  # fmt: skip
@@ -192,10 +207,39 @@ def lone_prefill_s(url: str, run: ClosedLoopRun) -> float:
                                            prefill_kv=(n,)))  # fmt: skip
 
 
+def out_of_step_ttft_s(url: str, run: ClosedLoopRun, cycle_s: float) -> float:
+    """Mean TTFT of `run`'s deployment with its clients out of step: no warm-ups, each
+    client's first send at an independent uniform phase of one request cycle (`cycle_s`,
+    the replay's mean end-to-end latency; `ClosedLoopWorkload.out_of_step`)."""
+    config, spec = closed_loop_deployment(run)
+    res = simulate(spec.build().out_of_step(cycle_s), config, _latency(url, run.model), seed=0)
+    return float(np.nanmean(res.ttft_s))
+
+
+def phase_table(rows: list[tuple[ClosedLoopRun, float, float | None]]) -> None:
+    """Where each bf16 run's measured mean TTFT falls against the replay (lock-step: the
+    client's burst, as `simulate` replays it) and the same deployment with its clients out
+    of step, by prompt length."""
+    by_isl: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for run, lockstep, out_of_step in rows:
+        if not run.precision and out_of_step is not None:
+            by_isl[run.isl].append((lockstep / run.ttft_s - 1.0, out_of_step / run.ttft_s - 1.0))
+    print(" measured mean TTFT against the replay (lock-step) and the clients out of step "
+          "(independent phases), bf16 runs:")  # fmt: skip
+    for isl, errs in sorted(by_isl.items()):
+        lock, oos = [a for a, _ in errs], [b for _, b in errs]
+        between = sum(b <= 0 <= a for a, b in errs)
+        above = sum(a < 0 for a in lock)
+        print(f"   ISL {isl:,}: n={len(errs)}; replay median error {statistics.median(lock):+.1%}"
+              f" (|{_median_abs(lock):.1%}|), out of step {statistics.median(oos):+.1%}; "
+              f"measured between the two {between}, above both {above}, below both "
+              f"{sum(b > 0 for b in oos)}")  # fmt: skip
+
+
 def lone_prefill_table(url: str, rows: list[tuple[ClosedLoopRun, float, float | None]]) -> None:
     """Mean TTFT in lone prefills (`lone_prefill_s`) by clients and prompt length, median
     over TP degrees and output lengths: measured, the lock-step replay's and the
-    out-of-step replay's (docs/closed-loop.md, "What the measured runs say")."""
+    out-of-step replay's (docs/closed-loop.md)."""
     cells: dict[tuple[str, int, int], list[float]] = defaultdict(list)
     for run, sim_ttft, out_of_step in rows:
         if run.precision:
@@ -225,8 +269,13 @@ def closed_loop_section(url: str, env: dict[str, str], fit: bool, path: Path = C
     runs = sample.runs
     if sample.left_out:
         print(f" left out: {len(sample.left_out)} rows of other backends")
+    print(
+        f" protocol as run: {MEASURED_PER_CLIENT} x C measured requests after "
+        f"{WARMUPS_PER_CLIENT} x C warm-ups (drained first); server budget C + isl + "
+        f"{GENERATOR_BUDGET_MARGIN:,} tokens and C sequences (inferred from the peer's config "
+        f"generator, not recorded in the rows)"
+    )
     rows, refused = [], []
-    bounded: list[tuple[bool, float]] = []  # (measured within the note's range, its low end)
     replays: list[tuple[ClosedLoopRun, float, float | None]] = []  # lock-step, out-of-step TTFT
     with tempfile.TemporaryDirectory() as tmp:
         for run in runs:
@@ -238,9 +287,8 @@ def closed_loop_section(url: str, env: dict[str, str], fit: bool, path: Path = C
             tpot = out["tpot_s"]["mean"] / run.tpot_s - 1.0
             rows.append((run, ttft, tpot, out["ttft_s"]["p50"]))
             low = None
-            if out.get("out_of_step"):  # the CLI's note: the clients' phases decide TTFT
-                low = out["out_of_step"]["ttft_s"]["mean"]
-                bounded.append((low <= run.ttft_s <= out["ttft_s"]["mean"], low / run.ttft_s - 1))
+            if path == CLOSED_LOOP:
+                low = out_of_step_ttft_s(url, run, out["e2e_s"]["mean"])
             replays.append((run, out["ttft_s"]["mean"], low))
     print(
         f" {len(rows)} of {len(runs)} runs simulated through the CLI "
@@ -266,15 +314,8 @@ def closed_loop_section(url: str, env: dict[str, str], fit: bool, path: Path = C
         e = groups[key]
         print(f"   {key:24s} n={len(e):3d}  TTFT {_median_abs([a for a, _ in e]):6.1%}  "
               f"TPOT {_median_abs([b for _, b in e]):6.1%}")  # fmt: skip
-    if bounded:
-        inside = sum(ok for ok, _ in bounded)
-        print(
-            f" runs the CLI notes as phase-sensitive (a step holds more than "
-            f"{LOCKSTEP_VALIDATED_PROMPTS} prompts): {len(bounded)}; measured mean TTFT between "
-            f"the out-of-step and the lock-step replay: {inside} of {len(bounded)}; the "
-            f"out-of-step replay's median error {statistics.median(e for _, e in bounded):+.1%}"
-        )
     if path == CLOSED_LOOP:
+        phase_table(replays)
         lone_prefill_table(url, replays)
     below = [(r, f) for r, *_ in rows if (f := decode_floor_s(url, r)) > FLOOR_MARGIN * r.tpot_s]
     print(
@@ -299,10 +340,11 @@ def _fit_sync_overhead(url: str, train: list[ClosedLoopRun]) -> None:
         for per_seq_us in (0.0, 20.0, 40.0, 60.0):
             overhead = EngineOverhead(base_s=base_ms * 1e-3, per_seq_s=per_seq_us * 1e-6)
             errs = []
+            latency = {m: stored_latency(url, m, overhead=overhead).source
+                       for m in {r.model for r in train}}  # fmt: skip
             for run in train:
                 config, spec = closed_loop_deployment(run)
-                latency = stored_latency(url, run.model, overhead=overhead).source
-                res = simulate(spec.workload(), config, latency, seed=0)
+                res = simulate(spec.workload(), config, latency[run.model], seed=0)
                 errs.append(float(np.nanmean(res.tpot_s)) / run.tpot_s - 1.0)
             score = _median_abs(errs)
             if best is None or score < best[0]:

@@ -228,11 +228,15 @@ V1_ASYNC_CALIBRATION = (
 )
 # V1 with synchronous scheduling (vLLM 0.8-0.13): its CPU work adds to every step; fitted
 # on the training half of the closed-loop runs of vLLM 0.12 (Qwen3-32B on H100, the
-# development set): the grid point of least median |TPOT error| (benchmarks/bench_devset.py).
+# development set), each replayed under the protocol it was run with (10 x C requests after
+# 2 x C drained warm-ups; the peer generator's C + isl + 1,500-token budget and C
+# sequences, inferred: `optimizer.validation.devset`): the point of least median |TPOT
+# error| on a grid of 0.5-2.0 ms x 0-60 us (benchmarks/bench_devset.py --fit), 1.6% on the
+# training half and 1.8% on the held-out one.
 V1_SYNC_OVERHEAD = EngineOverhead(base_s=1.0e-3, per_seq_s=40e-6)
 V1_SYNC_CALIBRATION = (
     "closed-loop runs of vLLM 0.12 serving Qwen3-32B on H100 (AIConfigurator's sample, the "
-    "development set's training half)"
+    "development set's training half, replayed under the protocol they were run with)"
 )
 
 GENERATIONS = (

@@ -15,7 +15,7 @@ from api.cli.common import LatencyModelOption, console, fail, session, trace_sou
 
 if TYPE_CHECKING:
     from optimizer.config import ServingConfig
-    from optimizer.sim import OutOfStepBound, Percentiles, SimulationResult
+    from optimizer.sim import Percentiles, SimulationResult
     from optimizer.workload import Workload
 
 
@@ -128,16 +128,6 @@ def result_json(result: SimulationResult, config: ServingConfig) -> dict:
     }
 
 
-def out_of_step_json(bound: OutOfStepBound) -> dict:
-    """A closed loop's TTFT and TPOT with the clients out of step (`out_of_step_bound`)."""
-    return {
-        "prompts_per_step": bound.prompts_per_step,
-        "ttft_s": _pct(bound.ttft),
-        "tpot_s": _pct(bound.tpot),
-        "note": bound.note,
-    }
-
-
 def load_bench_workload(path: Path):
     """A `vllm bench serve` workload file (`optimizer.bench_serve`) as the client runs it
     (as `tune --workload` stores it when it is an open loop)."""
@@ -175,9 +165,8 @@ def simulate(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """Replay a trace under one config and print TTFT, TPOT, ITL, goodput."""
-    from optimizer.closed_loop_workload import ClosedLoopWorkload
     from optimizer.config import ConfigError
-    from optimizer.sim import SLO, SimulationError, out_of_step_bound
+    from optimizer.sim import SLO, SimulationError
     from optimizer.sim import simulate as run_simulation
 
     cfg = load_config(config)
@@ -218,16 +207,12 @@ def simulate(
     latency, label = resolve_latency(cfg.model, latency_model)
     try:
         result = run_simulation(replay, cfg, latency, seed=seed, slo=slo)
-        bound = None
-        if isinstance(replay, ClosedLoopWorkload):
-            bound = out_of_step_bound(replay, cfg, latency, result, seed=seed)
     except (SimulationError, LookupError, ValueError) as exc:
         fail(str(exc))
     if as_json:
         out = result_json(result, cfg)
         out["latency"] = label
         out["priced_as"] = cfg.engine_release.label
-        out["out_of_step"] = None if bound is None else out_of_step_json(bound)
         typer.echo(json.dumps(out, indent=2))
         return
     table = Table("figure", "value", title=f"{replay.name} on {cfg.mode.value} "
@@ -238,8 +223,6 @@ def simulate(
     console.print(table)
     if result.latency_is_estimate:
         console.print("[yellow]figures priced by a roofline estimate, not measured kernels[/]")
-    if bound is not None:
-        console.print(f"[yellow]note: {bound.note}[/]")
 
 
 def resolve_latency(model: str, latency_model_id: int | None, *, calibrated: bool = True):

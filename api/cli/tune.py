@@ -146,8 +146,6 @@ def _print_recommendation(outcome: TuneOutcome, rec: Recommendation) -> None:
     for c in rec.slo_checks:
         mark = "[green]ok[/]" if c.ok else "[red]over[/]"
         console.print(f"  {c.metric} {load}: {c.predicted:.1f} vs SLO {c.target:g}  {mark}")
-    if rec.out_of_step is not None:  # the same note as `simulate --workload` on this fleet
-        console.print(f"  [yellow]note: {rec.out_of_step.note}[/]", highlight=False)
     if outcome.capacity:
         console.print(_capacity_table(outcome))
     if rec.launch:

@@ -43,7 +43,7 @@ from optimizer.search.evaluation import (
 )
 from optimizer.search.sizing import fleet_of, size_fleet
 from optimizer.search.windows import EvaluatedTrace, TraceWindow
-from optimizer.sim import OutOfStepBound, SimulationResult, out_of_step_bound
+from optimizer.sim import SimulationResult
 
 MIN_SCREEN_PROMPTS_PER_CLIENT = 4
 
@@ -102,12 +102,6 @@ class ClosedLoopEvaluator(BaseEvaluator):
         sustained with `factor` x the clients."""
         del factor  # the run was made with that many clients already
         return result.request_throughput, result.request_throughput
-
-    def phase_bound(self, fleet: ServingConfig, result: SimulationResult) -> OutOfStepBound | None:
-        """See `Evaluator.phase_bound`: the benchmark on `fleet` with its clients out of
-        step, what `servetune simulate --workload` notes for the same fleet."""
-        s = self.settings
-        return out_of_step_bound(self.workload, fleet, self.latency, result, seed=s.seed)
 
     def scaled(self, factor: float) -> ClosedLoopWorkload:
         """The benchmark with `factor` x the clients and the prompts."""

@@ -32,7 +32,7 @@ from optimizer.latency.base import LatencySource
 from optimizer.search.attainment import Attainment, Load
 from optimizer.search.space import config_key
 from optimizer.search.windows import EvaluatedTrace
-from optimizer.sim import SLO, OutOfStepBound, SimulationResult, max_request_tokens, simulate
+from optimizer.sim import SLO, SimulationResult, max_request_tokens, simulate
 from optimizer.workload import Workload
 
 
@@ -239,11 +239,6 @@ class Evaluator(Protocol):
         screened: Evaluation | None = None,
     ) -> Verified: ...
 
-    def phase_bound(self, fleet: ServingConfig, result: SimulationResult) -> OutOfStepBound | None:
-        """Where the clients' phases decide TTFT, `fleet` (verified as `result`) replayed
-        with them out of step (`optimizer.sim.out_of_step_bound`); None elsewhere."""
-        ...
-
 
 class BaseEvaluator(ABC):
     """What `TraceEvaluator` and `ClosedLoopEvaluator` share: the fit check, the screens'
@@ -282,11 +277,6 @@ class BaseEvaluator(ABC):
     ) -> SimulationResult:
         s = self.settings
         return simulate(workload, config, self.latency, seed=s.seed, slo=s.slo)
-
-    def phase_bound(self, fleet: ServingConfig, result: SimulationResult) -> OutOfStepBound | None:
-        """See `Evaluator.phase_bound`: a trace's arrivals are its own, so None."""
-        del fleet, result
-        return None
 
     def _check_fits(self, unit: ServingConfig) -> None:
         limit = max_request_tokens(unit)

@@ -64,7 +64,7 @@ from optimizer.search.verdict import (
     who,
 )
 from optimizer.search.windows import EvaluatedTrace
-from optimizer.sim import OutOfStepBound, SimulationResult
+from optimizer.sim import SimulationResult
 
 OUTCOME_SCHEMA_VERSION = 5
 
@@ -96,9 +96,6 @@ class Recommendation:
     predicted: Evaluation
     slo_checks: tuple[SLOCheck, ...]
     launch: tuple[LaunchCommand, ...]
-    # A closed loop whose clients' phases decide TTFT: the fleet with them out of step, the
-    # low end of the TTFT range (`optimizer.sim.out_of_step_bound`); None elsewhere.
-    out_of_step: OutOfStepBound | None = None
     defaults: bool = False
 
     def yaml(self) -> str:
@@ -357,11 +354,10 @@ def build_outcome(
     capacity: tuple[CapacityRow, ...] = ()
     if best is not None:
         result = fleets.runs[best.number].result
-        bound = evaluator.phase_bound(best.config, result)
         ev = best.evaluation
         launch = launch_commands(best.config, model=model_id)
         checks = slo_checks(request, ev)
-        rec = Recommendation(answer_trial, best.config, ev, checks, launch, bound, rec_defaults)
+        rec = Recommendation(answer_trial, best.config, ev, checks, launch, rec_defaults)
         on_step("capacity plan: GPUs needed at 2x and 4x the traffic")
         capacity = capacity_plan(evaluator, best, fleets.units[best.number], result)
     rec_eval = best.evaluation if best else None

@@ -4,13 +4,11 @@ from optimizer.sim.capacity import CapacityResult, max_sustainable_rate
 from optimizer.sim.engine import SimulationError, max_request_tokens, simulate
 from optimizer.sim.floor import DecodeFloorError, check_decode_floor, decode_floor_s
 from optimizer.sim.metrics import SLO, Percentiles, PhaseBreakdown, SimulationResult
-from optimizer.sim.phases import OutOfStepBound, out_of_step_bound
 
 __all__ = [
     "SLO",
     "CapacityResult",
     "DecodeFloorError",
-    "OutOfStepBound",
     "Percentiles",
     "PhaseBreakdown",
     "SimulationError",
@@ -19,6 +17,5 @@ __all__ = [
     "decode_floor_s",
     "max_request_tokens",
     "max_sustainable_rate",
-    "out_of_step_bound",
     "simulate",
 ]

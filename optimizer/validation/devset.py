@@ -35,8 +35,6 @@ import numpy as np
 from optimizer.bench_serve import BenchServeSpec
 from optimizer.closed_loop_workload import NO_FRONTEND, ClosedLoopWorkload
 from optimizer.config import ConfigError, InstanceConfig, ServingConfig
-from optimizer.engines import vllm_server_budget
-from optimizer.hardware import get_accelerator
 from optimizer.shapes import ShapeError, get_shape
 
 GPUS = {"a100": "a100-40gb", "h100": "h100", "gh200": "gh200"}
@@ -156,11 +154,17 @@ def abs_error(predicted: float, measured: float) -> float:
 
 
 # ----------------------------------------------------------------------------- closed loop
-# AIConfigurator's benchmark (../shared/data/observations/aic-silicon-dev, its README):
-# aiperf's chat endpoint, streaming, closed loop at concurrency C with 20 x C measured
-# requests after 2 x C warm-up requests, fixed lengths, ignore_eos; vLLM's API-server
-# defaults for the GPU (`optimizer.engines.vllm_server_budget`), chunked prefill, prefix
-# caching on (random prompts share no prefix).
+# AIConfigurator's benchmark pipeline (../shared/data/observations/aic-silicon-dev, its
+# README): aiperf's chat endpoint, streaming, closed loop at concurrency C with 10 x C
+# measured requests after 2 x C warm-up requests that are drained first, fixed lengths,
+# ignore_eos. The server is the pipeline's generated launch script: its config generator
+# gives an aggregated vLLM worker `--max-num-batched-tokens` = batch + isl + 1,500 and
+# `--max-num-seqs` = batch (`generator_budget`; batch: the row's `batch_size`, per
+# attention-DP rank), chunked prefill, gpu_memory_utilization 0.9, block 16. That rule is
+# inferred from the peer's public generator, which the data match; the rows carry no
+# launch flags. Its CUDA-graph capture sizes 1..batch are not modelled: the steps are
+# priced with vLLM's default sizes up to 512 tokens (`optimizer.engines`). Prefix caching
+# is on (random prompts share no prefix).
 #
 # The sample's rows come in two schemas: the development set's (`precision`: "" or "fp8")
 # and AIConfigurator's current one (`gemm_quant_mode`, `moe_quant_mode`,
@@ -185,6 +189,11 @@ QUANT_MODES = {
     "w4a16_mxfp4_cutlass": "mxfp4",
 }  # fmt: skip
 KV_MODES = {"": "", "bfloat16": "auto", "float16": "auto", "fp8": "fp8"}
+# The benchmark's requests per client: measured and warm-up (the README above).
+MEASURED_PER_CLIENT = 10
+WARMUPS_PER_CLIENT = 2
+# What the generator adds to a batch's seats and one prompt for the step's token budget.
+GENERATOR_BUDGET_MARGIN = 1500
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +310,14 @@ def _expert_parallel(run: ClosedLoopRun) -> bool:
     )
 
 
+def generator_budget(run: ClosedLoopRun) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of `run`'s server, per engine (attention-DP
+    rank), as the peer's config generator sets them: batch + isl + 1,500 tokens and batch
+    sequences, where batch is the row's batch_size (inferred: the README above)."""
+    batch = run.concurrency // run.dp
+    return batch + run.isl + GENERATOR_BUDGET_MARGIN, batch
+
+
 def closed_loop_deployment(run: ClosedLoopRun) -> tuple[ServingConfig, BenchServeSpec]:
     """The config and the benchmark client that replay `run`; DevSetError (why) when it
     cannot be replayed. The development set's "fp8" rows ran FP8 weights quantised at load
@@ -332,8 +349,7 @@ def closed_loop_deployment(run: ClosedLoopRun) -> tuple[ServingConfig, BenchServ
     # A dense model's DP ranks are independent replicas behind one server (vLLM balances
     # the requests over them); a MoE's are one instance whose experts span them all.
     dp, replicas = (run.dp, 1) if moe else (1, run.dp)
-    acc = get_accelerator(gpu)
-    tokens, seqs = vllm_server_budget(acc.memory_gib, acc.family)
+    tokens, seqs = generator_budget(run)
     try:
         inst = InstanceConfig(accelerator=gpu, tp=run.tp, dp=dp,
                               expert_parallel=expert_parallel, max_num_batched_tokens=tokens,
@@ -347,8 +363,9 @@ def closed_loop_deployment(run: ClosedLoopRun) -> tuple[ServingConfig, BenchServ
         raise DevSetError(f"{run.key}: {exc}") from None
     c = run.concurrency
     spec = BenchServeSpec(
-        random_input_len=run.isl, random_output_len=run.osl, num_prompts=20 * c,
-        max_concurrency=c, num_warmups=2 * c, chat_template_tokens=QWEN3_CHAT_TOKENS,
+        random_input_len=run.isl, random_output_len=run.osl, num_prompts=MEASURED_PER_CLIENT * c,
+        max_concurrency=c, num_warmups=WARMUPS_PER_CLIENT * c,
+        chat_template_tokens=QWEN3_CHAT_TOKENS,
         client="aiperf",
     )  # fmt: skip
     return config, spec

@@ -179,9 +179,8 @@ def test_a_closed_loop_benchmark_is_tuned_without_a_trace(service: Service) -> N
     assert job["window"] is None and job["params"]["workload"] == bench
     outcome = service.client.get(f"/v1/tuning-jobs/{jid}/result", headers=h).json()["outcome"]
     assert outcome["evaluated"]["clients"] == 8 and outcome["pareto"]
-    # 512-token prompts: many to a step, so the answer states the out-of-step TTFT too.
-    bound = outcome["recommendation"]["out_of_step"]
-    assert bound["prompts_per_step"] > 2 and bound["ttft"]["mean"] < bound["lockstep_ttft"]["mean"]
+    # 512-token prompts, many to a step: the replay's figures, no out-of-step range.
+    assert "out_of_step" not in outcome["recommendation"]
     # An open loop is a trace: refused, saying so.
     r = _create(service, workload={"num_prompts": 40, "request_rate": 2})
     assert r.status_code == 422 and "open loop" in r.json()["detail"]

@@ -79,19 +79,12 @@ def _closed_loop(runner: CliRunner, path: Path, prompt: int) -> tuple[dict, str]
     return json.loads(out.output), " ".join(table.output.split())
 
 
-def test_simulate_a_closed_loop_states_its_out_of_step_bound(
+def test_simulate_a_closed_loop_claims_no_out_of_step_range(
     cli_db: str, runner: CliRunner, tmp_path: Path
 ) -> None:
-    """Equal clients whose step holds many prompts: the lock-step replay's TTFT, and the
-    same deployment with the clients out of step (lower), in the table's note and the
-    JSON; where a step holds only two prompts neither appears."""
+    """Equal clients whose 2,048-token steps hold 8 of their prompts: the replay's figures
+    alone, no note that real runs would be faster out of step (measured closed loops,
+    replayed under their own protocol, match the replay: docs/closed-loop.md)."""
     data, text = _closed_loop(runner, tmp_path / "short.yaml", 256)
-    bound = data["out_of_step"]
-    assert bound["prompts_per_step"] == 8  # the example's 2,048-token steps
-    assert 0 < bound["ttft_s"]["mean"] < data["ttft_s"]["mean"]
-    assert bound["tpot_s"]["mean"] > 0
-    assert f"against {data['ttft_s']['mean'] * 1e3:,.1f} ms" in bound["note"]
-    assert "note: TTFT replays the clients' burst" in text
-    assert f"TTFT mean {bound['ttft_s']['mean'] * 1e3:,.1f} ms" in text
-    data, text = _closed_loop(runner, tmp_path / "long.yaml", 1024)
-    assert data["out_of_step"] is None and "note: TTFT replays" not in text
+    assert "out_of_step" not in data and data["ttft_s"]["mean"] > 0
+    assert "note:" not in text and "out of step" not in text

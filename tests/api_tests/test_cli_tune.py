@@ -176,10 +176,6 @@ def test_tune_a_closed_loop_benchmark(cli_db, runner, tmp_path):
     # 1x is the recommendation; 2x and 4x the clients need at least as many GPUs.
     gpus = [row["num_gpus"] for row in outcome["capacity"]]
     assert gpus[0] == predicted["num_gpus"] and gpus == sorted(gpus)
-    # The recommended 8,192-token steps hold 4 of these prompts, where the clients' phases
-    # decide TTFT: tune states the same out-of-step range as simulate.
-    bound, noted = outcome["recommendation"]["out_of_step"], got["out_of_step"]
-    assert bound is not None and noted is not None
-    assert bound["prompts_per_step"] == noted["prompts_per_step"] == 4
-    assert bound["ttft"]["mean"] == pytest.approx(noted["ttft_s"]["mean"], rel=1e-9)
-    assert "note: TTFT replays the clients' burst" in text
+    # Its 8,192-token steps hold 4 of these prompts: no out-of-step range claimed either.
+    assert "out_of_step" not in outcome["recommendation"] and "out_of_step" not in got
+    assert "out of step" not in text

@@ -98,13 +98,15 @@ def test_closed_loop_runs_replay_aiconfigurators_protocol(tmp_path: Path) -> Non
     assert bf16.ttft_s == pytest.approx(0.1542) and bf16.key == "bf16 tp2 1024/128 c8"
     config, spec = closed_loop_deployment(bf16)
     assert config.engine_release.label == "vLLM 0.12.0, V1 with synchronous scheduling"
-    assert (config.replica.tp, config.replica.max_num_batched_tokens) == (2, 8192)
-    assert config.replica.max_num_seqs == 1024 and config.enable_prefix_caching
-    wl = spec.workload()
-    assert (len(wl), wl.num_warmups, wl.num_clients) == (176, 16, 8)
+    # The peer's generator: 8 clients + 1,024 tokens + 1,500 to a step, 8 sequences.
+    assert (config.replica.tp, config.replica.max_num_batched_tokens) == (2, 2532)
+    assert config.replica.max_num_seqs == 8 and config.enable_prefix_caching
+    wl = spec.workload()  # 10 x 8 measured after 2 x 8 warm-ups
+    assert (len(wl), wl.num_warmups, wl.num_clients) == (96, 16, 8)
     assert set(wl.input_tokens.tolist()) == {1032}  # Qwen3's chat template adds 8
     config, _ = closed_loop_deployment(fp8)
     assert config.shape.precision.label == "w-fp8.kv-fp8"
+    assert (config.replica.max_num_batched_tokens, config.replica.max_num_seqs) == (5524, 24)
     path.write_text(CLOSED_HEADER + "sglang,0.5,Qwen/Qwen3-32B,h100_sxm,,agg,1,1,1,1,1,1,1\n"
                     "vllm,0.12.0,Qwen/Qwen3-32B,h100_sxm,,agg,1024,x,8,2,1,1,1\n",
                     encoding="utf-8")  # fmt: skip
@@ -144,16 +146,19 @@ def test_closed_loop_rows_of_the_current_schema_replay_moe_splits_and_formats(
     assert qwen_fp8.concurrency == 16 and qwen_fp8.key == "fp8_block tp4 dp2 ep8 4096/512 c16"
     config, spec = closed_loop_deployment(qwen_fp8)
     assert (config.replica.dp, config.replica.expert_parallel) == (2, True)
+    # each attention-DP rank's engine: its batch of 8 + 4,096 + 1,500 tokens, 8 sequences
+    assert (config.replica.max_num_batched_tokens, config.replica.max_num_seqs) == (5604, 8)
     # a pre-quantised checkpoint keeps its own KV format (vLLM's --kv-cache-dtype auto)
     assert config.quantization is None and config.shape.precision.label == "w-fp8.kv-auto"
-    assert (spec.num_prompts, spec.num_warmups) == (320, 32)
+    assert (spec.num_prompts, spec.num_warmups) == (160, 32)
     config, _ = closed_loop_deployment(qwen_fp4)  # NVFP4 at load, the row's FP8 KV cache
     assert config.quantization == "fp4" and config.shape.precision.label == "w-fp4.kv-fp8"
     dense = replace(qwen_fp8, model="Qwen/Qwen3-32B", dp=2, moe_tp=0, moe_ep=0)
     config, _ = closed_loop_deployment(dense)  # a dense model's DP ranks: two replicas
     assert (config.num_replicas, config.replica.dp, config.replica.tp) == (2, 1, 4)
-    config, _ = closed_loop_deployment(a100)  # vLLM's A100 defaults: 2,048 tokens, 256 seqs
-    assert (config.replica.max_num_batched_tokens, config.replica.max_num_seqs) == (2048, 256)
+    assert (config.replica.max_num_batched_tokens, config.replica.max_num_seqs) == (5604, 8)
+    config, _ = closed_loop_deployment(a100)  # the generator's budget on any GPU
+    assert (config.replica.max_num_batched_tokens, config.replica.max_num_seqs) == (2528, 4)
     assert config.shape.precision.label == "w-fp8.kv-fp8"  # quantised at load, as before
 
 
@@ -219,3 +224,4 @@ def test_the_closed_loop_development_set_reads_and_every_run_is_accepted(shared_
     for run in runs:  # none refused: each config validates (FP8 at TP1 included)
         config, spec = closed_loop_deployment(run)
         assert config.roles()[0].kv_blocks > 0 and spec.num_warmups == 2 * run.concurrency
+        assert spec.num_prompts == 10 * run.concurrency  # measured requests, as run

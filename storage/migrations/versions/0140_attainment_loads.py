@@ -5,7 +5,9 @@ A stored recommendation's figures (`predicted`, an Evaluation) held bare shares
 TTFT and TPOT shares at the trace's rate). They become `attainments`, each with the
 load and the rate it was measured at, read from the job's stored result (its
 `evaluated`: the trace's mean rate, the sizing rate, a closed loop's clients). The
-shares alone at the sizing rate were never stored: they are unknown (null). Progress
+shares alone at the sizing rate were never stored: they are unknown (null). A closed
+loop's `out_of_step` range is dropped: no measured run supported it (docs/closed-loop.md);
+a downgrade restores it as null. Progress
 documents' `fewest_gpus` (a screen's estimate) becomes `screened_fewest_gpus`. Window
 documents only change version. Finished jobs' results keep their layout (outcome
 schema_version 4) and are served as stored.
@@ -64,7 +66,8 @@ def _recommendation_v3(doc: dict, bind, job_id) -> dict:
     for key in ("attainment", "ttft_attainment", "tpot_attainment", "sizing_attainment"):
         ev.pop(key, None)
     ev.update(attainments=attainments, limit=None)
-    return {**doc, "schema_version": 3, "predicted": ev, "defaults": doc.get("trial") is None}
+    kept = {k: v for k, v in doc.items() if k != "out_of_step"}
+    return {**kept, "schema_version": 3, "predicted": ev, "defaults": doc.get("trial") is None}
 
 
 def _recommendation_v2(doc: dict, bind, job_id) -> dict:
@@ -83,7 +86,7 @@ def _recommendation_v2(doc: dict, bind, job_id) -> dict:
         sizing_attainment=sizing.get("share") or 0.0,
     )
     out = {k: v for k, v in doc.items() if k != "defaults"}
-    return {**out, "schema_version": 2, "predicted": ev}
+    return {**out, "schema_version": 2, "predicted": ev, "out_of_step": None}
 
 
 def _renamed(doc: dict, old: str, new: str, drop: tuple[str, ...] = ()) -> dict:
