@@ -52,30 +52,38 @@ _bearer = HTTPBearer(
 )
 
 
-async def _principal(
-    request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal:
-    challenge = {"WWW-Authenticate": 'Bearer realm="servetune"'}
-    if credentials is None or not credentials.credentials:
-        raise ApiError(
-            401,
-            "missing API key: send `Authorization: Bearer <key>` "
-            "(create one with `servetune keys create --project P`)",
-            kind="unauthorized",
-            headers=challenge,
-        )
-    token = credentials.credentials
+MISSING_KEY = (
+    "missing API key: send `Authorization: Bearer <key>` "
+    "(create one with `servetune keys create --project P`)"
+)
+UNKNOWN_KEY = "unknown or revoked API key"
+
+
+async def principal_of(request: Request, token: str) -> Principal | None:
+    """The principal an API key stands for (None: unknown or revoked), through the key
+    cache: every way of presenting a key (the API's Bearer header, the result page's
+    cookie) is checked by this one lookup."""
     keys: KeyCache = request.app.state.key_cache
     hashed = hash_key(token)
     principal = keys.get(hashed)
     if principal is None:  # a short read of its own: a long request holds no lock for it
         principal = await request.app.state.reader.run(lambda s: authenticate(s, token))
         if principal is None:
-            raise ApiError(
-                401, "unknown or revoked API key", kind="unauthorized", headers=challenge
-            )
+            return None
         keys.put(hashed, principal)
+    return principal
+
+
+async def _principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    challenge = {"WWW-Authenticate": 'Bearer realm="servetune"'}
+    if credentials is None or not credentials.credentials:
+        raise ApiError(401, MISSING_KEY, kind="unauthorized", headers=challenge)
+    principal = await principal_of(request, credentials.credentials)
+    if principal is None:
+        raise ApiError(401, UNKNOWN_KEY, kind="unauthorized", headers=challenge)
     return principal
 
 

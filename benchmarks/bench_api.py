@@ -71,6 +71,7 @@ from http_load import encode_get, load_process
 sys.path.insert(0, str(REPO))
 TARGET_P99_MS = {"sqlite": 100.0, "postgresql": 150.0}  # per database backend
 RESULT = "/v1/tuning-jobs/{job_id}/result"
+UI_RESULT = "/ui/jobs/{job_id}/result.json"
 LATEST = "/v1/recommendations/latest"
 CONDITIONAL = " (If-None-Match)"  # label suffix: sends the ETag fetched before the load
 MIXED = "all endpoints at once"
@@ -186,7 +187,11 @@ def plan(seeded: Seeded) -> dict[str, list[Request]]:
             for p, key in seeded.admins.items()
             for path in ("/v1/keys", f"/v1/keys?project={p}")
         ],
-        "/ui/jobs/{job_id}": [Request(f"/ui/jobs/{i}", None, 200) for i in seeded.jobs["alpha"]],
+        "/ui/jobs/{job_id}": each(seeded.jobs, "/ui/jobs/{}"),
+        "/ui/jobs/{job_id} (401 no key)": [
+            Request(f"/ui/jobs/{i}", None, 401) for i in seeded.jobs["alpha"]
+        ],
+        UI_RESULT: each(seeded.jobs, "/ui/jobs/{}/result.json"),  # 200 or 409: see fix_up
     }
 
 
@@ -213,7 +218,7 @@ def fix_up(base: str, requests: dict[str, list[Request]]) -> None:
     with httpx.Client(base_url=base, timeout=30) as c:
         for label, reqs in requests.items():
             conditional = label.endswith(CONDITIONAL)
-            if label != RESULT and not conditional:
+            if label not in (RESULT, UI_RESULT) and not conditional:
                 continue
             fixed = []
             for r in reqs:
@@ -384,7 +389,7 @@ def main() -> None:
         print(f"GET routes not driven: {missing or 'none'}{no_data}")
         if args.only:
             requests = {k: v for k, v in requests.items() if args.only in k}
-        if any(label == RESULT or label.endswith(CONDITIONAL) for label in requests):
+        if any(label in (RESULT, UI_RESULT) or label.endswith(CONDITIONAL) for label in requests):
             with serving(url) as (_, base, _port):
                 fix_up(base, requests)
         print(f"{os.cpu_count()} CPUs; server: `servetune serve`, a new one per sweep", flush=True)

@@ -191,10 +191,10 @@ async def result(
         text = await reader.run(lambda s: get_result_text(s, job_id, project=project))
     except JobNotFinished as exc:
         raise ApiError(409, str(exc), kind="not-finished") from None
-    return polled_json(request, _result_body(job_id, text))
+    return polled_json(request, result_body(job_id, text))
 
 
-def _result_body(job_id: int, outcome: str) -> bytes:
+def result_body(job_id: int, outcome: str) -> bytes:
     # The document as stored (no re-validation of every config): `outcome.json`'s layout.
     # Stored by `json.dumps` with its defaults, as it would be written here, so sent as it
     # is; one holding a non-finite number (only SQLite can hold one) is refused as

@@ -1,8 +1,7 @@
-"""Small defects, one test each: the result page's polling, cron expressions that never
-fire, stream windows over overlapping uploads, admin keys' project scope, and the
-recommendation's trial number.
+"""Small defects, one test each: cron expressions that never fire, stream windows over
+overlapping uploads, admin keys' project scope, and the recommendation's trial number.
 
-(The page's polling in a real browser: tests/api_tests/test_ui_browser.py.)
+(The result page, which no longer polls: tests/api_tests/test_ui_job_page.py.)
 """
 
 from __future__ import annotations
@@ -25,20 +24,6 @@ from optimizer.search.trace_evaluator import TraceEvaluator
 from optimizer.workload import FixedLength, LognormalLength, synthetic_workload
 from tests.api_tests.conftest import Service
 from tests.factories import make_stats
-
-# --- a. the result page stops polling on a 4xx ------------------------------------------
-
-
-def test_the_served_page_stops_polling_on_client_errors(service: Service) -> None:
-    """Without a browser: the served script stops before rescheduling on a final 4xx."""
-    page = service.client.get("/ui/jobs/42").text
-    poll = page[page.index("async function poll()") :]
-    poll = poll[: poll.index("\n}\n")]
-    assert "if (isFinalError(e)) { stopPolling(e); return; }" in poll
-    assert poll.index("stopPolling(e)") < poll.index("setTimeout(poll")
-    assert "err.status = res.status" in page  # the status travels with the error
-    assert "clearTimeout(timer)" in page[page.index("function stopPolling") :]
-
 
 # --- b. cron expressions that never fire, in our words -----------------------------------
 

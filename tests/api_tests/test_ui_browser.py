@@ -1,4 +1,5 @@
-"""The result page in a real headless browser (Debian's chromium driven by playwright).
+"""The result and deployment pages in a real headless browser (Debian's chromium driven by
+playwright); the result page with JavaScript disabled.
 
 Skips with a visible reason without chromium or playwright; mandatory when
 SERVETUNE_REQUIRE_BROWSER=1.
@@ -82,7 +83,10 @@ def _require_browser() -> None:
         pytest.skip(f"browser test skipped: {missing} (set SERVETUNE_REQUIRE_BROWSER=1 to fail)")
 
 
-def test_result_page_in_headless_chromium(live_server, tmp_path: Path) -> None:
+def test_result_page_without_javascript(live_server, tmp_path: Path) -> None:
+    """With JavaScript disabled: the key form (a plain form, the key kept in an HttpOnly
+    cookie), the page reloading itself until the job ends, then the whole summary in the
+    HTML; another project's job is not found; "forget key" asks again."""
     _require_browser()
     from playwright.sync_api import sync_playwright
 
@@ -107,100 +111,54 @@ def test_result_page_in_headless_chromium(live_server, tmp_path: Path) -> None:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1200, "height": 1400})
-            page.goto(base + job["ui_url"])
+            context = browser.new_context(
+                java_script_enabled=False, viewport={"width": 1200, "height": 1400}
+            )
+            page = context.new_page()
+            first = page.goto(base + job["ui_url"])
+            assert first is not None and first.status == 401
             page.fill("#key-input", key)  # the key is asked for once ...
             page.click("#key-entry button")
-            page.wait_for_selector("body[data-done='1']", timeout=60_000)
-            assert page.inner_text("#status") == "SUCCEEDED"
+            # ... and the page reloads itself (a meta refresh) until the job ends.
+            page.wait_for_selector("#status.succeeded", timeout=60_000)
             assert page.inner_text("#progress-text") == "trials 20 / 20"
-            assert page.locator("#pareto circle").count() == 6
+            with httpx.Client(base_url=base, headers=auth, timeout=30) as http:
+                outcome = http.get(f"/v1/tuning-jobs/{job['id']}/result").json()["outcome"]
+            headline = outcome["verdict"]["headline"]
+            assert page.inner_text("#headline") == headline
+            assert page.inner_text("#baseline-sentence") == outcome["verdict"]["baseline"]
+            assert "ttft_p90_ms" in page.inner_text("#slo-checks")
+            assert page.locator("#pareto svg circle").count() == 6
+            assert page.locator("#pareto svg rect.baseline").count() == 1
             assert "vllm serve meta-llama/Llama-3.1-8B-Instruct" in page.inner_text("#commands")
-            assert page.inner_text("#gain") == "1.6×"
             assert "Decode-bound" in page.inner_text("#diagnosis")
-            page.locator("#pareto circle").nth(2).click()  # interactive: a point's config
-            assert '"max_num_batched_tokens": 6144' in page.inner_text("#point-config")
+            assert page.locator("button.copy").count() == 0  # no script ran
             page.screenshot(path=str(shot), full_page=True)
-            page.reload()  # ... and kept in localStorage
-            page.wait_for_selector("body[data-done='1']", timeout=30_000)
-            assert page.is_hidden("#key-form")
+            page.reload()  # the key is kept (the cookie)
+            assert page.inner_text("#headline") == headline
+            page.goto(base + "/ui/jobs/999999")
+            assert "Tuning job 999999 not found" in page.inner_text("#error")
+            page.goto(base + job["ui_url"])
+            page.click("#forget-key")  # forget: the form again
+            assert page.is_visible("#key-form") and page.locator("#headline").count() == 0
+
+            # With JavaScript: the same HTML, plus copy buttons and a point's figures.
+            scripted = browser.new_context(viewport={"width": 1200, "height": 1400})
+            page = scripted.new_page()
+            page.goto(base + job["ui_url"])
+            page.fill("#key-input", key)
+            page.click("#key-entry button")
+            page.wait_for_selector("#headline")
+            commands = page.locator("#commands pre.command").count()
+            assert commands > 0 and page.locator("button.copy").count() == commands
+            page.locator("#pareto circle.recommended").hover()
+            assert page.inner_text("#tip").startswith("trial 0: 2 GPUs")
         finally:
             browser.close()
     if os.environ.get("SERVETUNE_SCREENSHOT_COPY"):
         shutil.copy(shot, os.environ["SERVETUNE_SCREENSHOT_COPY"])
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
-
-
-POLL_S = 1.5  # the page's polling period (job.html)
-
-
-def _job_requests(page, job_id: int) -> list[str]:
-    """Record the page's requests for the job (not its result)."""
-    seen: list[str] = []
-    page.on(
-        "request",
-        lambda r: seen.append(r.url) if r.url.endswith(f"/v1/tuning-jobs/{job_id}") else None,
-    )
-    return seen
-
-
-def _answer(status: int, body: dict):
-    """A route handler that answers every request with `status` and a problem body."""
-
-    def handle(route, _request=None) -> None:
-        route.fulfill(
-            status=status, json=body, headers={"content-type": "application/problem+json"}
-        )
-
-    return handle
-
-
-def test_result_page_stops_polling_on_a_client_error(live_server) -> None:
-    """A 404 (no such job in the key's project) or another 4xx stops the polling with a
-    clear message; a 5xx is transient and the page keeps polling."""
-    _require_browser()
-    from playwright.sync_api import sync_playwright
-
-    base, key = live_server
-    problem = {"type": "about:blank", "title": "Forbidden", "status": 403, "detail": "no access"}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            context = browser.new_context()  # one context: the key is entered once
-            page = context.new_page()
-            seen = _job_requests(page, 999_999)
-            page.goto(base + "/ui/jobs/999999")  # a real 404 from the API
-            page.fill("#key-input", key)
-            page.click("#key-entry button")
-            page.wait_for_selector("body[data-stopped='404']", timeout=30_000)
-            time.sleep(POLL_S + 1.0)  # time for another poll, if one were scheduled
-            assert len(seen) == 1, seen
-            assert page.inner_text("#status") == "NOT FOUND"
-            message = page.inner_text("#error")
-            assert "Tuning job 999999 was not found" in message
-            assert "another project" in message and "Stopped checking for updates" in message
-            assert page.is_hidden("#pareto-card") and page.is_hidden("#recommendation-card")
-
-            for status, body, stops in ((403, problem, True), (503, {"detail": "busy"}, False)):
-                page = context.new_page()
-                seen = _job_requests(page, 7)
-                page.route("**/v1/tuning-jobs/7", _answer(status, body))
-                page.goto(base + "/ui/jobs/7")  # the key is kept in localStorage
-                if stops:
-                    page.wait_for_selector(f"body[data-stopped='{status}']", timeout=30_000)
-                    time.sleep(POLL_S + 1.0)
-                    assert len(seen) == 1, seen
-                    assert "HTTP 403): no access" in page.inner_text("#error")
-                else:
-                    deadline = time.monotonic() + 3 * POLL_S + 5
-                    while len(seen) < 3 and time.monotonic() < deadline:
-                        page.wait_for_timeout(100)
-                    assert len(seen) >= 3, seen  # still polling
-                    assert page.get_attribute("body", "data-stopped") is None
-                    assert page.inner_text("#error") == "busy"
-        finally:
-            browser.close()
 
 
 def test_deployment_page_plots_windows_and_the_retune(

@@ -1,5 +1,5 @@
-"""/ui/jobs/{id} answers as the API's id routes do: the page for any valid id, the same
-422 for a bad one."""
+"""/ui/jobs/{id} answers as the API's id routes do: a 401 without a key, a 404 for a job
+not in the key's project, the same 422 for a bad id. (Its content: test_ui_job_page.py.)"""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from tests.api_tests.conftest import Service
 
 def test_a_valid_id_gets_the_page_for_that_id(service: Service) -> None:
     r = service.client.get("/ui/jobs/2147483647")
-    assert r.status_code == 200 and r.headers["content-type"] == "text/html; charset=utf-8"
-    assert "2147483647" in r.text and "async function poll()" in r.text
-    assert "function wireKeyForm(onKey)" in r.text and "$" + "common_js" not in r.text
+    assert r.status_code == 401 and r.headers["content-type"] == "text/html; charset=utf-8"
+    assert "tuning job 2147483647" in r.text and 'value="/ui/jobs/2147483647"' in r.text
+    assert "$" + "common_css" not in r.text and "$" + "body" not in r.text
+    r = service.client.get("/ui/jobs/2147483647", headers=service.auth(service.key_a))
+    assert r.status_code == 404 and "Tuning job 2147483647 not found" in r.text
     d = service.client.get("/ui/deployments/7")
     assert d.status_code == 200 and "const DEPLOYMENT_ID = 7;" in d.text
     assert "function linePlot(" in d.text and "async function api(path)" in d.text
@@ -49,6 +51,6 @@ def test_the_metrics_name_the_page_by_its_route(service: Service) -> None:
     service.client.get("/ui/jobs/42")
     service.client.get("/ui/jobs/0")
     metrics = service.client.get("/metrics").text
-    assert 'method="GET",route="/ui/jobs/{job_id}",status="200"} 1' in metrics
+    assert 'method="GET",route="/ui/jobs/{job_id}",status="401"} 1' in metrics
     assert 'method="GET",route="/ui/jobs/{job_id}",status="422"} 1' in metrics
     assert "(unmatched)" not in metrics
