@@ -45,14 +45,9 @@ def _price_hint(outcome: TuneOutcome) -> str:
 
 def print_header(outcome: TuneOutcome) -> None:
     """What was tuned: model, GPUs, SLOs, attainment, the evaluated trace."""
-    r = outcome.request
-    e2e = f", E2E <= {r.slo_e2e_ms:g} ms" if r.slo_e2e_ms else ""
-    console.print(
-        f"\n[bold]Tuned[/] {r.model} on {', '.join(r.gpu_types)} (budget {r.gpu_budget} GPUs) "
-        f"for TTFT <= {r.slo_ttft_ms:g} ms, TPOT <= {r.slo_tpot_ms:g} ms{e2e} at "
-        f"{r.attainment:.0%} attainment",
-        highlight=False,
-    )
+    from optimizer.search.verdict import tuned_text
+
+    console.print(f"\n{tuned_text(outcome.request)}", highlight=False)
     console.print(outcome.evaluated.describe(), highlight=False)
     label = outcome.latency.label
     if outcome.latency.is_estimate:

@@ -32,8 +32,7 @@ from optimizer.search.outcome import (
     Recommendation,
     TuneOutcome,
 )
-from optimizer.search.request import TuneRequest
-from optimizer.search.verdict import gpus, who
+from optimizer.search.verdict import gpus, tuned_text, who
 from storage.service_records import JobInfo
 
 REFRESH_S = 5  # a queued or running job's page reloads itself this often
@@ -169,15 +168,6 @@ def read_result(text: str | None) -> StoredResult | None:
         return StoredResult(None, f"The stored result could not be read: {exc}.")
 
 
-def request_text(r: TuneRequest) -> str:
-    e2e = f", E2E <= {r.slo_e2e_ms:g} ms" if r.slo_e2e_ms else ""
-    return (
-        f"Tuned {r.model} on {', '.join(r.gpu_types)} (budget {r.gpu_budget} GPUs) for TTFT "
-        f"<= {r.slo_ttft_ms:g} ms, TPOT <= {r.slo_tpot_ms:g} ms{e2e} at {r.attainment:.0%} "
-        "attainment"
-    )
-
-
 def _progress(job: JobInfo) -> str:
     p = job.progress
     done = p.trials_done if p else 0
@@ -210,7 +200,7 @@ def _progress(job: JobInfo) -> str:
         f'</span> <span id="progress-text" class="muted">trials {done} / {total}</span></p>',
         f'<progress max="{max(total, 1)}" value="{min(done, total)}"></progress>',
         f'<p id="progress-detail" class="muted">{" · ".join(_e(x) for x in parts)}</p>',
-        f'<p class="muted">{_e(request_text(job.params))}</p>',
+        f'<p class="muted">{_e(tuned_text(job.params))}</p>',
     ]
     if job.error:
         body.append(f'<p id="error" class="err">{_e(job.error)}</p>')
@@ -299,8 +289,6 @@ def _recommendation(o: TuneOutcome, rec: Recommendation) -> str:
     ]
     body.append("<h3>SLO checks</h3>")
     body.append(_table(("metric", "load", "predicted", "SLO", ""), checks, id_="slo-checks"))
-    if rec.out_of_step is not None:
-        body.append(f'<p class="note">note: {_e(rec.out_of_step.note)}</p>')
     if o.capacity:
         body.append(_capacity(o))
     if rec.launch:

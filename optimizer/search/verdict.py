@@ -30,6 +30,16 @@ class Verdict:
     what_ifs: tuple[str, ...]  # what would change the answer
 
 
+def tuned_text(r: TuneRequest) -> str:
+    """What was tuned: the model, the GPUs on offer and the budget, the SLOs and target."""
+    e2e = f", E2E <= {r.slo_e2e_ms:g} ms" if r.slo_e2e_ms else ""
+    return (
+        f"Tuned {r.model} on {', '.join(r.gpu_types)} (budget {r.gpu_budget} GPUs) for TTFT "
+        f"<= {r.slo_ttft_ms:g} ms, TPOT <= {r.slo_tpot_ms:g} ms{e2e} at {r.attainment:.0%} "
+        "attainment"
+    )
+
+
 def who(number: int | None, defaults: bool) -> str:
     """How the answer names a fleet: the engine's defaults, or the trial that found it."""
     if defaults or number is None:
