@@ -15,8 +15,8 @@ from api.cli.common import console, fail, output_dir, session, trace_source
 
 if TYPE_CHECKING:
     from optimizer.search import TuneRequest
-    from optimizer.search.attainment import Attainment
     from optimizer.search.outcome import Recommendation, TuneOutcome
+    from optimizer.search.tables import TextTable
 
 
 def _trace_id(trace: str) -> int:
@@ -31,10 +31,6 @@ def _trace_id(trace: str) -> int:
         result = ingest_trace(s, path)
     print_plausibility(result.plausibility_warnings)
     return result.trace.id
-
-
-def _money(value: float | None) -> str:
-    return "-" if value is None else f"${value:,.2f}/h"
 
 
 def _price_hint(outcome: TuneOutcome) -> str:
@@ -55,70 +51,21 @@ def print_header(outcome: TuneOutcome) -> None:
     console.print(f"[bold]Latency model:[/] {label}")
 
 
-def _attain(att: Attainment | None) -> str:
-    """A table cell: the share and the rate it was measured at."""
-    return "-" if att is None else f"{att.share:.1%} @ {att.rate:,.2f}"
-
-
-def _pareto_table(outcome: TuneOutcome, priced: bool) -> Table:
-    table = Table(
-        title="Pareto front: fleets verified on the whole workload (cost vs tokens/s/user)",
-        caption="attain: the lowest attainment measured, @ the req/s it was measured at; "
-        "latencies at the workload's own load",
-    )
-    cols = ["trial", "mode", "GPUs"] + (["$/h"] if priced else []) + [
-        "tp", "tokens", "seqs", "chunked", "K", "attain @ req/s", "tok/s/user", "TTFT p90 ms",
-        "TPOT p90 ms",
-    ]  # fmt: skip
-    for col in cols:  # numbers fold at 80 columns rather than turn into "15.…"
-        table.add_column(col, justify="right", overflow="fold")
-    rec = outcome.recommendation
-    for p in outcome.pareto:
-        ev, cfg = p.predicted, p.config
-        front, back = cfg.roles()[0].instance, cfg.roles()[-1].instance
-        mode = cfg.mode.value + (
-            f" {cfg.num_prefill}P:{cfg.num_decode}D" if cfg.num_prefill else f" x{cfg.num_replicas}"
-        )
-        chosen = rec is not None and p.trial == rec.trial and p.defaults == rec.defaults
-        name = ("defaults" if p.defaults else str(p.trial)) + ("*" if chosen else "")
-        row = [name, mode, str(ev.num_gpus)]
-        if priced:
-            row.append(_money(ev.price_per_hour))
-        row += [
-            f"{front.tp}/{back.tp}" if front is not back else str(front.tp),
-            str(front.max_num_batched_tokens),
-            str(back.max_num_seqs),
-            "on" if front.enable_chunked_prefill else "off",
-            str(cfg.speculation.num_speculative_tokens),
-            _attain(ev.attainment),
-            f"{ev.interactivity_tok_s:.1f}",
-            f"{ev.ttft_p90_ms:,.0f}",
-            f"{ev.tpot_p90_ms:.1f}",
-        ]
-        table.add_row(*row)
-    return table
-
-
-def _capacity_table(outcome: TuneOutcome) -> Table:
-    clients = outcome.evaluated.clients
-    table = Table(title="Capacity plan: GPUs the recommended unit needs as traffic grows")
-    cols = ("traffic", "clients", "req/s served") if clients else (
-        "traffic", "mean req/s", "sized for req/s")  # fmt: skip
-    for col in (*cols, "GPUs", "$/h", "attain @ req/s"):
-        table.add_column(col, justify="right", overflow="fold")
-    for c in outcome.capacity:
-        gpus = str(c.num_gpus) if c.feasible else f"> {c.num_gpus}"
-        load = [f"{max(1, round(clients * c.traffic)):,}", f"{c.mean_rate:.2f}"] if clients else [
-            f"{c.mean_rate:.2f}", f"{c.sizing_rate:.2f}"]  # fmt: skip
-        cells = (f"{c.traffic:g}x", *load, gpus, _money(c.price_per_hour), _attain(c.attainment))
-        table.add_row(*cells)
-    return table
+def _rich(table: TextTable, *, right: bool = True) -> Table:
+    """A table of the answer's text cells (`optimizer.search.tables`) for the terminal."""
+    out = Table(title=table.title, caption=table.note or None)
+    for col in table.head:  # numbers fold at 80 columns rather than turn into "15.…"
+        out.add_column(col, justify="right" if right else "left", overflow="fold")
+    for row in table.rows:
+        out.add_row(*row)
+    return out
 
 
 def print_outcome(outcome: TuneOutcome) -> None:
     print_header(outcome)
-    priced = bool(outcome.request.space().prices)
-    console.print(_pareto_table(outcome, priced))
+    from optimizer.search.tables import pareto_table
+
+    console.print(_rich(pareto_table(outcome)))
     verdict = outcome.verdict
     console.print(verdict.baseline, highlight=False)
     rec = outcome.recommendation
@@ -142,7 +89,9 @@ def _print_recommendation(outcome: TuneOutcome, rec: Recommendation) -> None:
         mark = "[green]ok[/]" if c.ok else "[red]over[/]"
         console.print(f"  {c.metric} {load}: {c.predicted:.1f} vs SLO {c.target:g}  {mark}")
     if outcome.capacity:
-        console.print(_capacity_table(outcome))
+        from optimizer.search.tables import capacity_table
+
+        console.print(_rich(capacity_table(outcome)))
     if rec.launch:
         console.print(
             "\n[bold]Launch commands[/] (vLLM's or SGLang's, each on the node it names; GPUs "
@@ -407,39 +356,19 @@ _PHASE_ROWS = (
 )
 
 
-def _trials_table(outcome: TuneOutcome) -> Table:
-    t = outcome.trials
-    table = Table(
-        title=f"Trials: {t.num_trials} finished; the verified fleets first, then the best "
-        "screens (GPUs of a screen: its estimate)"
-    )
-    for col in ("trial", "config", "stage", "GPUs", "fate", "deciding", "why"):
-        table.add_column(col, overflow="fold")
-    for r in t.rows:
-        name = "defaults" if r.defaults else str(r.trial)
-        if r.defaults and r.trial is not None:
-            name = f"defaults (trial {r.trial})"
-        if r.also:
-            name += f" (+{len(r.also)})"
-        gpus = str(r.num_gpus) if r.num_gpus else "-"
-        table.add_row(name, r.knobs, r.stage.value, gpus, r.fate.value, r.deciding, r.detail)
-    return table
-
-
 def _print_explanation(outcome: TuneOutcome) -> None:
     verdict = outcome.verdict
     print_header(outcome)
     colour = "green" if outcome.recommendation is not None else "red"
     console.print(f"[bold {colour}]{verdict.headline}[/]", highlight=False)
     console.print(verdict.baseline, highlight=False)
-    console.print(_trials_table(outcome))
+    from optimizer.search.tables import lost_line, trials_table
+
+    console.print(_rich(trials_table(outcome), right=False))
     if outcome.trials.lost:
         console.print("[bold]Trials that lost, by reason[/]")
         for g in outcome.trials.lost:
-            why = g.fate.value + (f" ({g.reason.value})" if g.reason else "")
-            more = ", ..." if g.count > len(g.trials) else ""
-            listed = ", ".join(str(n) for n in g.trials) + more
-            console.print(f"  {g.count} {why}: trials {listed}; e.g. {g.example}", highlight=False)
+            console.print(f"  {lost_line(g)}", highlight=False)
     if verdict.runner_up:
         console.print("\n[bold]Why the recommendation beats the runner-up[/]")
         console.print(f"  {verdict.runner_up}", highlight=False)

@@ -24,13 +24,19 @@ from html import escape
 from importlib import resources
 from string import Template
 
-from optimizer.search.attainment import Attainment
 from optimizer.search.evaluation import EvalStatus, Evaluation
 from optimizer.search.outcome import (
     OUTCOME_SCHEMA_VERSION,
     OutcomeFormatError,
     Recommendation,
     TuneOutcome,
+)
+from optimizer.search.tables import (
+    TextTable,
+    capacity_table,
+    lost_line,
+    pareto_table,
+    trials_table,
 )
 from optimizer.search.verdict import gpus, tuned_text, who
 from storage.service_records import JobInfo
@@ -313,34 +319,15 @@ def _ok(ok: bool) -> str:
     return '<b class="ok">ok</b>' if ok else '<b class="err">over</b>'
 
 
-def _attain_cell(att: Attainment | None) -> str:
-    """A table cell: the share and the rate it was measured at (the CLI's)."""
-    return "-" if att is None else f"{att.share:.1%} @ {att.rate:,.2f}"
+def _text_table(table: TextTable, id_: str) -> str:
+    """One of the answer's tables (`optimizer.search.tables`), escaped."""
+    rows = (tuple(_e(c) for c in row) for row in table.rows)
+    return _table(tuple(_e(h) for h in table.head), rows, id_=id_)
 
 
 def _capacity(o: TuneOutcome) -> str:
-    clients = o.evaluated.clients
-    if clients:
-        head = ("traffic", "clients", "req/s served")
-    else:
-        head = ("traffic", "mean req/s", "sized for req/s")
-    rows = []
-    for c in o.capacity:
-        if clients:
-            load = (f"{max(1, round(clients * c.traffic)):,}", f"{c.mean_rate:.2f}")
-        else:
-            load = (f"{c.mean_rate:.2f}", f"{c.sizing_rate:.2f}")
-        gpus_ = str(c.num_gpus) if c.feasible else f"> {c.num_gpus}"
-        cells = (
-            f"{c.traffic:g}x",
-            *load,
-            gpus_,
-            _money(c.price_per_hour),
-            _attain_cell(c.attainment),
-        )
-        rows.append(tuple(_e(x) for x in cells))
-    table = _table((*head, "GPUs", "$/h", "attain @ req/s"), rows, id_="capacity")
-    return "<h3>Capacity plan: GPUs the recommended unit needs as traffic grows</h3>\n" + table
+    table = capacity_table(o)
+    return f"<h3>{_e(table.title)}</h3>\n" + _text_table(table, "capacity")
 
 
 # --- the Pareto front as inline SVG (report.py's geometry) -----------------------------
@@ -456,32 +443,7 @@ def pareto_svg(o: TuneOutcome, priced: bool) -> str:
 
 def _pareto(o: TuneOutcome) -> str:
     priced = _priced(o)
-    knob_cols = ["tp", "tokens", "seqs", "chunked", "K"]
-    figure_cols = ["attain @ req/s", "tok/s/user", "TTFT p90 ms", "TPOT p90 ms"]
-    head = ["trial", "mode", "GPUs"] + (["$/h"] if priced else []) + knob_cols + figure_cols
-    rows = []
-    for p in o.pareto:
-        ev, cfg = p.predicted, p.config
-        front, back = cfg.roles()[0].instance, cfg.roles()[-1].instance
-        mode = cfg.mode.value + (
-            f" {cfg.num_prefill}P:{cfg.num_decode}D" if cfg.num_prefill else f" x{cfg.num_replicas}"
-        )
-        chosen = "*" if _chosen(o, p.trial, p.defaults) else ""
-        row = [("defaults" if p.defaults else str(p.trial)) + chosen, mode, str(ev.num_gpus)]
-        if priced:
-            row.append(_money(ev.price_per_hour))
-        row += [
-            f"{front.tp}/{back.tp}" if front is not back else str(front.tp),
-            str(front.max_num_batched_tokens),
-            str(back.max_num_seqs),
-            "on" if front.enable_chunked_prefill else "off",
-            str(cfg.speculation.num_speculative_tokens),
-            _attain_cell(ev.attainment),
-            _num(ev.interactivity_tok_s, ".1f"),
-            _num(ev.ttft_p90_ms, ",.0f"),
-            _num(ev.tpot_p90_ms, ".1f"),
-        ]
-        rows.append(tuple(_e(c) for c in row))
+    table = pareto_table(o)
     legend = (
         '<p class="legend muted"><span class="dot rec"></span>recommended '
         '<span class="dot"></span>meets the SLOs <span class="dot miss"></span>misses them '
@@ -491,40 +453,21 @@ def _pareto(o: TuneOutcome) -> str:
         f'<div id="pareto">{pareto_svg(o, priced)}</div>',
         legend,
         '<p id="tip" class="muted"></p>',
-        _table(head, rows, id_="pareto-table"),
-        '<p class="muted">*: the recommendation. attain: the lowest attainment measured, @ the '
-        "req/s it was measured at; latencies at the workload's own load.</p>",
+        _text_table(table, "pareto-table"),
+        f'<p class="muted">{_e(table.note)}</p>',
     ]
-    title = "Pareto front: fleets verified on the whole workload (cost vs tokens/s per user)"
-    return _section("pareto-card", title, "\n".join(body))
+    return _section("pareto-card", table.title, "\n".join(body))
 
 
 def _trials(o: TuneOutcome) -> str:
     t = o.trials
     body = []
     if t.lost:
-        items = []
-        for g in t.lost:
-            why = g.fate.value + (f" ({g.reason.value})" if g.reason else "")
-            more = ", ..." if g.count > len(g.trials) else ""
-            listed = ", ".join(str(n) for n in g.trials) + more
-            items.append(f"<li>{_e(f'{g.count} {why}: trials {listed}; e.g. {g.example}')}</li>")
-        body.append(f'<h3>Trials that lost, by reason</h3>\n<ul id="lost">{"".join(items)}</ul>')
-    rows = []
-    for r in t.rows:
-        name = "defaults" if r.defaults else str(r.trial)
-        if r.defaults and r.trial is not None:
-            name = f"defaults (trial {r.trial})"
-        if r.also:
-            name += f" (+{len(r.also)})"
-        gpus_ = str(r.num_gpus) if r.num_gpus else "-"
-        cells = (name, r.knobs, r.stage.value, gpus_, r.fate.value, r.deciding, r.detail)
-        rows.append(tuple(_e(c) for c in cells))
-    if rows:
-        head = ("trial", "config", "stage", "GPUs", "fate", "deciding", "why")
+        items = "".join(f"<li>{_e(lost_line(g))}</li>" for g in t.lost)
+        body.append(f'<h3>Trials that lost, by reason</h3>\n<ul id="lost">{items}</ul>')
+    if t.rows:
+        table = trials_table(o)
         body.append(
-            f"<details><summary>{t.num_trials} trials finished: the verified fleets first, "
-            "then the best screens (GPUs of a screen: its estimate)</summary>"
-            f"{_table(head, rows, id_='trials')}</details>"
+            f"<details><summary>{_e(table.title)}</summary>{_text_table(table, 'trials')}</details>"
         )
     return _section("trials-card", "Trials", "\n".join(body))

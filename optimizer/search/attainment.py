@@ -55,20 +55,6 @@ def attainment_of(res: SimulationResult, slo: SLO, load: Load, rate: float) -> A
     )
 
 
-class TrialError(RuntimeError):
-    """A trial failed for another reason than its config's own invalidity (a simulator bug,
-    a missing latency model): the run stops and shows the traceback."""
-
-    def __init__(self, number: int, traceback_text: str) -> None:
-        last = traceback_text.strip().splitlines()[-1] if traceback_text.strip() else "?"
-        super().__init__(f"trial {number} failed: {last}")
-        self.number = number
-        self.traceback = traceback_text
-
-    def details(self) -> str:
-        return f"{self}\n\n{self.traceback}"
-
-
 @dataclass(frozen=True, slots=True)
 class SLOThreshold:
     """The loosest value of one SLO at which a run stops meeting the target share, the
