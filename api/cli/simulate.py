@@ -177,7 +177,7 @@ def simulate(
     """Replay a trace under one config and print TTFT, TPOT, ITL, goodput."""
     from optimizer.closed_loop_workload import ClosedLoopWorkload
     from optimizer.config import ConfigError
-    from optimizer.sim import SLO, SimulationError, out_of_step_bound
+    from optimizer.sim import SLO, SimulationError, out_of_step_bound, rejection_note
     from optimizer.sim import simulate as run_simulation
 
     cfg = load_config(config)
@@ -223,8 +223,10 @@ def simulate(
             bound = out_of_step_bound(replay, cfg, latency, result, seed=seed)
     except (SimulationError, LookupError, ValueError) as exc:
         fail(str(exc))
+    rejected = rejection_note(cfg, replay) if result.num_rejected else None
     if as_json:
         out = result_json(result, cfg)
+        out["rejected_because"] = rejected
         out["latency"] = label
         out["priced_as"] = cfg.engine_release.label
         out["out_of_step"] = None if bound is None else out_of_step_json(bound)
@@ -236,6 +238,8 @@ def simulate(
     for name, value in summary_rows(result):
         table.add_row(name, value)
     console.print(table)
+    if rejected is not None:
+        console.print(f"[yellow]{rejected}[/]")
     if result.latency_is_estimate:
         console.print("[yellow]figures priced by a roofline estimate, not measured kernels[/]")
     if bound is not None:

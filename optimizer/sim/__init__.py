@@ -1,7 +1,7 @@
 """Discrete-event serving simulator (chunked prefill, speculation, PD disaggregation)."""
 
 from optimizer.sim.capacity import CapacityResult, max_sustainable_rate
-from optimizer.sim.engine import SimulationError, max_request_tokens, simulate
+from optimizer.sim.engine import SimulationError, max_request_tokens, rejection_note, simulate
 from optimizer.sim.floor import DecodeFloorError, check_decode_floor, decode_floor_s
 from optimizer.sim.metrics import SLO, Percentiles, PhaseBreakdown, SimulationResult
 from optimizer.sim.phases import OutOfStepBound, out_of_step_bound
@@ -20,5 +20,6 @@ __all__ = [
     "max_request_tokens",
     "max_sustainable_rate",
     "out_of_step_bound",
+    "rejection_note",
     "simulate",
 ]
