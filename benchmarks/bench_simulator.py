@@ -18,13 +18,20 @@
 3. With `--vidur PATH` (a checkout of microsoft/vidur with its requirements
    installed, run by `--vidur-python`, default PATH/.venv/bin/python; Vidur's
    Llama-2-70B A100 attention.csv lives in ../shared/data/profiles/vidur if the
-   checkout lacks it): the same case in both simulators, Vidur's processed Azure
-   code trace (`data/processed_traces/splitwise_code.csv`) on Llama-2-70B TP2 on an
-   A100, chunks of 512 tokens, 128 sequences, 3,328 KV blocks each. Vidur runs
-   once to train and cache its predictors, then is timed; servetune's A100 prices
-   are the roofline (no fitted A100 model) with the KV pool set to the same block
-   count. Prints whole-process times and iterations per second of each event
-   loop (target: whole process >= 5x Vidur's, event loop >= 20x as the goal).
+   checkout lacks it): the same case in both simulators. Vidur's processed Azure
+   code trace (`data/processed_traces/splitwise_code.csv`) clipped as Vidur's trace
+   replay clips it (prompt + output <= 4,096, cut from the prompt) is written once
+   and read by both; Llama-2-70B TP2 on an A100, chunks of 512 tokens, 128
+   sequences, 3,328 KV blocks each. Vidur runs with its metrics on (request, batch
+   and memory metrics, as servetune keeps per-request latencies and per-step
+   records; no plots) and off, never with its Chrome trace; it runs once to train
+   and cache its predictors, then each repeat runs both Vidur variants and
+   servetune (its process, then its event loop in this process). servetune's A100
+   prices are the roofline (no fitted A100 model) with the KV pool set to the same
+   block count. The iteration counts must agree within 1% (else it fails, printing
+   both); it prints whole-process times, iterations per second of each event loop
+   and the ratios as medians of the paired repeats (target: whole process >= 5x
+   Vidur's, event loop >= 20x as the goal).
 
 Everything prints medians of repeated runs; run it on a quiet machine.
 """
@@ -32,6 +39,8 @@ Everything prints medians of repeated runs; run it on a quiet machine.
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import os
 import re
 import shutil
@@ -46,6 +55,7 @@ from pathlib import Path
 from bench_common import AICONFIGURATOR_H100, SERVETUNE, SHARED, TRACES, prepare_database, run
 
 VIDUR_BLOCKS = 3328  # Vidur's own KV accounting of Llama-2-70B TP2 on an 80 GB A100
+VIDUR_MAX_TOKENS = 4096  # Vidur's trace replay clips prompt + output to this (its default)
 
 
 def _clear_tables(url: str) -> None:
@@ -168,8 +178,18 @@ simulator.run()
 print(f"VIDUR_LOOP {time.perf_counter() - start:.4f} {count[0]}")
 """
 
+# What each side records. servetune always keeps per-request latencies and per-step
+# records (its result); Vidur's metrics "on" keep the same kind (its request, batch and
+# memory metrics, written as CSV at the end), "off" keep nothing. Neither side draws
+# plots or writes event traces (Vidur's Chrome trace is on by default: turned off).
+VIDUR_METRICS = {
+    "on": ["--metrics_config_write_metrics", "--no-metrics_config_store_plots"],
+    "off": ["--no-metrics_config_write_metrics"],
+}
+ITERATIONS_TOLERANCE = 0.01  # the two counts of one case may differ by this share at most
 
-def _vidur_cmd(py: str, trace: Path) -> list[str]:
+
+def _vidur_cmd(py: str, trace: Path, metrics: str, out: Path) -> list[str]:
     return [
         py, "-c", VIDUR_DRIVER, "--replica_config_device", "a100",
         "--replica_config_model_name", "meta-llama/Llama-2-70b-hf",
@@ -177,78 +197,159 @@ def _vidur_cmd(py: str, trace: Path) -> list[str]:
         "--replica_config_num_pipeline_stages", "1",
         "--request_generator_config_type", "trace_replay",
         "--trace_request_generator_config_trace_file", str(trace),
+        "--trace_request_generator_config_max_tokens", str(VIDUR_MAX_TOKENS),
         "--replica_scheduler_config_type", "sarathi",
         "--sarathi_scheduler_config_batch_size_cap", "128",
         "--sarathi_scheduler_config_chunk_size", "512",
         "--sarathi_scheduler_config_num_blocks", str(VIDUR_BLOCKS),
-        "--no-metrics_config_write_metrics",
+        "--no-metrics_config_enable_chrome_trace",
+        *VIDUR_METRICS[metrics], "--metrics_config_output_dir", str(out),
     ]  # fmt: skip
+
+
+def clip_like_vidur(source: Path, dest: Path, max_tokens: int) -> tuple[int, int]:
+    """`source` (Vidur's processed trace) as Vidur's trace replay reads it, written to `dest`
+    for both simulators: token counts at least 1, and a prompt + output above `max_tokens`
+    cut from the prompt (Vidur's `TraceReplayRequestGenerator`; scale factors 1). Returns
+    (rows, rows clipped)."""
+    with source.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    clipped = 0
+    with dest.open("w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(["arrived_at", "num_prefill_tokens", "num_decode_tokens"])
+        for i, row in enumerate(rows):
+            prompt = max(int(float(row["num_prefill_tokens"])), 1)
+            output = max(int(float(row["num_decode_tokens"])), 1)
+            over = max(prompt + output - max_tokens, 0)
+            if prompt - over < 1:
+                raise SystemExit(
+                    f"{source} row {i + 2}: {output} output tokens exceed "
+                    f"{max_tokens}; Vidur would refuse this trace"
+                )
+            clipped += over > 0
+            out.writerow([row["arrived_at"], prompt - over, output])
+    return len(rows), clipped
+
+
+def _check_iterations(label: str, vidur: int, ours: int) -> None:
+    """The same case runs the same iterations on both sides; anything else is not a
+    comparison (fail loudly, printing both)."""
+    if abs(vidur - ours) > ITERATIONS_TOLERANCE * max(vidur, ours):
+        raise SystemExit(
+            f"not the same case: Vidur ({label}) ran {vidur:,} iterations, servetune "
+            f"{ours:,} ({abs(vidur - ours) / max(vidur, ours):.1%} apart, more than "
+            f"{ITERATIONS_TOLERANCE:.0%})"
+        )
 
 
 def bench_vidur(vidur: Path, py: str, env: dict[str, str], repeats: int, workdir: Path) -> None:
     from optimizer.config import InstanceConfig, ServingConfig
+    from optimizer.hardware import get_accelerator
+    from optimizer.latency import LatencyCatalog
     from optimizer.memory import activation_reserve_bytes
     from optimizer.shapes import get_shape
+    from optimizer.sim import simulate
+    from optimizer.traces import parse_trace
+    from optimizer.workload import Workload
 
     attention = vidur / "data/profiling/compute/a100/meta-llama/Llama-2-70b-hf/attention.csv"
     if not attention.exists():  # too large for some snapshots of the repository
         shutil.copy(SHARED / "profiles/vidur/compute/a100/meta-llama/Llama-2-70b-hf/attention.csv",
                     attention)  # fmt: skip
-    trace = vidur / "data" / "processed_traces" / "splitwise_code.csv"
+    source = vidur / "data" / "processed_traces" / "splitwise_code.csv"
+    trace = workdir / "splitwise_code_clipped.csv"
+    num_rows, num_clipped = clip_like_vidur(source, trace, VIDUR_MAX_TOKENS)
     venv = {**os.environ, "WANDB_MODE": "disabled"}
-    cmd = [*_vidur_cmd(py, trace), "--metrics_config_output_dir", str(workdir / "vidur")]
-    print("\n3. against Vidur: Azure code (Vidur's processed trace), Llama-2-70B TP2, A100, "
-          f"chunk 512, 128 seqs, {VIDUR_BLOCKS:,} KV blocks")  # fmt: skip
-    run(cmd, venv, cwd=vidur)  # trains and caches its predictors
-    v_walls, v_loops, v_iters = [], [], []
-    for _ in range(repeats):
-        wall, out = run(cmd, venv, cwd=vidur)
-        v_walls.append(wall)
-        loop, iters = re.search(r"VIDUR_LOOP ([\d.]+) (\d+)", out).groups()
-        v_loops.append(float(loop))
-        v_iters.append(int(iters))
+    cmds = {m: _vidur_cmd(py, trace, m, workdir / f"vidur-{m}") for m in VIDUR_METRICS}
+    print(
+        f"\n3. against Vidur: Azure code (Vidur's processed trace, {num_rows:,} requests, "
+        f"{num_clipped:,} of them clipped to {VIDUR_MAX_TOKENS:,} prompt + output tokens as "
+        "Vidur's trace replay clips them; both sides read the clipped rows), Llama-2-70B "
+        f"TP2, A100, chunk 512, 128 seqs, {VIDUR_BLOCKS:,} KV blocks"
+    )
     # servetune: the same trace, deployment and KV blocks (gpu_memory_utilization solved).
     shape = get_shape("llama-2-70b")
     probe = InstanceConfig(accelerator="a100", tp=2, max_num_batched_tokens=512, max_num_seqs=128)
     per_block = shape.kv_bytes_per_token(2) * probe.block_size
     used = shape.weight_bytes(2) + activation_reserve_bytes(shape, probe)
-    from optimizer.hardware import get_accelerator
-
     util = (used + (VIDUR_BLOCKS + 0.5) * per_block) / get_accelerator("a100").hbm_bytes
     inst = InstanceConfig(accelerator="a100", tp=2, max_num_batched_tokens=512, max_num_seqs=128,
                           gpu_memory_utilization=round(util, 6))  # fmt: skip
-    config = ServingConfig.colocated("llama-2-70b", inst)
+    config = ServingConfig.colocated("llama-2-70b", inst, max_model_len=VIDUR_MAX_TOKENS)
     assert config.roles()[0].kv_blocks == VIDUR_BLOCKS, config.roles()[0].kv_blocks
     path = workdir / "a100-70b.yaml"
     import yaml
 
     path.write_text(yaml.safe_dump(config.to_dict()))
     ours_cmd = [SERVETUNE, "simulate", "--trace", str(trace), "--config", str(path), "--json"]
+    for cmd in cmds.values():
+        run(cmd, venv, cwd=vidur)  # the first trains and caches Vidur's predictors
     run(ours_cmd, env)  # compiles and stores the A100 table
-    s_walls = [run(ours_cmd, env)[0] for _ in range(repeats)]
-    from optimizer.latency import LatencyCatalog
-    from optimizer.sim import simulate
-    from optimizer.traces import parse_trace
-    from optimizer.workload import Workload
-
     workload = Workload.from_columns(parse_trace(trace).columns)
+    assert len(workload) == num_rows
     catalog = LatencyCatalog(shape)
     simulate(workload.head(100), config, catalog)
-    s_loops, steps = [], 0
-    for _ in range(repeats):
+    walls: dict[str, list[float]] = {m: [] for m in (*VIDUR_METRICS, "servetune")}
+    loops: dict[str, list[float]] = {m: [] for m in (*VIDUR_METRICS, "servetune")}
+    iters: dict[str, list[int]] = {m: [] for m in (*VIDUR_METRICS, "servetune")}
+    for _ in range(repeats):  # interleaved: each repeat's runs share the machine's state
+        for m, cmd in cmds.items():
+            wall, out = run(cmd, venv, cwd=vidur)
+            loop, count = re.search(r"VIDUR_LOOP ([\d.]+) (\d+)", out).groups()
+            walls[m].append(wall)
+            loops[m].append(float(loop))
+            iters[m].append(int(count))
+        wall, out = run(ours_cmd, env)
+        data = json.loads(out[out.index("{") :])
+        if data["num_rejected"] or data["num_requests"] != num_rows:
+            raise SystemExit(
+                f"servetune simulate ran {data['num_requests']:,} requests, "
+                f"rejected {data['num_rejected']:,}; expected {num_rows:,}, none"
+            )
+        walls["servetune"].append(wall)
         start = time.perf_counter()
-        steps = simulate(workload, config, catalog).phases.num_steps
-        s_loops.append(time.perf_counter() - start)
-    vw, sw = statistics.median(v_walls), statistics.median(s_walls)
-    vl, sl = statistics.median(v_loops), statistics.median(s_loops)
-    vi = statistics.median(v_iters)
-    print(f"{'':22} {'whole process s':>16} {'event loop s':>13} {'iterations':>11} "
-          f"{'iterations/s':>13}")  # fmt: skip
-    print(f"{'Vidur':22} {vw:16.2f} {vl:13.2f} {vi:11,.0f} {vi / vl:13,.0f}")
-    print(f"{'servetune':22} {sw:16.2f} {sl:13.2f} {steps:11,} {steps / sl:13,.0f}")
+        res = simulate(workload, config, catalog)
+        loops["servetune"].append(time.perf_counter() - start)
+        iters["servetune"].append(res.phases.num_steps)
+        if data["phases"]["num_steps"] != res.phases.num_steps:
+            raise SystemExit("servetune simulate and the in-process loop ran different steps")
+    ours = iters["servetune"][0]
+    assert len(set(iters["servetune"])) == 1, iters["servetune"]  # deterministic
     print(
-        f"whole process {vw / sw:.1f}x Vidur's ({'ok' if vw / sw >= 5 else 'MISS'}, >= 5x); "
-        f"event loop {(steps / sl) / (vi / vl):.1f}x Vidur's iterations/s (goal >= 20x)"
+        f"{'':28} {'whole process s':>16} {'event loop s':>13} {'iterations':>11} "
+        f"{'iterations/s':>13}"
+    )
+    for m in (*VIDUR_METRICS, "servetune"):
+        name = f"Vidur, metrics {m}" if m in VIDUR_METRICS else "servetune"
+        n, loop = statistics.median(iters[m]), statistics.median(loops[m])
+        print(
+            f"{name:28} {statistics.median(walls[m]):16.2f} {loop:13.2f} {n:11,.0f} "
+            f"{n / loop:13,.0f}"
+        )
+    for m in VIDUR_METRICS:
+        for n in iters[m]:
+            _check_iterations(f"metrics {m}", n, ours)
+    print(
+        f"iterations: Vidur {statistics.median(iters['on']):,.0f}, servetune {ours:,} "
+        f"(agree within {ITERATIONS_TOLERANCE:.0%})"
+    )
+    for m in VIDUR_METRICS:
+        # Per repeat: servetune's iterations/s over Vidur's, and Vidur's wall over ours.
+        loop_x = [
+            (ours / sl) / (vi / vl)
+            for sl, vi, vl in zip(loops["servetune"], iters[m], loops[m], strict=True)
+        ]
+        proc_x = [vw / sw for vw, sw in zip(walls[m], walls["servetune"], strict=True)]
+        lx, px = statistics.median(loop_x), statistics.median(proc_x)
+        print(
+            f"Vidur's metrics {m:3}: event loop {lx:5.1f}x Vidur's iterations/s "
+            f"({min(loop_x):.1f}-{max(loop_x):.1f}), whole process {px:4.1f}x "
+            f"({min(proc_x):.1f}-{max(proc_x):.1f}); medians of {repeats} paired runs"
+        )
+    print(
+        "targets: whole process >= 5x Vidur's; event loop >= 20x as the goal (metrics on: "
+        "both sides record per-request latencies and per-step records)"
     )
 
 

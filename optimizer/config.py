@@ -97,7 +97,7 @@ class ServingConfig:
     model: str  # a shape preset, a Hugging Face id (FP8 checkpoints too) or a config.json
     mode: ServingMode = ServingMode.COLOCATED
     replica: InstanceConfig | None = None
-    num_replicas: int = 1
+    num_replicas: int | None = None  # None: as the mode has it (1 colocated, 0 disaggregated)
     prefill: InstanceConfig | None = None
     num_prefill: int = 0
     decode: InstanceConfig | None = None
@@ -117,6 +117,9 @@ class ServingConfig:
     engine_version: str | None = None
 
     def __post_init__(self) -> None:
+        if self.num_replicas is None:
+            default = 0 if self.mode is ServingMode.DISAGGREGATED else 1
+            object.__setattr__(self, "num_replicas", default)
         _validate(self)
 
     @classmethod
@@ -148,7 +151,6 @@ class ServingConfig:
             decode=decode or InstanceConfig(),
             num_prefill=num_prefill,
             num_decode=num_decode,
-            num_replicas=0,
             **kw,
         )
 
@@ -268,10 +270,16 @@ def _validate(cfg: ServingConfig) -> None:
             raise ConfigError("config: disaggregated mode needs both prefill and decode roles")
         _positive_int("config.num_prefill", cfg.num_prefill)
         _positive_int("config.num_decode", cfg.num_decode)
-        if cfg.replica is not None or cfg.num_replicas:
+        if cfg.replica is not None:
             raise ConfigError(
-                "config: replica/num_replicas are only for colocated mode "
-                "(set num_replicas=0 in disaggregated mode)"
+                "config.replica: only for colocated mode (a disaggregated fleet has prefill "
+                "and decode roles)"
+            )
+        if cfg.num_replicas:
+            raise ConfigError(
+                f"config.num_replicas: {cfg.num_replicas} is only for colocated mode (a "
+                "disaggregated fleet counts num_prefill and num_decode; leave num_replicas "
+                "out or 0)"
             )
         roles = (("config.prefill", cfg.prefill), ("config.decode", cfg.decode))
     if not isinstance(cfg.speculation, SpeculationConfig):

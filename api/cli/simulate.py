@@ -166,7 +166,7 @@ def simulate(
 ) -> None:
     """Replay a trace under one config and print TTFT, TPOT, ITL, goodput."""
     from optimizer.config import ConfigError
-    from optimizer.sim import SLO, SimulationError
+    from optimizer.sim import SLO, SimulationError, rejection_note
     from optimizer.sim import simulate as run_simulation
 
     cfg = load_config(config)
@@ -209,8 +209,10 @@ def simulate(
         result = run_simulation(replay, cfg, latency, seed=seed, slo=slo)
     except (SimulationError, LookupError, ValueError) as exc:
         fail(str(exc))
+    rejected = rejection_note(cfg, replay) if result.num_rejected else None
     if as_json:
         out = result_json(result, cfg)
+        out["rejected_because"] = rejected
         out["latency"] = label
         out["priced_as"] = cfg.engine_release.label
         typer.echo(json.dumps(out, indent=2))
@@ -221,6 +223,8 @@ def simulate(
     for name, value in summary_rows(result):
         table.add_row(name, value)
     console.print(table)
+    if rejected is not None:
+        console.print(f"[yellow]{rejected}[/]")
     if result.latency_is_estimate:
         console.print("[yellow]figures priced by a roofline estimate, not measured kernels[/]")
 

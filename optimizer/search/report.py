@@ -7,12 +7,19 @@ from __future__ import annotations
 import html
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from optimizer.search.evaluation import EvalStatus, Evaluation
 from optimizer.search.outcome import TuneOutcome
 from optimizer.search.verdict import who
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +108,7 @@ def write_png(outcome: TuneOutcome, path: Path) -> Path:
     ax.set_xlabel(_xlabel(outcome))
     ax.set_ylabel("median output tokens/s per user")
     est = " (roofline estimate)" if outcome.latency.is_estimate else ""
-    ax.set_title(f"{outcome.request.model}, budget {outcome.request.gpu_budget} GPUs{est}")
+    titles = [(ax, f"{outcome.request.model}, budget {outcome.request.gpu_budget} GPUs{est}")]
     ax.grid(alpha=0.3)
     ax.legend()
     if outcome.capacity:
@@ -114,12 +121,45 @@ def write_png(outcome: TuneOutcome, path: Path) -> Path:
                          textcoords="offset points", xytext=(4, 4))  # fmt: skip
         cap.set_xlabel("trace traffic, mean requests/s")
         cap.set_ylabel("GPUs needed")
-        cap.set_title("Capacity plan (the recommended unit)")
+        titles.append((cap, "Capacity plan (the recommended unit)"))
         cap.grid(alpha=0.3)
     fig.tight_layout()
+    _set_titles(fig, titles)
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _set_titles(fig: Figure, titles: list[tuple[Axes, str]]) -> None:
+    """Each axes' title, wrapped to the axes' width as laid out, then the layout again to
+    make room for the lines (a title wider than its panel is cut at the figure's edge)."""
+    renderer = fig.canvas.get_renderer()
+    for ax, text in titles:
+        width = ax.get_window_extent(renderer).width
+        title = ax.set_title(text)
+
+        def fits(line: str, title: Text = title, width: float = width) -> bool:
+            title.set_text(line)
+            return title.get_window_extent(renderer).width <= width
+
+        title.set_text(wrap_to_fit(text, fits))
+    fig.tight_layout()
+
+
+def wrap_to_fit(text: str, fits: Callable[[str], bool]) -> str:
+    """`text` in lines that each `fits`: words joined while they fit, and a word that fits
+    no line alone cut where it stops fitting (a long model path has no spaces)."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and fits(f"{lines[-1]} {word}"):
+            lines[-1] += f" {word}"
+            continue
+        while len(word) > 1 and not fits(word):
+            cut = next((k for k in range(len(word) - 1, 0, -1) if fits(word[:k])), 1)
+            lines.append(word[:cut])
+            word = word[cut:]
+        lines.append(word)
+    return "\n".join(lines)
 
 
 _PAGE = Path(__file__).with_name("pareto.html")

@@ -16,8 +16,10 @@ and `RetryFailedTrialCallback` re-queues their parameters, so a resumed or
 shared study keeps every completed trial and loses none.
 
 `run_trials` stops when the study holds `num_trials` finished trials in total,
-counted across every worker: a trial whose rank among live trials is past the
-budget is failed as surplus before it runs (never evaluated, never counted).
+counted across every worker. Two workers can both find one trial left and both
+start one; the later-numbered trial, past the budget among live trials, ends as
+surplus before it runs: PRUNED (Optuna's state for a trial stopped early, logged
+below the study's WARNING level), marked `surplus`, never evaluated, never counted.
 """
 
 from __future__ import annotations
@@ -184,7 +186,9 @@ def warm_cache(study: optuna.Study, evaluator: Evaluator) -> None:
 
 
 def count_finished(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=_FINISHED))
+    """Trials that ran to the end (a surplus trial never ran)."""
+    finished = study.get_trials(deepcopy=False, states=_FINISHED)
+    return sum(1 for t in finished if not t.user_attrs.get(_ATTR_SURPLUS))
 
 
 def _is_surplus(study: optuna.Study, trial: optuna.Trial, num_trials: int) -> bool:
@@ -208,10 +212,6 @@ def failed_trial(study: optuna.Study, since: int = 0) -> TrialError | None:
     return None
 
 
-class _Surplus(RuntimeError):
-    """A trial started after the study's budget was already taken by other workers."""
-
-
 def run_trials(
     study: optuna.Study,
     objective: Callable[[optuna.Trial], tuple[float, float]],
@@ -230,8 +230,10 @@ def run_trials(
 
     def guarded(trial: optuna.Trial) -> tuple[float, float]:
         if _is_surplus(study, trial, num_trials):
+            # Another worker took the last trial of the budget after this one was asked
+            # for: no failure (Optuna would log a FAIL's traceback), it stops unrun.
             trial.set_user_attr(_ATTR_SURPLUS, True)
-            raise _Surplus(f"trial {trial.number}: the study's {num_trials} trials are taken")
+            raise optuna.TrialPruned(f"surplus: the study's {num_trials} trials are taken")
         return objective(trial)
 
     heartbeat = is_heartbeat_enabled(study._storage)
@@ -256,6 +258,6 @@ def run_trials(
                     fail_stale_trials(study)
             time.sleep(poll_s)
             continue
-        study.optimize(guarded, n_trials=1, catch=(_Surplus,), gc_after_trial=False)
+        study.optimize(guarded, n_trials=1, gc_after_trial=False)
         on_trial(count_finished(study))
     return count_finished(study)

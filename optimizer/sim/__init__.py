@@ -1,7 +1,7 @@
 """Discrete-event serving simulator (chunked prefill, speculation, PD disaggregation)."""
 
 from optimizer.sim.capacity import CapacityResult, max_sustainable_rate
-from optimizer.sim.engine import SimulationError, max_request_tokens, simulate
+from optimizer.sim.engine import SimulationError, max_request_tokens, rejection_note, simulate
 from optimizer.sim.floor import DecodeFloorError, check_decode_floor, decode_floor_s
 from optimizer.sim.metrics import SLO, Percentiles, PhaseBreakdown, SimulationResult
 
@@ -17,5 +17,6 @@ __all__ = [
     "decode_floor_s",
     "max_request_tokens",
     "max_sustainable_rate",
+    "rejection_note",
     "simulate",
 ]

@@ -47,6 +47,7 @@ from optimizer.sim.fleet import (
     decode_only,
     log_alphas,
     max_request_tokens,
+    rejection_note,
 )
 from optimizer.sim.kv_cache import hashes_as_lists
 from optimizer.sim.metrics import SLO, InstanceRecord, RunLog, SimulationResult, build_result
@@ -55,7 +56,7 @@ from optimizer.sim.request import SimRequest
 from optimizer.sim.scheduler import BaseScheduler
 from optimizer.workload import Workload
 
-__all__ = ["SimulationError", "max_request_tokens", "simulate"]
+__all__ = ["SimulationError", "max_request_tokens", "rejection_note", "simulate"]
 
 
 class _EventLoop:

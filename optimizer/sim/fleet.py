@@ -6,7 +6,7 @@ decode instances, each pricing its steps with the latency model of its role's
 accelerator and TP degree (checked against the weight-bandwidth floor, DOMAIN.md
 §1) plus, when speculating, K draft steps. `request_limit` is the most prompt +
 output tokens one request may have on a role (longer ones are rejected, as vLLM
-rejects them).
+rejects them); `rejection_note` says which requests that rejects and why.
 
 A MoE instance with dp ranks is dp schedulers (one per rank, consecutive indices) in a
 lockstep `RankGroup` (`optimizer.sim.ranks`); the routers pick among instances, and the
@@ -22,7 +22,14 @@ from random import Random
 import numpy as np
 
 from optimizer.closed_loop_workload import ClosedLoopWorkload
-from optimizer.config import Role, RolePlan, RoutingPolicy, ServingConfig, SpecMethod
+from optimizer.config import (
+    Role,
+    RolePlan,
+    RoutingPolicy,
+    ServingConfig,
+    ServingMode,
+    SpecMethod,
+)
 from optimizer.latency.base import (
     LatencySource,
     StepLatency,
@@ -131,17 +138,64 @@ def make_scheduler(
     return cls(num_spec=num_spec, prefill_first=prefill_first, align_block=align_block, **kw)
 
 
-def request_limit(config: ServingConfig, plan: RolePlan) -> int:
-    """The most prompt + output tokens one request may have on `plan`'s instances."""
+def request_caps(config: ServingConfig, plan: RolePlan) -> list[tuple[int, str]]:
+    """Each cap on one request's prompt + output tokens on `plan`'s instances, with what
+    sets it and its figures; the least of them binds (`request_limit`)."""
     inst = plan.instance
     # One sequence's fixed state (Gated DeltaNet) takes blocks of the same pool.
     blocks = plan.kv_blocks - plan.state_blocks
-    limit = blocks * inst.block_size - config.speculation.num_speculative_tokens
+    spec = config.speculation.num_speculative_tokens
+    kv = f"the KV cache of one {plan.role} instance: {blocks:,} blocks x {inst.block_size} tokens"
+    if plan.state_blocks:
+        kv += f" besides a sequence's {plan.state_blocks} state blocks"
+    if spec:
+        kv += f", less {spec} speculative slots"
+    caps = [(blocks * inst.block_size - spec, kv)]
     if not inst.enable_chunked_prefill:
-        limit = min(limit, inst.max_num_batched_tokens)
+        budget = inst.max_num_batched_tokens
+        caps.append((budget, f"max_num_batched_tokens {budget:,} with chunked prefill off"))
     if config.max_model_len is not None:
-        limit = min(limit, config.max_model_len)
-    return limit
+        caps.append((config.max_model_len, f"max_model_len {config.max_model_len:,}"))
+    return caps
+
+
+def request_limit(config: ServingConfig, plan: RolePlan) -> int:
+    """The most prompt + output tokens one request may have on `plan`'s instances."""
+    return min(tokens for tokens, _ in request_caps(config, plan))
+
+
+def rejection_note(config: ServingConfig, workload: Workload | ClosedLoopWorkload) -> str | None:
+    """Why `simulate` rejects requests of `workload` on `config`, with the figures (None
+    when it rejects none). As vLLM, an instance refuses a request it can never hold:
+    prompt + output beyond its limit, or (PD) a prompt + 1 beyond the prefill side's."""
+    plans = config.roles()
+    inp = np.asarray(workload.input_tokens, dtype=np.int64)
+    total = inp + np.asarray(workload.output_tokens, dtype=np.int64)
+    back, back_why = min(request_caps(config, plans[-1]))
+    over = total > back
+    reasons = []
+    if over.any():
+        i = int(np.argmax(total))
+        reasons.append(
+            f"{int(over.sum()):,} with more prompt + output tokens than the {back:,} one "
+            f"request may hold ({back_why}); the longest has {int(inp[i]):,} + "
+            f"{int(total[i] - inp[i]):,} = {int(total[i]):,}"
+        )
+    if config.mode is ServingMode.DISAGGREGATED:
+        front, front_why = min(request_caps(config, plans[0]))
+        long_prompt = (inp + 1 > front) & ~over
+        if long_prompt.any():
+            reasons.append(
+                f"{int(long_prompt.sum()):,} with a prompt longer than the {front - 1:,} "
+                f"tokens a prefill instance may hold ({front_why}); the longest of them has "
+                f"{int(inp[long_prompt].max()):,}"
+            )
+        over |= long_prompt
+    num = int(over.sum())
+    if not num:
+        return None
+    who = "every request" if num == len(total) else f"{num:,} of {len(total):,} requests"
+    return f"{who} rejected, as vLLM rejects them: " + "; ".join(reasons)
 
 
 def role_reach(config: ServingConfig, plan: RolePlan, longest_request: int) -> TableReach:

@@ -204,8 +204,9 @@ class SimulationResult:
         return float(self.meets(slo).mean())
 
     def request_goodput(self, slo: SLO) -> float:
-        """Requests meeting the SLO per second of the run (first arrival to last finish)."""
-        return float(self.meets(slo).sum()) / self.makespan_s if self.makespan_s > 0 else math.inf
+        """Requests meeting the SLO per second of the run (first arrival to last finish;
+        0 when no request finished)."""
+        return _per_s(float(self.meets(slo).sum()), self.makespan_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +222,12 @@ class InstanceRecord:
     prefix_hit_ratio: float | None
     decode_only_time: Callable[[int, int], float]
     leaked_blocks: int = 0
+
+
+def _per_s(count: float, makespan_s: float) -> float:
+    """`count` per second of a run; 0 for a run in which no request finished (no step
+    beats the decode floor, so a run with a finished request lasts some time)."""
+    return count / makespan_s if makespan_s > 0 else 0.0
 
 
 def _series(steps: StepLog, kv_blocks: int, horizon: float) -> tuple[np.ndarray, ...]:
@@ -273,8 +280,11 @@ def build_result(
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
     queueing = np.asarray(log.first_sched_s)[w:] - arrival
-    makespan = float(np.nanmax(finish) - np.nanmin(arrival)) if np.any(finish == finish) else 0.0
+    finished = finish == finish  # a rejected request never finishes (NaN)
+    makespan = float(np.nanmax(finish) - np.nanmin(arrival)) if finished.any() else 0.0
     total_out = int(out.sum())
+    # Throughput is what was delivered: the finished requests and their output tokens.
+    num_done, done_out = int(finished.sum()), int(out[finished].sum())
 
     itl_vals = [np.asarray(log.itl_gaps, dtype=np.float64), np.zeros(1)]
     itl_w = [np.ones(len(log.itl_gaps)), np.full(1, float(log.num_zero_gaps))]
@@ -354,9 +364,9 @@ def build_result(
         e2e=Percentiles.of(e2e),
         queueing=Percentiles.of(queueing),
         makespan_s=makespan,
-        request_throughput=arrival.size / makespan if makespan > 0 else math.inf,
-        output_token_throughput=total_out / makespan if makespan > 0 else math.inf,
-        output_tokens_per_gpu_s=total_out / makespan / num_gpus if makespan > 0 else math.inf,
+        request_throughput=_per_s(num_done, makespan),
+        output_token_throughput=_per_s(done_out, makespan),
+        output_tokens_per_gpu_s=_per_s(done_out, makespan) / num_gpus,
         total_output_tokens=total_out,
         phases=phases,
         instances=tuple(summaries),

@@ -242,3 +242,39 @@ def test_config_precision_fields():
     cfg = ServingConfig.colocated("llama-3.1-8b", quantization="fp8", kv_cache_dtype="fp8")
     assert ServingConfig.from_dict(cfg.to_dict()) == cfg
     assert cfg.shape.weight_bytes() < ServingConfig.colocated("llama-3.1-8b").shape.weight_bytes()
+
+
+def test_num_replicas_follows_the_mode():
+    # A disaggregated config as a user writes it: no num_replicas (issue 43).
+    data = {
+        "model": "llama-3.1-8b",
+        "mode": "disaggregated",
+        "num_prefill": 1,
+        "num_decode": 2,
+        "prefill": {"accelerator": "h100"},
+        "decode": {"accelerator": "h100"},
+    }
+    cfg = ServingConfig.from_dict(data)
+    assert cfg.num_replicas == 0 and cfg.num_gpus == 3
+    assert cfg == ServingConfig.disaggregated(
+        "llama-3.1-8b", InstanceConfig(), InstanceConfig(), num_prefill=1, num_decode=2
+    )
+    assert ServingConfig.from_dict(cfg.to_dict()) == cfg  # stored configs say num_replicas: 0
+    assert ServingConfig.from_dict({**data, "num_replicas": 0}) == cfg
+    built = ServingConfig(
+        "llama-3.1-8b",
+        ServingMode.DISAGGREGATED,
+        prefill=InstanceConfig(),
+        decode=InstanceConfig(),
+        num_prefill=1,
+        num_decode=2,
+    )
+    assert built == cfg
+    # Colocated keeps one replica by default.
+    colo = ServingConfig.from_dict({"model": "llama-3.1-8b", "replica": {}})
+    assert colo.num_replicas == 1 and colo == ServingConfig.colocated("llama-3.1-8b")
+    # An explicit replica count in disaggregated mode is still refused, by name.
+    with pytest.raises(ConfigError, match=r"config\.num_replicas: 2 is only for colocated mode"):
+        ServingConfig.from_dict({**data, "num_replicas": 2})
+    with pytest.raises(ConfigError, match=r"config\.replica: only for colocated mode"):
+        ServingConfig.from_dict({**data, "replica": {}})
