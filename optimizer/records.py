@@ -15,6 +15,7 @@ import numpy as np
 
 STATS_SCHEMA_VERSION = 1
 PLAUSIBILITY_SCHEMA_VERSION = 1  # the stored list of a trace's TraceWarnings
+SYNTHETIC_SCHEMA_VERSION = 1  # a synthetic trace's stored SyntheticOrigin
 
 
 class TraceFormat(StrEnum):
@@ -93,6 +94,42 @@ class TraceColumns:
         return int(self.arrival_s.shape[0])
 
 
+class RateCurveAxis(StrEnum):
+    """What a rate curve's points are placed on (the first column of a curve file)."""
+
+    HOUR_OF_DAY = "hour_of_day"  # 0 <= h < 24, repeated every day; 0 = midnight
+    HOUR_OF_WEEK = "hour_of_week"  # 0 <= h < 168, repeated every week; 0 = Monday 00:00
+    HOUR = "hour"  # hours from the trace's start, not repeated: must cover its span
+
+
+@dataclass(frozen=True, slots=True)
+class RateCurve:
+    """A request rate's shape over time: relative rates at points in hours, linearly
+    interpolated between them (and, on a periodic axis, from the last point round to the
+    first). Only the shape counts: a synthesized trace scales it to its mean rate
+    (`optimizer.traces.synthesize`)."""
+
+    name: str  # "diurnal", or the curve file's name
+    axis: RateCurveAxis
+    hours: tuple[float, ...]  # strictly increasing
+    relative_rates: tuple[float, ...]  # >= 0, one per point
+
+
+@dataclass(frozen=True, slots=True)
+class SyntheticOrigin:
+    """How a synthetic trace was made (`servetune traces synthesize`): its request lengths
+    resampled as (prompt, output) pairs from a stored sample trace, its arrivals a seeded
+    non-homogeneous Poisson process under `rate_curve` scaled to `mean_rate`."""
+
+    from_trace_id: int
+    from_trace_name: str
+    from_content_hash: str
+    rate_curve: RateCurve
+    days: float
+    mean_rate: float  # requests/s asked for, over the whole span
+    seed: int
+
+
 @dataclass(frozen=True, slots=True)
 class TraceInfo:
     id: int
@@ -106,6 +143,8 @@ class TraceInfo:
     # What the plausibility checks found when the file was ingested (none for a trace
     # the service built, or one stored before the checks existed)
     plausibility_warnings: tuple[TraceWarning, ...] = ()
+    # Set for a trace `servetune traces synthesize` made (None: an upload or a workload)
+    synthetic: SyntheticOrigin | None = None
 
 
 class OpKind(StrEnum):

@@ -1,9 +1,10 @@
 """Trace persistence: atomic, idempotent ingest and fast columnar load.
 
-Bulk paths: SQLite uses one `executemany` on the raw connection inside the
-session's transaction; PostgreSQL uses `COPY ... FROM STDIN` and
-`COPY (SELECT ...) TO STDOUT`. Both stay inside the caller's transaction, so a
-failure leaves nothing behind.
+Bulk paths: SQLite uses `executemany` on the raw connection inside the
+session's transaction, `_BULK_ROWS` rows at a time (the driver binds Python values,
+so only one block of them exists at once); PostgreSQL uses `COPY ... FROM STDIN`
+(CSV written by polars, a block at a time) and `COPY (SELECT ...) TO STDOUT`. Both
+stay inside the caller's transaction, so a failure leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from optimizer.plain import PlainDataError, from_plain, to_plain
 from optimizer.records import (
     PLAUSIBILITY_SCHEMA_VERSION,
     STATS_SCHEMA_VERSION,
+    SYNTHETIC_SCHEMA_VERSION,
+    SyntheticOrigin,
     TokenStats,
     TraceColumns,
     TraceFormat,
@@ -42,6 +45,7 @@ _COLS = (
     "acceptance_length",
 )
 
+_BULK_ROWS = 200_000  # rows bound or written per block by the bulk insert
 
 DEFAULT_PROJECT = "default"
 
@@ -93,6 +97,24 @@ def plausibility_from_json(data: dict) -> tuple[TraceWarning, ...]:
         raise ValueError(str(exc)) from None
 
 
+def synthetic_to_json(origin: SyntheticOrigin) -> dict:
+    return {"schema_version": SYNTHETIC_SCHEMA_VERSION, "origin": to_plain(origin)}
+
+
+def synthetic_from_json(data: dict | None) -> SyntheticOrigin | None:
+    if data is None:
+        return None
+    version = data.get("schema_version")
+    if version != SYNTHETIC_SCHEMA_VERSION:
+        raise ValueError(
+            f"trace synthetic schema_version {version!r}, expected {SYNTHETIC_SCHEMA_VERSION}"
+        )
+    try:
+        return from_plain(SyntheticOrigin, data["origin"], "synthetic.origin")
+    except PlainDataError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _info(row: TraceRow | sa.Row) -> TraceInfo:
     return TraceInfo(
         id=row.id,
@@ -104,6 +126,7 @@ def _info(row: TraceRow | sa.Row) -> TraceInfo:
         project=row.project,
         stream=row.stream,
         plausibility_warnings=plausibility_from_json(row.plausibility_warnings),
+        synthetic=synthetic_from_json(row.synthetic),
     )
 
 
@@ -194,9 +217,10 @@ def store_trace(
     project: str = DEFAULT_PROJECT,
     stream: str | None = None,
     plausibility_warnings: tuple[TraceWarning, ...] = (),
+    synthetic: SyntheticOrigin | None = None,
 ) -> tuple[TraceInfo, bool]:
-    """Store a trace and its requests, with what ingest's plausibility checks found;
-    return (info, created).
+    """Store a trace and its requests, with what ingest's plausibility checks found (or,
+    for a synthetic trace, how it was made); return (info, created).
 
     Idempotent by content hash within a project: when the same content is already stored, the
     existing trace is returned with created=False and nothing is written. The
@@ -215,6 +239,7 @@ def store_trace(
         num_requests=len(columns),
         stats=stats_to_json(stats),
         plausibility_warnings=plausibility_to_json(plausibility_warnings),
+        synthetic=None if synthetic is None else synthetic_to_json(synthetic),
     )
     try:
         with session.begin_nested():
@@ -251,10 +276,6 @@ def _bulk_insert_requests(session: Session, trace_id: int, columns: TraceColumns
     conn = session.connection()
     raw = conn.connection.driver_connection
     n = len(columns)
-    seqs = range(n)
-    arrivals = columns.arrival_s.tolist()
-    inputs = columns.input_tokens.tolist()
-    outputs = columns.output_tokens.tolist()
     plain = (
         columns.prefix_hashes is None
         and columns.session_ids is None
@@ -266,12 +287,26 @@ def _bulk_insert_requests(session: Session, trace_id: int, columns: TraceColumns
     cur = raw.cursor()
     try:
         if plain:
-            cur.executemany(
-                "INSERT INTO trace_requests (trace_id, seq, arrival_s, input_tokens, output_tokens)"
-                " VALUES (?, ?, ?, ?, ?)",
-                zip([trace_id] * n, seqs, arrivals, inputs, outputs, strict=True),
-            )
+            # A block at a time: 10 M rows as Python values at once would take ~1.5 GB.
+            for start in range(0, n, _BULK_ROWS):
+                stop = min(n, start + _BULK_ROWS)
+                cur.executemany(
+                    "INSERT INTO trace_requests"
+                    " (trace_id, seq, arrival_s, input_tokens, output_tokens)"
+                    f" VALUES ({int(trace_id)}, ?, ?, ?, ?)",
+                    zip(
+                        range(start, stop),
+                        columns.arrival_s[start:stop].tolist(),
+                        columns.input_tokens[start:stop].tolist(),
+                        columns.output_tokens[start:stop].tolist(),
+                        strict=True,
+                    ),
+                )
         else:
+            seqs = range(n)
+            arrivals = columns.arrival_s.tolist()
+            inputs = columns.input_tokens.tolist()
+            outputs = columns.output_tokens.tolist()
             hashes, sessions, accept = _optional(columns)
             cur.executemany(
                 f"INSERT INTO trace_requests ({', '.join(_COLS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -295,27 +330,35 @@ def _copy_in(raw, trace_id: int, columns: TraceColumns, plain: bool) -> None:
     import polars as pl
 
     n = len(columns)
-    frame = {
-        "trace_id": np.full(n, trace_id, dtype=np.int64),
-        "seq": np.arange(n, dtype=np.int64),
-        "arrival_s": columns.arrival_s,
-        "input_tokens": columns.input_tokens,
-        "output_tokens": columns.output_tokens,
-    }
+    optional = None if plain else _optional(columns)
+    names = ["trace_id", "seq", "arrival_s", "input_tokens", "output_tokens"]
     if not plain:
-        hashes, sessions, accept = _optional(columns)
-        frame["prefix_hashes"] = [None if b is None else "\\x" + b.hex() for b in hashes]
-        frame["session_id"] = sessions
-        frame["acceptance_length"] = accept
-    df = pl.DataFrame(frame, schema_overrides={"session_id": pl.String} if not plain else None)
-    buf = io.BytesIO()
-    df.write_csv(buf, include_header=False, float_precision=None)
-    names = ", ".join(df.columns)
-    with (
-        raw.cursor() as cur,
-        cur.copy(f"COPY trace_requests ({names}) FROM STDIN (FORMAT csv)") as cp,
-    ):
-        cp.write(buf.getvalue())
+        names += ["prefix_hashes", "session_id", "acceptance_length"]
+    sql = f"COPY trace_requests ({', '.join(names)}) FROM STDIN (FORMAT csv)"
+    with raw.cursor() as cur, cur.copy(sql) as cp:
+        # A block of CSV at a time: the whole text of 10 M rows would be ~300 MB twice.
+        for start in range(0, n, _BULK_ROWS):
+            stop = min(n, start + _BULK_ROWS)
+            frame = {
+                "trace_id": np.full(stop - start, trace_id, dtype=np.int64),
+                "seq": np.arange(start, stop, dtype=np.int64),
+                "arrival_s": columns.arrival_s[start:stop],
+                "input_tokens": columns.input_tokens[start:stop],
+                "output_tokens": columns.output_tokens[start:stop],
+            }
+            if optional is not None:
+                hashes, sessions, accept = optional
+                frame["prefix_hashes"] = [
+                    None if b is None else "\\x" + b.hex() for b in hashes[start:stop]
+                ]
+                frame["session_id"] = sessions[start:stop]
+                frame["acceptance_length"] = accept[start:stop]
+            overrides = None if plain else {"session_id": pl.String}
+            buf = io.BytesIO()
+            pl.DataFrame(frame, schema_overrides=overrides).write_csv(
+                buf, include_header=False, float_precision=None
+            )
+            cp.write(buf.getbuffer())
 
 
 def load_trace_columns(

@@ -1,4 +1,5 @@
-"""`servetune traces`: import, list, show and export production traces."""
+"""`servetune traces`: import, list, show and export production traces; synthesize long
+ones from a short sample."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from rich.table import Table
 from api.cli.common import console, fail, output_file, session
 from optimizer.records import TraceFormat, TraceInfo, TraceWarning
 
-app = typer.Typer(help="Production traces: import, inspect, export.", no_args_is_help=True)
+app = typer.Typer(
+    help="Production traces: import, inspect, export, synthesize.", no_args_is_help=True
+)
 
 
 class ExportFormat(StrEnum):
@@ -20,12 +23,35 @@ class ExportFormat(StrEnum):
     CSV = "csv"
 
 
+def _kind(info: TraceInfo) -> str:
+    """What `traces list` and `show` print as the trace's format: `synthetic` for one
+    `traces synthesize` made (its stored format, generic, says nothing about it)."""
+    return "synthetic" if info.synthetic is not None else str(info.source_format)
+
+
+def _origin_rows(info: TraceInfo) -> list[tuple[str, str]]:
+    """How a synthetic trace was made, as `traces show` rows (none for an upload)."""
+    o = info.synthetic
+    if o is None:
+        return []
+    curve = o.rate_curve
+    return [
+        ("synthetic from", f"trace {o.from_trace_id}: {o.from_trace_name}"),
+        (
+            "synthetic as",
+            f"{o.days:g} days at {o.mean_rate:g} req/s on average, rate curve {curve.name} "
+            f"({curve.axis.value}, {len(curve.hours)} points), seed {o.seed}",
+        ),
+    ]
+
+
 def _summary_table(info: TraceInfo) -> Table:
     s = info.stats
-    table = Table(title=f"trace {info.id}: {info.name} ({info.source_format})", show_header=True)
+    table = Table(title=f"trace {info.id}: {info.name} ({_kind(info)})", show_header=True)
     table.add_column("figure")
     table.add_column("value", justify="right")
-    rows = [
+    rows = _origin_rows(info)
+    rows += [
         ("requests", f"{s.num_requests:,}"),
         ("duration", f"{s.duration_s:,.1f} s"),
         ("mean rate", f"{s.mean_rate:.2f} req/s"),
@@ -133,13 +159,74 @@ def list_(
         table.add_row(
             str(t.id),
             t.name,
-            str(t.source_format),
+            _kind(t),
             f"{t.stats.num_requests:,}",
             f"{t.stats.duration_s:,.1f}",
             f"{t.stats.mean_rate:.2f}",
             f"{t.created_at:%Y-%m-%d %H:%M}",
         )
     console.print(table if traces else "no traces stored yet: `servetune traces import PATH`")
+
+
+@app.command("synthesize")
+def synthesize(
+    from_trace: Annotated[
+        int, typer.Option("--from", help="stored sample trace whose lengths are resampled")
+    ],
+    days: Annotated[float, typer.Option(help="span in days, up to 31")],
+    mean_rate: Annotated[float, typer.Option(help="requests/s on average over the span")],
+    rate_curve: Annotated[
+        str,
+        typer.Option(help="'diurnal' (peak 14:00, trough 02:00, 4x) or a curve CSV file"),
+    ],
+    seed: Annotated[int, typer.Option(help="same seed, same trace")] = 0,
+    name: Annotated[
+        str | None, typer.Option(help="name to store (default: synthetic-week-from-ID)")
+    ] = None,
+) -> None:
+    """Make a long trace from a short sample and store it, labelled synthetic.
+
+    Each request takes the (prompt, output) token pair of a sample request drawn at
+    random (prefix hashes, sessions and acceptance lengths are not carried over); the
+    arrivals are a seeded Poisson process whose rate follows the curve, scaled to
+    --mean-rate. A curve file is CSV: a header `hour_of_day|hour_of_week|hour,
+    relative_rate`, then one point a line, linearly interpolated (hour_of_week 0 is
+    Monday 00:00; `hour` counts from the trace's start and must cover it). The same
+    request again returns the stored trace."""
+    from api.services.synthesize import synthesize_trace
+    from api.settings import get_settings
+    from optimizer.traces.synthesize import (
+        DIURNAL,
+        RateCurveError,
+        SynthesisError,
+        read_rate_curve,
+    )
+    from storage.traces import TraceNotFound
+
+    try:
+        curve = DIURNAL if rate_curve == "diurnal" else read_rate_curve(rate_curve)
+    except RateCurveError as exc:
+        fail(f"--rate-curve {exc}")
+    max_rows = get_settings().max_trace_rows
+    try:
+        with session() as s:
+            result = synthesize_trace(
+                s,
+                from_trace_id=from_trace,
+                curve=curve,
+                days=days,
+                mean_rate=mean_rate,
+                seed=seed,
+                name=name,
+                max_requests=max_rows,
+            )
+    except TraceNotFound as exc:
+        fail(f"--from {from_trace}: {exc}")
+    except (SynthesisError, RateCurveError) as exc:
+        fail(str(exc))
+    verb = "stored as" if result.created else "already stored as"
+    console.print(f"{verb} trace [bold]{result.trace.id}[/] (synthetic)")
+    console.print(_summary_table(result.trace))
 
 
 def _get(trace_id: int) -> TraceInfo:

@@ -45,6 +45,9 @@ class TraceRow(Base):
     plausibility_warnings: Mapped[dict] = mapped_column(
         JSON, server_default=text(NO_PLAUSIBILITY_WARNINGS_SQL)
     )
+    # {"schema_version": 1, "origin": SyntheticOrigin}: how `traces synthesize` made this
+    # trace; null for an upload or a workload the service built (migration 0150)
+    synthetic: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
 
 class TraceRequestRow(Base):
