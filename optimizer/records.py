@@ -81,7 +81,9 @@ class TraceWarning:
 
 @dataclass(frozen=True, slots=True)
 class TraceColumns:
-    """A trace as columnar arrays, sorted by arrival (stable), arrival_s from 0."""
+    """A trace as columnar arrays, sorted by arrival (stable), arrival_s >= 0: an ingested
+    file's from its first request (at 0), a synthetic trace's from its rate curve's
+    midnight (`optimizer.traces.synthesize`)."""
 
     arrival_s: np.ndarray  # float64
     input_tokens: np.ndarray  # int64, > 0

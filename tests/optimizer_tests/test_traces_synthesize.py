@@ -282,3 +282,8 @@ def test_a_curve_value_is_checked_as_a_file_is() -> None:
     with pytest.raises(RateCurveError, match="2 hours but 1 relative rates"):
         _synth(ragged)
     assert parse_rate_curve("hour,relative_rate\n0,1\n", "x").name == "x"
+
+
+def test_a_span_with_no_arrival_is_refused() -> None:
+    with pytest.raises(SynthesisError, match="no request arrived in 1 days at 1e-09 req/s"):
+        _synth(days=1.0, rate=1e-9)

@@ -145,3 +145,32 @@ def test_migration_0150_adds_and_drops_the_origin(db_url: str) -> None:
             assert get_trace(s, sample_id).synthetic is None
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("hashes", [False, True])
+def test_rows_are_inserted_a_block_at_a_time_whole_and_in_order(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, hashes: bool
+) -> None:
+    """Blocks of 7 rows: 50 rows cross 7 block boundaries and end in a partial block."""
+    import storage.traces
+
+    monkeypatch.setattr(storage.traces, "_BULK_ROWS", 7)
+    columns = make_columns(50, seed=3, hashes=hashes)
+    with session_scope(engine) as s:
+        info, _ = store_trace(
+            s,
+            name="blocks",
+            source_format=TraceFormat.GENERIC,
+            content_hash="blocks",
+            columns=columns,
+            stats=make_stats(50),
+        )
+    with session_scope(engine) as s:
+        back = load_trace_columns(s, info.id)
+    for name in ("arrival_s", "input_tokens", "output_tokens"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(columns, name))
+    if hashes:
+        assert back.session_ids == columns.session_ids
+        np.testing.assert_array_equal(back.acceptance_length, columns.acceptance_length)
+        for got, want in zip(back.prefix_hashes, columns.prefix_hashes, strict=True):
+            np.testing.assert_array_equal(got, want)
