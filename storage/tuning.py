@@ -115,3 +115,22 @@ def get_tuning_run(session: Session, study_name: str) -> TuningRunInfo:
     if row is None:
         raise TuningRunNotFound(study_name)
     return _info(row)
+
+
+def finished_runs(
+    session: Session, *, trace_id: int, model: str, limit: int = 50
+) -> list[TuningRunInfo]:
+    """The finished runs (done or stopped, with an outcome) on `trace_id` for `model`,
+    newest first."""
+    query = (
+        sa.select(TuningRunRow)
+        .where(
+            TuningRunRow.trace_id == trace_id,
+            TuningRunRow.model == model,
+            TuningRunRow.outcome.is_not(None),
+            TuningRunRow.status != TuningStatus.RUNNING.value,
+        )
+        .order_by(TuningRunRow.updated_at.desc(), TuningRunRow.id.desc())
+        .limit(limit)
+    )
+    return [_info(r) for r in session.scalars(query)]

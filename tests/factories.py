@@ -59,3 +59,37 @@ def instance_with_blocks(num_blocks: int, *, model: str = "llama-3.1-8b", specul
     inst = InstanceConfig(gpu_memory_utilization=util, **kw)
     assert kv_capacity_blocks(shape, inst, drafter) == num_blocks
     return inst
+
+
+def make_plan(*, trace_id: int | None = 1, seed: int = 0):
+    """A small real `FleetPlan` (a linear latency model, 600 requests, two 2-min windows)."""
+    from optimizer.config import InstanceConfig, ServingConfig
+    from optimizer.latency.analytic import LinearLatency, SingleLatencySource
+    from optimizer.plan import PlanRequest, UnitChoice, UnitSource, build_plan, check_inputs
+    from optimizer.search.outcome import LatencyInfo
+    from optimizer.workload import FixedLength, synthetic_workload
+
+    trace = synthetic_workload(
+        600, 2.4, input_lengths=FixedLength(300), output_lengths=FixedLength(30), seed=seed
+    )
+    request = PlanRequest(
+        model="llama-3.1-8b",
+        gpu="h100",
+        slo_ttft_ms=1000,
+        slo_tpot_ms=60,
+        trace_id=trace_id,
+        window_s=120,
+        gpu_budget=8,
+        cold_start_s=20,
+        price_per_gpu_hour=2.0,
+    )
+    unit = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(max_num_seqs=32))
+    latency = SingleLatencySource(LinearLatency(base_s=0.02, per_token_s=2e-4))
+    return build_plan(
+        request,
+        trace,
+        check_inputs(request, trace),
+        UnitChoice(unit, UnitSource.GIVEN, "given"),
+        latency,
+        LatencyInfo("linear", True),
+    )

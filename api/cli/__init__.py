@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "tune-worker": ("api.cli.tune", "worker", False),
     "explain": ("api.cli.tune", "explain", False),
     "simulate": ("api.cli.simulate", "simulate", False),
+    "plan": ("api.cli.plan", "plan", False),
     "validate": ("api.cli.validate", "validate", False),
     "observe": ("api.cli.observe", "observe", False),
     "deployments": ("api.cli.deployments", "app", True),

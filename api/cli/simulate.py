@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from optimizer.workload import Workload
 
 
-def load_config(path: Path) -> ServingConfig:
-    """A ServingConfig from a YAML or JSON file (the `to_dict` layout)."""
+def load_config(path: Path, option: str = "--config") -> ServingConfig:
+    """A ServingConfig from a YAML or JSON file (the `to_dict` layout); errors name
+    `option`."""
     import yaml
 
     from optimizer.config import ConfigError, ServingConfig
@@ -28,11 +29,11 @@ def load_config(path: Path) -> ServingConfig:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        fail(f"--config {path}: cannot read YAML/JSON: {exc}")
+        fail(f"{option} {path}: cannot read YAML/JSON: {exc}")
     try:
         return ServingConfig.from_dict(data)
     except (ConfigError, ValueError, TypeError) as exc:
-        fail(f"--config {path}: {exc}")
+        fail(f"{option} {path}: {exc}")
 
 
 def load_workload(trace: str) -> Workload:

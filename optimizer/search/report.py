@@ -124,13 +124,13 @@ def write_png(outcome: TuneOutcome, path: Path) -> Path:
         titles.append((cap, "Capacity plan (the recommended unit)"))
         cap.grid(alpha=0.3)
     fig.tight_layout()
-    _set_titles(fig, titles)
+    set_titles(fig, titles)
     fig.savefig(path)
     plt.close(fig)
     return path
 
 
-def _set_titles(fig: Figure, titles: list[tuple[Axes, str]]) -> None:
+def set_titles(fig: Figure, titles: list[tuple[Axes, str]]) -> None:
     """Each axes' title, wrapped to the axes' width as laid out, then the layout again to
     make room for the lines (a title wider than its panel is cut at the figure's edge)."""
     renderer = fig.canvas.get_renderer()

@@ -217,20 +217,13 @@ class TuneRequest:
         fix it; without hashes no reuse can be simulated, so it is off. With a
         `draft_model`, speculation depths 0-5 are searched, at `acceptance_rate`, else the
         trace's measured acceptance lengths, else 0.7 per drafted token."""
-        from optimizer.config import ConfigError, ServingConfig, ServingMode
-
+        base = base_space(
+            self.model,
+            self.gpu_types,
+            self.gpu_budget,
+            trace_has_prefix_hashes=trace_has_prefix_hashes,
+        )
         try:
-            ServingConfig.colocated(self.model)
-        except ConfigError as exc:
-            if "config.model" in str(exc):
-                raise TuneRequestError(f"model: {exc}") from exc
-        try:
-            modes = (ServingMode.COLOCATED, ServingMode.DISAGGREGATED)
-            if self.gpu_budget < 2:  # one GPU: nothing to split
-                modes = (ServingMode.COLOCATED,)
-            base = SearchSpace(self.model, self.gpu_types, self.gpu_budget, modes=modes)
-            if trace_has_prefix_hashes:
-                base = replace(base, prefix_caching=(True, False))
             if self.draft_model is not None:
                 base = replace(base, **self._speculation(trace_has_acceptance))
             return base.with_overrides(dict(self.search_space))
@@ -283,6 +276,36 @@ class TuneRequest:
             raise TuneRequestError(str(exc)) from None
         assert isinstance(built, TuneRequest)
         return built
+
+
+def base_space(
+    model: str,
+    gpu_types: tuple[str, ...],
+    gpu_budget: int,
+    *,
+    trace_has_prefix_hashes: bool = False,
+) -> SearchSpace:
+    """The default space for a model, GPU types and budget (before speculation and
+    overrides): both modes from two GPUs up; prefix caching searched (on and off) when
+    the trace carries prefix hashes, else off (no reuse can be simulated). `tune` and
+    `plan` build their spaces from it."""
+    from optimizer.config import ConfigError, ServingConfig, ServingMode
+
+    try:
+        ServingConfig.colocated(model)
+    except ConfigError as exc:
+        if "config.model" in str(exc):
+            raise TuneRequestError(f"model: {exc}") from exc
+    try:
+        modes = (ServingMode.COLOCATED, ServingMode.DISAGGREGATED)
+        if gpu_budget < 2:  # one GPU: nothing to split
+            modes = (ServingMode.COLOCATED,)
+        base = SearchSpace(model, gpu_types, gpu_budget, modes=modes)
+        if trace_has_prefix_hashes:
+            base = replace(base, prefix_caching=(True, False))
+        return base
+    except SearchSpaceError as exc:
+        raise TuneRequestError(f"search_space: {exc}") from exc
 
 
 def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:

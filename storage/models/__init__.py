@@ -7,6 +7,7 @@ from storage.models.deployments import (
     DeploymentRow,
 )
 from storage.models.latency_models import LatencyModelRow, LatencyTableRow
+from storage.models.plans import PlanRow
 from storage.models.profiles import KernelSampleRow, ProfileRunRow
 from storage.models.service import ApiKeyRow, JobRow, RecommendationRow, ScheduleRow
 from storage.models.traces import TraceRequestRow, TraceRow
@@ -25,6 +26,7 @@ __all__ = [
     "LatencyModelRow",
     "LatencyTableRow",
     "ObservationRow",
+    "PlanRow",
     "ProfileRunRow",
     "RecommendationRow",
     "ScheduleRow",
