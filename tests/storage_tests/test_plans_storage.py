@@ -48,7 +48,7 @@ def test_the_migration_goes_down_and_up(db_url: str) -> None:
 
         from storage.db import _alembic_config
 
-        command.downgrade(_alembic_config(db_url), "0140_attainment_loads")
+        command.downgrade(_alembic_config(db_url), "0150_synthetic_traces")
         assert "plans" not in sa.inspect(engine).get_table_names()
         upgrade_database(db_url)
         assert "plans" in sa.inspect(engine).get_table_names()
