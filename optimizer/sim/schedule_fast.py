@@ -75,7 +75,8 @@ class AggregateDecodeScheduler(BaseScheduler):
                     if (r.join_step - r.join_computed) % bs == phase:
                         need -= 1
                     self._preempt_decode(r, step, now)
-            pool.allocate(need)  # blocks for the decode set, counted in aggregate
+            if need:  # blocks for the decode set, counted in aggregate
+                pool.allocate(need)
         budget = self.budget - len(decodes)
         r = self.partial
         if r is not None and budget > 0:
@@ -134,7 +135,7 @@ class AggregateDecodeScheduler(BaseScheduler):
 
     # ------------------------------------------------------------------ completion
 
-    def _complete(self, t: float) -> tuple[int, int]:
+    def _complete(self, t: float) -> int:
         step = self.step_no
         decodes = self.decodes
         n_dec = len(decodes)
@@ -171,7 +172,7 @@ class AggregateDecodeScheduler(BaseScheduler):
                     self._finish(r, t)
             else:
                 self.partial = r
-        return n_dec, n_dec
+        return n_dec
 
     def _held_blocks(self) -> int:
         bs, step = self.pool.block_size, self.step_no

@@ -315,21 +315,21 @@ class BaseScheduler(ABC):
 
     def complete(self, t: float) -> None:
         """Apply the step that ends at `t`: emit tokens, finish requests."""
-        n_dec, n_itl = self._complete(t)
+        n_dec = self._complete(t)
         pool = self.pool
         steps = self.steps
         steps.end.append(t)
         steps.dur.append(t - self.step_start)
         steps.n_dec.append(n_dec)
-        steps.n_itl.append(n_itl)
         steps.n_seqs.append(self.step_nseqs)
         steps.kv_used.append(pool.num_blocks - pool.num_free)
         steps.kv_q1.append(self.step_kv_q1)
         self.step_no += 1
 
     @abstractmethod
-    def _complete(self, t: float) -> tuple[int, int]:
-        """Emit the step's tokens; (decoding sequences, ITL gaps of one step)."""
+    def _complete(self, t: float) -> int:
+        """Emit the step's tokens; the decoding sequences (each waited one step: an ITL gap
+        of the step's duration)."""
 
     def _sample_caught_up(self, r: SimRequest, t: float) -> None:
         """A request's KV caught up with its tokens: the step samples the next one."""
