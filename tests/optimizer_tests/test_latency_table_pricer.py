@@ -1,7 +1,8 @@
 """`CompiledStepLatency.pricer`, the function the simulator prices each step with, gives
 the very floats of `step_time_s` and `idle_step_time_s` on every branch: token counts in
 and beyond the tables, prefill chunks, decodes in and beyond the grids, verification
-beyond the tabulated K, the host floor and async scheduling's CPU bound."""
+beyond the tabulated K, the host floor and async scheduling's CPU bound; decode-only steps
+(whose parts that depend on the batch alone it keeps per batch size) again and again."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ def _loads(rng: np.random.Generator) -> list[StepLoad]:
         StepLoad(64 * 11, 64 * 11, (), (), 64, 64 * 700, 11),  # K + 1 beyond the tables
         StepLoad(64, 0, (32, 32), (32, 4000)),  # two chunks, no logits
         StepLoad(600, 3, (300, 298), (300, 900), 2, 2 * 50),  # above the CUDA-graph bound
+        StepLoad(600, 600, (), (), 600, 600 * 90),  # decodes only, above it too
+        StepLoad(7, 7, (), (), 4, 4 * 90),  # decodes only, but not one token each
     ]
     for _ in range(300):
         decodes = int(rng.integers(0, 60))
