@@ -103,3 +103,13 @@ def idle_step_time(latency: StepLatency) -> Callable[[StepLoad], float]:
     """`latency`'s price of a step that starts on an idle engine: its
     `idle_step_time_s` when it has one, else `step_time_s`."""
     return getattr(latency, "idle_step_time_s", latency.step_time_s)
+
+
+def step_pricer(latency: StepLatency, idle: bool = False) -> Callable[[StepLoad], float]:
+    """`latency.step_time_s` (with `idle`: `idle_step_time(latency)`) as the simulator calls
+    it every step: the model's own `pricer(idle)` when it has one (a compiled table's
+    function over its constants, the same figures), else the method itself."""
+    pricer = getattr(latency, "pricer", None)
+    if pricer is not None:
+        return pricer(idle)
+    return idle_step_time(latency) if idle else latency.step_time_s

@@ -29,6 +29,7 @@ compiled table.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -205,6 +206,123 @@ class CompiledStepLatency:
         (what `step_time_s` inlines)."""
         seqs, n = load.num_decode_seqs + len(load.prefill_q), load.num_tokens
         return max(gpu_s + self.overhead.step_s(seqs, n), self.hidden.step_s(seqs, n))
+
+    def pricer(self, idle: bool = False) -> Callable[[StepLoad], float]:
+        """`step_time_s` (with `idle`: `idle_step_time_s`) as one function closed over the
+        tables and constants: the simulator calls it once per step, so it reads no
+        attribute and calls nothing in the common case (the decode lookup inlined). The
+        same arithmetic in the same order as the methods: the same floats (a test checks
+        every branch)."""
+        dense, head, tail = self.dense_ms, self.lm_head_ms, self._tokens
+        n_dense, n_head = len(dense), len(head)
+        prefill, ppo, n_kv, n_q = self.prefill_ms, self.ppo, self.n_kv, self.n_q
+        decode, n_b = self.decode_ms, self.n_b
+        n_decode = len(decode)
+        b_last, kv_last = n_b - 1, n_kv - 1
+        b_end, kv_end = 2.0 ** ((n_b - 1) / ppo), 2.0 ** ((n_kv - 1) / ppo)
+        host = self.host
+        graph_tokens, piecewise_s, eager_s = host.graph_tokens, host.piecewise_s, host.eager_s
+        o, h = self.overhead, self.hidden
+        base_s, seq_s, token_s = o.base_s, o.per_seq_s, o.per_token_s
+        cpu_base_s, cpu_seq_s, cpu_token_s = h.base_s, h.per_seq_s, h.per_token_s
+        hidden = bool(cpu_base_s or cpu_seq_s or cpu_token_s)
+        log2 = _log2
+        one_token = decode[0]
+        # Decode-only steps of b one-token decodes (most steps): the parts of their price
+        # that depend on b alone, computed once per b as the general branch computes them.
+        by_batch: dict[int, tuple[float, float, int, int, float, float, float, float]] = {}
+
+        def batch_parts(b: int) -> tuple[float, float, int, int, float, float, float, float]:
+            j = b if b < TOKEN_STEP else SMALL_TOKENS + (b + TOKEN_STEP - 1) // TOKEN_STEP
+            ms = dense[j] if j < n_dense else tail(dense, b)
+            ms += head[j] if j < n_head else tail(head, b)
+            scale = 1.0
+            u = log2(b) * ppo if b > 1.0 else 0.0
+            if u >= b_last:
+                scale *= b / b_end
+                u = n_b - 1.000001
+            i = int(u)
+            floor = (eager_s if b > graph_tokens else 0.0) if graph_tokens else -math.inf
+            exposed = base_s + seq_s * b + token_s * b
+            cpu = cpu_base_s + cpu_seq_s * b + cpu_token_s * b
+            parts = (ms, scale, i * n_kv, (i + 1) * n_kv, u - i, floor, exposed, cpu)
+            by_batch[b] = parts
+            return parts
+
+        def price(load: StepLoad) -> float:
+            n = load.num_tokens
+            b = load.num_decode_seqs
+            prefill_q = load.prefill_q
+            if b == n and not prefill_q and load.decode_q == 1 and load.num_logits == b and b:
+                parts = by_batch.get(b)
+                if parts is None:
+                    parts = batch_parts(b)
+                ms, scale, row0, row1, fu, floor, exposed, cpu = parts
+                y = load.decode_kv_tokens / b
+                v = log2(y) * ppo if y > 1.0 else 0.0
+                if v >= kv_last:
+                    scale *= y / kv_end
+                    v = n_kv - 1.000001
+                k = int(v)
+                fv = v - k
+                r0, r1 = row0 + k, row1 + k
+                lo = one_token[r0] + fv * (one_token[r0 + 1] - one_token[r0])
+                hi = one_token[r1] + fv * (one_token[r1 + 1] - one_token[r1])
+                t = (ms + scale * (lo + fu * (hi - lo))) * 1e-3
+                if floor > t:
+                    t = floor
+                if idle:
+                    t += exposed
+                    return t + cpu
+                t += exposed
+                if hidden:
+                    return cpu if cpu > t else t
+                return t
+            j = n if n < TOKEN_STEP else SMALL_TOKENS + (n + TOKEN_STEP - 1) // TOKEN_STEP
+            ms = dense[j] if j < n_dense else tail(dense, n)
+            m = load.num_logits
+            if m > 0:
+                j = m if m < TOKEN_STEP else SMALL_TOKENS + (m + TOKEN_STEP - 1) // TOKEN_STEP
+                ms += head[j] if j < n_head else tail(head, m)
+            if prefill_q:
+                for q, kv in zip(prefill_q, load.prefill_kv, strict=True):
+                    ms += _interpolate(prefill, q, n_q, kv if kv > q else q, ppo, n_kv)
+            if b > 0:  # _interpolate(decode[qd - 1], b, n_b, kv / b, ppo, n_kv), inlined
+                dq = load.decode_q
+                qd = dq if dq < n_decode else n_decode
+                table = decode[qd - 1]
+                y = load.decode_kv_tokens / b
+                scale = 1.0
+                u = log2(b) * ppo if b > 1.0 else 0.0
+                if u >= b_last:
+                    scale *= b / b_end
+                    u = n_b - 1.000001
+                v = log2(y) * ppo if y > 1.0 else 0.0
+                if v >= kv_last:
+                    scale *= y / kv_end
+                    v = n_kv - 1.000001
+                i, k = int(u), int(v)
+                fu, fv = u - i, v - k
+                r0, r1 = i * n_kv + k, (i + 1) * n_kv + k
+                lo = table[r0] + fv * (table[r0 + 1] - table[r0])
+                hi = table[r1] + fv * (table[r1 + 1] - table[r1])
+                ms += dq / qd * (scale * (lo + fu * (hi - lo)))
+            t = ms * 1e-3
+            if graph_tokens:  # HostFloor.floor_s
+                floor = eager_s if n > graph_tokens else piecewise_s if prefill_q else 0.0
+                if floor > t:
+                    t = floor
+            seqs = b + len(prefill_q)
+            if idle:
+                t += base_s + seq_s * seqs + token_s * n
+                return t + (cpu_base_s + cpu_seq_s * seqs + cpu_token_s * n)
+            t += base_s + seq_s * seqs + token_s * n
+            if hidden:
+                cpu = cpu_base_s + cpu_seq_s * seqs + cpu_token_s * n
+                return cpu if cpu > t else t
+            return t
+
+        return price
 
     # -- batch path ------------------------------------------------------------------
     def _tokens_np(self, table: np.ndarray, n: np.ndarray) -> np.ndarray:

@@ -38,7 +38,7 @@ from typing import Any
 
 from optimizer.closed_loop_workload import ClosedLoopWorkload
 from optimizer.config import ServingConfig, ServingMode
-from optimizer.latency.base import LatencySource, StepLoad
+from optimizer.latency.base import LatencySource
 from optimizer.sim.fleet import (
     Fleet,
     Router,
@@ -173,8 +173,7 @@ class _EventLoop:
                 r.log_alpha = self.log_alpha[rid]
             inst = self.front_router.pick()
             r.instance = inst.index
-            inst.outstanding += p + o
-            inst.waiting.append(r)
+            inst.add_request(r)
             if not inst.busy:
                 # simultaneous arrivals are queued together before the idle instance starts
                 self.to_wake.append(inst)
@@ -195,23 +194,26 @@ class _EventLoop:
         group = inst.group
         if group is None:
             inst.complete(now)
-            self._emit(inst, now)
+            if inst.done:
+                self._emit(inst, now)
             self._start(inst, now)
             return
         for rank in group.stepping:
             rank.complete(now)
-            self._emit(rank, now)
+            if rank.done:
+                self._emit(rank, now)
         self._start_group(group, now)
 
     def _emit(self, inst: BaseScheduler, now: float) -> None:
+        """Requests `inst` finished in its step: handed off (PD prefill), or their client
+        sends its next (closed loop)."""
         done = inst.done
-        if done:
-            for r in done:
-                if r.stop_at < r.num_output:  # prefill done: on to a decode instance
-                    self._hand_off(inst, r, now)
-                elif self.closed:
-                    self._next_client(now, r.rid)
-            done.clear()
+        for r in done:
+            if r.stop_at < r.num_output:  # prefill done: on to a decode instance
+                self._hand_off(inst, r, now)
+            elif self.closed:
+                self._next_client(now, r.rid)
+        done.clear()
 
     def land_kv(self, now: float, r: SimRequest) -> None:
         """A KV pull lands: the prefill instance frees it, the decode instance computes."""
@@ -231,17 +233,17 @@ class _EventLoop:
         if inst.group is not None:
             self._start_group(inst.group, now)
             return
-        load = self._plan(inst, now)
-        if load is None:
+        t = self._plan(inst, now, not inst.busy)
+        if t is None:
             inst.busy = False
             return
-        t = inst.price(load) if inst.busy else inst.price_idle(load)
         inst.busy = True
         inst.step_start = now
         heappush(self.heap, (now + t, next(self.seq), self.on_step_end, inst.index))
 
-    def _plan(self, inst: BaseScheduler, now: float) -> StepLoad | None:
-        """`inst`'s next step, with the KV pulls it starts (None: nothing to run)."""
+    def _plan(self, inst: BaseScheduler, now: float, idle: bool) -> float | None:
+        """`inst`'s next step, with the KV pulls it starts: its price in seconds (as a step
+        on an idle engine when `idle`), None when there is nothing to run."""
         if inst.async_admission:  # planned while the step that just ended ran
             inst.admit_cutoff = inst.step_start if inst.busy else now
         load = inst.schedule(now)
@@ -252,9 +254,11 @@ class _EventLoop:
             load = inst.schedule(now)
         if inst.pulls:
             self._pull(inst, now)
-        if load is not None and self.check:
+        if load is None:
+            return None
+        if self.check:
             inst.check_invariants(load)
-        return load
+        return inst.price_idle(load) if idle else inst.price(load)
 
     def _start_group(self, group: RankGroup, now: float) -> None:
         """The next lockstep step of a MoE instance's dp ranks: it lasts the longest of the
@@ -265,11 +269,10 @@ class _EventLoop:
         longest = 0.0
         was_idle = not group.ranks[0].busy
         for rank in group.ranks:
-            load = self._plan(rank, now)
+            t = self._plan(rank, now, was_idle)
             rank.step_start = now
-            if load is not None:
+            if t is not None:
                 stepping.append(rank)
-                t = rank.price_idle(load) if was_idle else rank.price(load)
                 if t > longest:
                     longest = t
         busy = bool(stepping)
@@ -285,8 +288,7 @@ class _EventLoop:
         r.source = prefill.index
         r.instance = dst.index
         r.remote = True
-        dst.outstanding += r.num_prompt + r.num_output
-        dst.waiting.append(r)
+        dst.add_request(r)
         if not dst.busy:
             self._start(dst, now)
 

@@ -35,7 +35,7 @@ from optimizer.latency.base import (
     StepLatency,
     StepLoad,
     TableReach,
-    idle_step_time,
+    step_pricer,
 )
 from optimizer.sim.floor import PROBE_KV_LENGTHS, check_decode_floor
 from optimizer.sim.kv_cache import PrefixCache
@@ -101,7 +101,8 @@ def _make_price(
 
         return price_target
 
-    steady = target.step_time_s  # the drafter's steps run inside the target's
+    steady = step_pricer(target)  # the drafter's steps run inside the target's
+    draft_step = step_pricer(draft) if draft is not None else None
 
     def price(load: StepLoad) -> float:
         t = step(load)
@@ -111,12 +112,12 @@ def _make_price(
         n = load.num_decode_seqs
         if n and load.decode_q > 1:
             dl = StepLoad(n, n, (), (), n, load.decode_kv_tokens - n * num_spec, 1)
-            per = draft.step_time_s(dl) if draft is not None else relative_cost * steady(dl)
+            per = draft_step(dl) if draft_step is not None else relative_cost * steady(dl)
             t += num_spec * per
         if load.prefill_q:  # the drafter prefills the same prompt chunks (its own KV)
             q = sum(load.prefill_q)
             pl = StepLoad(q, len(load.prefill_q), load.prefill_q, load.prefill_kv, 0, 0, 1)
-            t += draft.step_time_s(pl) if draft is not None else relative_cost * steady(pl)
+            t += draft_step(pl) if draft_step is not None else relative_cost * steady(pl)
         return t
 
     return price
@@ -283,7 +284,7 @@ def build_fleet(
             align = shape.hybrid_block_tokens(icfg.tp)
         steady, idle = (
             _make_price(step, target, draft, spec.draft_relative_cost, num_spec, floor_s, clamped)
-            for step in (target.step_time_s, idle_step_time(target))
+            for step in (step_pricer(target), step_pricer(target, idle=True))
         )
         limits.append(request_limit(config, plan))
         for k in range(plan.count * icfg.dp):

@@ -98,13 +98,12 @@ class StepLog:
     The scheduler appends to the columns directly after each step (a method call
     per step is measurable in the hot loop)."""
 
-    __slots__ = ("dur", "end", "kv_q1", "kv_used", "n_dec", "n_itl", "n_seqs")
+    __slots__ = ("dur", "end", "kv_q1", "kv_used", "n_dec", "n_seqs")
 
     def __init__(self) -> None:
         self.end = array("d")
         self.dur = array("d")
         self.n_dec = array("q")
-        self.n_itl = array("q")
         self.n_seqs = array("q")
         self.kv_used = array("q")
         self.kv_q1 = array("q")
@@ -299,7 +298,7 @@ def build_result(
         n_dec = np.frombuffer(s.n_dec, dtype=np.int64)[measured]
         n_seqs = np.frombuffer(s.n_seqs, dtype=np.int64)[measured]
         itl_vals.append(dur)
-        itl_w.append(np.frombuffer(s.n_itl, dtype=np.int64)[measured].astype(np.float64))
+        itl_w.append(n_dec.astype(np.float64))  # each decoding sequence waited the step
         pre, dec = n_dec == 0, n_seqs == n_dec
         mix = ~pre & ~dec
         ph["pre"] += float(dur[pre].sum()) * rec.tp

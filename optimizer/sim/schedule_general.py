@@ -40,39 +40,39 @@ class PerRequestScheduler(BaseScheduler):
         pool = self.pool
         bs, state = pool.block_size, pool.state_blocks
         align = self.align_block
+        dec_new = 1 + self.num_spec
         preempted = False
-        i = 0
-        while i < len(running):
-            r = running[i]
-            remaining = r.num_prompt + r.num_generated - r.num_computed
+        # Preemption pops from the list's end: the loop then stops before the popped ones.
+        for r in running:
+            computed = r.num_computed
+            remaining = r.num_prompt + r.num_generated - computed
             # The last token of a recompute is still prompt: its step samples the next token
             # after the whole gap (as on the fast path), not one step after the last.
             is_dec = remaining == 1 and r.num_generated > 0 and not r.recomputing
-            num_new = 1 + self.num_spec if is_dec else remaining
+            num_new = dec_new if is_dec else remaining
             if num_new > budget:
                 num_new = budget
             if align and not is_dec and num_new > 0:
-                num_new = self.aligned_chunk(r, r.num_computed, num_new)
+                num_new = self.aligned_chunk(r, computed, num_new)
             if num_new <= 0:
-                i += 1
                 continue
             # pool.extra_blocks, inlined: this line runs for every running request of every
             # step, where a method call costs ~5% of a speculative simulation.
-            need = -(-(r.num_computed + num_new) // bs) + state - r.num_blocks - r.num_ref_blocks
-            victim = None
-            while need > pool.num_free:
-                victim = running.pop()
-                self._requeue(victim)
-                preempted = True
+            need = -(-(computed + num_new) // bs) + state - r.num_blocks - r.num_ref_blocks
+            if need > pool.num_free:
+                victim = None
+                while need > pool.num_free:
+                    victim = running.pop()
+                    self._requeue(victim)
+                    preempted = True
+                    if victim is r:
+                        break
                 if victim is r:
                     break
-            if victim is r:
-                break
             if need > 0:
                 pool.grow(r, need)
             chunks.append((r, num_new, is_dec))
             budget -= num_new
-            i += 1
         return budget, preempted
 
     def _admit_prefill(self, r: SimRequest) -> None:
@@ -84,53 +84,47 @@ class PerRequestScheduler(BaseScheduler):
             return None
         pq_l: list[int] = []
         pkv_l: list[int] = []
-        n_dec = dec_tokens = kv = kv_q1 = 0
+        n_dec = dec_tokens = computed = 0
         for r, n, is_dec in chunks:
             if is_dec:
                 n_dec += 1
                 dec_tokens += n
-                kv += r.num_computed + n
-                kv_q1 += r.num_computed + 1
+                computed += r.num_computed
             else:
                 pq_l.append(n)
                 pkv_l.append(r.num_computed + n)
         self.step_nseqs = len(chunks)
-        self.step_kv_q1 = kv_q1
+        self.step_kv_q1 = computed + n_dec  # each decode's KV with its next token
         num_tokens = dec_tokens + sum(pq_l)
-        return StepLoad(
-            num_tokens, len(pq_l) + dec_tokens, tuple(pq_l), tuple(pkv_l), n_dec, kv,
-            1 + self.num_spec if n_dec else 1,
-        )  # fmt: skip
+        decode_q = 1 + self.num_spec if n_dec else 1
+        kv = computed + dec_tokens
+        pq, pkv = tuple(pq_l), tuple(pkv_l)
+        return StepLoad(num_tokens, len(pq_l) + dec_tokens, pq, pkv, n_dec, kv, decode_q)
 
     # ------------------------------------------------------------------ completion
 
-    def _complete(self, t: float) -> tuple[int, int]:
-        n_dec = n_itl = zeros = 0
+    def _complete(self, t: float) -> int:
+        n_dec = emitted = 0  # decoding sequences, the tokens they emitted
         any_finished = False
         cache = self.prefix is not None
         rand = self.rng.random
         for r, n, is_dec in self.chunks:
             if is_dec:
                 n_dec += 1
-                drafts = n - 1
-                accepted = 0
-                if drafts > 0:
+                made = 1  # the verified token, and the accepted drafts of the n - 1
+                if n > 1:
                     la = r.log_alpha
                     if la == 0.0:
-                        accepted = drafts
+                        made = n
                     elif la != -_INF:
                         accepted = int(math.log(1.0 - rand()) / la)
-                        if accepted > drafts:
-                            accepted = drafts
-                made = accepted + 1
+                        made = accepted + 1 if accepted < n - 1 else n
                 cap = r.stop_at - r.num_generated
                 if made > cap:
                     made = cap
                 r.num_computed += made
                 r.num_generated += made
-                self.log.tokens_emitted += made
-                zeros += made - 1
-                n_itl += 1
+                emitted += made
                 r.last_token_s = t
             else:
                 r.num_computed += n
@@ -143,9 +137,12 @@ class PerRequestScheduler(BaseScheduler):
                 self._finish(r, t)
         if any_finished:
             self.running = [r for r in self.running if r.num_generated < r.stop_at]
+        log = self.log
+        log.tokens_emitted += emitted
+        zeros = emitted - n_dec  # tokens that arrived with another (ITL gaps of 0)
         if zeros:
-            self.log.num_zero_gaps += zeros
-        return n_dec, n_itl
+            log.num_zero_gaps += zeros
+        return n_dec
 
     def _held_blocks(self) -> int:
         return sum(r.num_blocks for r in self.running)
