@@ -93,3 +93,42 @@ def make_plan(*, trace_id: int | None = 1, seed: int = 0):
         latency,
         LatencyInfo("linear", True),
     )
+
+
+def make_sim_request(
+    rid: int = 0, prompt: int = 20, output: int = 4, *, stop_at: int | None = None, **kw
+):
+    """A simulator request arriving at 0 s that stops after its whole output (`stop_at=1`:
+    a PD prefill); `kw` sets any other `SimRequest` field."""
+    from optimizer.sim.request import SimRequest
+
+    arrival_s = kw.pop("arrival_s", 0.0)
+    return SimRequest(rid, arrival_s, prompt, output, output if stop_at is None else stop_at, **kw)
+
+
+def make_sim_scheduler(*, general: bool = False, num_requests: int = 8, **kw):
+    """One instance's simulator scheduler with small limits (64-token budget, 4 sequences,
+    10 blocks of 16 tokens, 10 ms steps): the aggregate-decode fast path, or with
+    `general` the per-request one; `kw` overrides any constructor argument."""
+    from random import Random
+
+    from optimizer.sim.metrics import RunLog
+    from optimizer.sim.schedule_fast import AggregateDecodeScheduler
+    from optimizer.sim.schedule_general import PerRequestScheduler
+
+    args = {
+        "role": "replica",
+        "index": 0,
+        "max_num_batched_tokens": 64,
+        "max_num_seqs": 4,
+        "enable_chunked_prefill": True,
+        "block_size": 16,
+        "num_blocks": 10,
+        "num_spec": 0,
+        "log": RunLog(num_requests),
+        "rng": Random(0),
+        "price": lambda load: 0.010,
+    }
+    args.update(kw)
+    cls = PerRequestScheduler if general else AggregateDecodeScheduler
+    return cls(**args)

@@ -173,8 +173,7 @@ class _EventLoop:
                 r.log_alpha = self.log_alpha[rid]
             inst = self.front_router.pick()
             r.instance = inst.index
-            inst.outstanding += p + o
-            inst.waiting.append(r)
+            inst.add_request(r)
             if not inst.busy:
                 # simultaneous arrivals are queued together before the idle instance starts
                 self.to_wake.append(inst)
@@ -285,8 +284,7 @@ class _EventLoop:
         r.source = prefill.index
         r.instance = dst.index
         r.remote = True
-        dst.outstanding += r.num_prompt + r.num_output
-        dst.waiting.append(r)
+        dst.add_request(r)
         if not dst.busy:
             self._start(dst, now)
 

@@ -1,5 +1,7 @@
 """The per-instance prefix cache, as vLLM v1's block pool keeps it (block counts are
-`optimizer.sim.kv_blocks`).
+`optimizer.sim.kv_blocks`). The instance's `KVBlockPool` owns it: blocks are acquired,
+registered, released and evicted through the pool's methods, which keep its free count;
+the scheduler only looks up (`lookup`, `count_lookup`).
 
 The trace names a request's prompt blocks by content hash (`hash_ids`, one per
 `block_tokens` tokens). A hash block is `blocks_per_hash` KV blocks. Modelled
@@ -98,9 +100,15 @@ class PrefixCache:
                 break
         return hits, revive * self.blocks_per_hash
 
+    def count_lookup(self, num_prompt: int, num_hit: int) -> None:
+        """A request's first admission looked up its `num_prompt` prompt tokens and found
+        `num_hit` of them cached (the hit ratio's counts)."""
+        self.num_lookup_tokens += num_prompt
+        self.num_hit_tokens += num_hit
+
     def acquire(self, r: SimRequest, hashes: list[int]) -> int:
         """`r` references `hashes` (all cached); returns the KV blocks revived from the free
-        pool (the caller takes them off `num_free`)."""
+        pool (the pool, `KVBlockPool.acquire_prefix`, takes them off its free count)."""
         ref, lru = self.ref, self.lru
         revived = 0
         for h in hashes:

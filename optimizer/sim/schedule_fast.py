@@ -7,8 +7,9 @@ join_step` cached at step S. The set's KV-token sum grows by its size each
 step; a decode needs a new block on the steps where its cached length is a
 multiple of the block size, so new-block demand is a per-phase counter
 (`phase_count`); finishes are bucketed by step number. A step costs O(1) plus
-O(requests that join, finish or are preempted). A request leaving the set
-(preempted or finished) gets its explicit state back.
+O(requests that join, finish or are preempted). The set's blocks are taken from
+the pool in aggregate (`KVBlockPool.allocate`); a request leaving the set
+(preempted or finished) gets its explicit state back (`KVBlockPool.settle`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class AggregateDecodeScheduler(BaseScheduler):
         progressed = step - r.join_step
         computed = r.join_computed + progressed
         r.num_generated = r.join_generated + progressed
-        r.num_blocks = self.pool.blocks_held(computed) - r.num_ref_blocks
+        self.pool.settle(r, computed)
         r.last_token_s = now  # its last token came at the end of the previous step
         self.kv_sum -= computed + 1
         self.phase_count[(r.join_step - r.join_computed) % bs] -= 1
@@ -74,16 +75,14 @@ class AggregateDecodeScheduler(BaseScheduler):
                     if (r.join_step - r.join_computed) % bs == phase:
                         need -= 1
                     self._preempt_decode(r, step, now)
-            pool.num_free -= need  # blocks for the decode set, counted in aggregate
-            if pool.cache is not None:
-                pool.cache.evict(pool.num_free)
+            pool.allocate(need)  # blocks for the decode set, counted in aggregate
         budget = self.budget - len(decodes)
         r = self.partial
         if r is not None and budget > 0:
             chunk = min(r.num_prompt + r.num_generated - r.num_computed, budget)
             need = pool.extra_blocks(r, r.num_computed + chunk)
             self.partial = None
-            if need > pool.num_free:
+            if not pool.can_allocate(need):
                 self._requeue(r)
                 preempted = True
             else:
@@ -151,7 +150,7 @@ class AggregateDecodeScheduler(BaseScheduler):
                 self.phase_count[(r.join_step - r.join_computed) % bs] -= 1
                 r.num_computed = computed
                 r.num_generated = r.stop_at
-                r.num_blocks = self.pool.blocks_held(computed) - r.num_ref_blocks
+                self.pool.settle(r, computed)
                 r.join_step = -1
                 r.last_token_s = t
                 self._finish(r, t)

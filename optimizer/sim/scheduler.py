@@ -7,10 +7,12 @@ max_num_seqs` and KV blocks can be allocated. When blocks run out, the most
 recently admitted running request is preempted (KV freed, recomputed later);
 no waiting request is admitted in a step that preempted.
 
-`BaseScheduler` holds what both code paths share: the waiting queue and the
+`BaseScheduler` holds what both code paths share: the waiting queue (requests come in
+through `add_request`, as vLLM's engine hands them to its scheduler) and the
 admission of waiting requests, the KV pool (`optimizer.sim.kv_blocks`, kept
-apart as vLLM keeps `KVCacheManager` apart from `Scheduler`), preemption,
-sampling, finishing and the per-step log. Two subclasses run the running set:
+apart as vLLM keeps `KVCacheManager` apart from `Scheduler`: the only writer of the
+block counts), preemption, sampling, finishing and the per-step log. Two subclasses
+run the running set:
 
 - `AggregateDecodeScheduler` (`schedule_fast`, no speculation): each decoding
   request gains exactly one token per step, so decodes are tracked in
@@ -65,9 +67,6 @@ class BaseScheduler(ABC):
         "done",
         "floor_s",
         "group",
-        "handoff",
-        "handoff_blocks",
-        "handoff_refs",
         "hashes",
         "in_flight",
         "index",
@@ -143,9 +142,6 @@ class BaseScheduler(ABC):
         self.busy = False
         self.num_preemptions = 0
         self.outstanding = 0
-        self.handoff: dict[int, int] = {}  # PD prefill: rid -> blocks kept until pulled
-        self.handoff_blocks = 0
-        self.handoff_refs: dict[int, list[int]] = {}  # PD prefill: prefix blocks referenced
         self.steps = StepLog()
         self.group = None  # the RankGroup (optimizer.sim.ranks) of a MoE instance's dp ranks
         self.tp = tp
@@ -181,6 +177,14 @@ class BaseScheduler(ABC):
 
     def has_work(self) -> bool:
         return bool(self.waiting) or bool(self.ready) or self.num_running > 0
+
+    # ------------------------------------------------------------------ arrivals
+
+    def add_request(self, r: SimRequest) -> None:
+        """`r` reaches this instance (a new request, or PD: a prefilled one whose KV is on
+        the prefill instance): it waits, in FCFS order, and counts as outstanding."""
+        self.outstanding += r.num_prompt + r.num_output
+        self.waiting.append(r)
 
     # ------------------------------------------------------------------ scheduling
 
@@ -243,7 +247,7 @@ class BaseScheduler(ABC):
         """Preemption: free the KV, recompute it later, first in line (what is still cached
         when it is admitted again is reused)."""
         self.pool.release(r)
-        self._drop_refs(r)
+        self.pool.release_refs(r)
         r.num_computed = 0
         r.recomputing = r.num_generated > 0
         self.num_preemptions += 1
@@ -267,7 +271,7 @@ class BaseScheduler(ABC):
                 break  # entered after this step was planned (async scheduling)
             if r.remote:  # PD: hold blocks for its prompt and pull the KV; compute later
                 need = pool.extra_blocks(r, r.num_prompt)
-                if need > pool.num_free:
+                if not pool.can_allocate(need):
                     break
                 queue.popleft()
                 pool.grow(r, need)
@@ -290,15 +294,14 @@ class BaseScheduler(ABC):
             need = pool.extra_blocks(r, computed + chunk)
             if hits:
                 need -= hits * prefix.blocks_per_hash
-            if need + revive > pool.num_free - self.admit_reserve:
+            if not pool.can_allocate(need + revive, self.admit_reserve):
                 break
             queue.popleft()
             if prefix is not None and r.num_computed == 0:
                 if log.first_sched_s[r.rid] != log.first_sched_s[r.rid]:  # first admission
-                    prefix.num_lookup_tokens += r.num_prompt
-                    prefix.num_hit_tokens += computed
+                    prefix.count_lookup(r.num_prompt, computed)
                 if hits:
-                    pool.num_free -= prefix.acquire(r, self.hashes[r.rid][:hits])
+                    pool.acquire_prefix(r, self.hashes[r.rid][:hits])
             pool.grow(r, need)
             r.num_computed = computed
             if log.first_sched_s[r.rid] != log.first_sched_s[r.rid]:  # nan: first time
@@ -347,42 +350,20 @@ class BaseScheduler(ABC):
         if r.stop_at == r.num_output:
             self.log.finish_s[r.rid] = t
             self.pool.release(r)
-            self._drop_refs(r)
+            self.pool.release_refs(r)
         else:
-            self.handoff[r.rid] = r.num_blocks
-            self.handoff_blocks += r.num_blocks
-            if r.refs:
-                self.handoff_refs[r.rid] = r.refs
-            r.refs = None
-            r.num_ref_blocks = 0
-            r.num_blocks = 0  # the decode instance counts its own from here
+            self.pool.hold_for_pull(r)  # the decode instance counts its own from here
         self.outstanding -= r.num_prompt + r.num_output
         self.done.append(r)
 
     def release_handoff(self, r: SimRequest) -> None:
         """PD prefill: the decode instance has pulled `r`'s KV; free it here."""
-        blocks = self.handoff.pop(r.rid)
-        self.handoff_blocks -= blocks
-        self.pool.num_free += blocks
-        refs = self.handoff_refs.pop(r.rid, None)
-        if refs and self.prefix is not None:
-            self.pool.num_free += self.prefix.release(refs)
-
-    def _drop_refs(self, r: SimRequest) -> None:
-        """`r` no longer references its prefix-cache blocks (they stay cached, evictable
-        when nobody else holds them)."""
-        if r.refs:
-            self.pool.num_free += self.prefix.release(r.refs)
-        r.refs = None
-        r.num_ref_blocks = 0
+        self.pool.release_pulled(r.rid)
 
     def _cache_computed(self, r: SimRequest) -> None:
         """A prompt chunk of `r` completed: cache the hash blocks it now holds in full."""
-        prefix = self.prefix
-        if prefix is not None and self.hashes is not None:
-            pool = self.pool
-            pool.num_free += prefix.register(r, self.hashes[r.rid])
-            prefix.evict(pool.num_free)
+        if self.prefix is not None and self.hashes is not None:
+            self.pool.register_prefix(r, self.hashes[r.rid])
 
     def kv_landed(self, r: SimRequest) -> None:
         """PD decode: `r`'s KV is here; it recomputes its last prompt token (its logits)
@@ -408,7 +389,7 @@ class BaseScheduler(ABC):
             raise InvariantError(f"{where}: {load.num_tokens} tokens > budget {self.budget}")
         if self._num_admitted() > self.max_seqs:
             raise InvariantError(f"{where}: {self._num_admitted()} running > {self.max_seqs}")
-        held = self._held_blocks() + self.handoff_blocks
+        held = self._held_blocks() + pool.handoff_blocks
         if self.prefix is not None:
             held += self.prefix.in_use_blocks
             if self.prefix.evictable_blocks > pool.num_free:
