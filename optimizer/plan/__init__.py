@@ -10,14 +10,13 @@ comes from `--unit`, a stored recommendation (`api.services.planning` looks it u
 
 from optimizer.plan.build import CheckedInput, build_plan, check_inputs
 from optimizer.plan.errors import PlanError
-from optimizer.plan.fleets import NOT_REPLAYED, DynamicReplay, FleetKind, FleetReplay
+from optimizer.plan.fleets import DynamicReplay, FleetKind, FleetReplay
 from optimizer.plan.keda import keda_yaml
 from optimizer.plan.outcome import FleetPlan
 from optimizer.plan.request import PlanRequest
 from optimizer.plan.unit import UnitChoice, UnitSource, screen_unit
 
 __all__ = [
-    "NOT_REPLAYED",
     "CheckedInput",
     "DynamicReplay",
     "FleetKind",

@@ -15,10 +15,8 @@ from optimizer.plan.fleets import (
     DynamicReplay,
     FleetKind,
     FleetReplay,
-    reactive_fleet,
     reactive_note,
     replay_dynamic,
-    scheduled_fleet,
     scheduled_note,
     scheduled_schedule,
     static_fleet,
@@ -31,6 +29,7 @@ from optimizer.plan.unit import UnitChoice
 from optimizer.plan.windows import PlanWindow, cut_windows
 from optimizer.search.outcome import LatencyInfo
 from optimizer.sim import max_request_tokens
+from optimizer.sim.dynamic import simulate_fleet
 from optimizer.sim.scaling import ColdStart, ScalingError
 from optimizer.workload import Workload
 
@@ -85,13 +84,13 @@ def build_plan(
     latency: LatencySource,
     latency_info: LatencyInfo,
     *,
-    dynamic: DynamicReplay | None = None,
+    dynamic: DynamicReplay = simulate_fleet,
     synthetic: bool = False,
     on_step: Callable[[str], None] = lambda _m: None,
 ) -> FleetPlan:
     """The plan of `request` on `workload` with `unit` (see the package docstring).
-    `dynamic` replays the scheduled and reactive fleets (the simulator's dynamic fleets;
-    without it they are marked not yet simulated). Raises `PlanError` for a unit that
+    `dynamic` replays the scheduled and reactive fleets (the simulator's fleets that
+    change size). Raises `PlanError` for a unit that
     cannot hold the trace's longest request, a length mix no unit sustains, or a peak
     beyond the GPU budget."""
     config = request.priced(unit.config)
@@ -104,31 +103,28 @@ def build_plan(
     )
     on_step("sizing the static fleet on the busiest window and replaying the whole trace")
     static = static_fleet(workload, windows, config, lower, latency, settings)
-    scheduled = scheduled_fleet(windows, config, lower, cold)
-    policy, basis = reactive_policy(windows, bucketing, lower, static.peak_units or 1, cold)
-    reactive = reactive_fleet(windows, policy)
-    if dynamic is not None:
-        on_step("replaying the scheduled and reactive fleets")
-        schedule = scheduled_schedule(windows, lower, cold.total_s)
-        for_fleets = (dynamic, workload, windows, config)
-        scheduled = replay_dynamic(
-            FleetKind.SCHEDULED,
-            *for_fleets,
-            schedule,
-            cold,
-            latency,
-            settings,
-            scheduled_note(cold),
-        )
-        reactive = replay_dynamic(
-            FleetKind.REACTIVE,
-            *for_fleets,
-            policy,
-            cold,
-            latency,
-            settings,
-            reactive_note(policy),
-        )
+    policy, basis = reactive_policy(windows, bucketing, lower, static.peak_units, cold)
+    on_step("replaying the scheduled fleet")
+    for_fleets = (dynamic, workload, windows, config)
+    scheduled = replay_dynamic(
+        FleetKind.SCHEDULED,
+        *for_fleets,
+        scheduled_schedule(windows, lower, cold.total_s),
+        cold,
+        latency,
+        settings,
+        scheduled_note(cold),
+    )
+    on_step("replaying the reactive fleet")
+    reactive = replay_dynamic(
+        FleetKind.REACTIVE,
+        *for_fleets,
+        policy,
+        cold,
+        latency,
+        settings,
+        reactive_note(policy),
+    )
     fleets: tuple[FleetReplay, ...] = (static, scheduled, reactive)
     trace = TraceSummary(
         workload.name, len(workload), workload.duration_s, workload.mean_rate, synthetic
@@ -145,5 +141,5 @@ def build_plan(
         fleets=fleets,
         policy=policy,
         policy_basis=basis,
-        ordering=ordering_text(lower, fleets),
+        ordering=ordering_text(windows, lower, fleets, policy),
     )

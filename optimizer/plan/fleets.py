@@ -8,10 +8,11 @@
   end;
 - **reactive**: an `AutoscalerPolicy` (HPA / KEDA on vLLM's gauges).
 
-The scheduled and reactive fleets change size, which the simulator cannot replay yet:
-they need a `DynamicReplay` (the simulator's dynamic fleets, a later phase). Without one
-their figures that need no replay are given (the scheduled fleet's GPU-hours and cold
-starts follow from its schedule) and the rest is left out, marked `NOT_REPLAYED`.
+The scheduled and reactive fleets change size: a `DynamicReplay` replays them, by
+default the simulator's `optimizer.sim.dynamic.simulate_fleet` (units that join serve
+after a cold start, units that leave drain, the routers see ready units only). Every
+fleet's GPU-hours are those of the units it held (provisioned: starting, serving or
+draining) over the trace's windows.
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ from optimizer.sim import SLO, simulate
 from optimizer.sim.scaling import AutoscalerPolicy, ColdStart, FleetRun, ReplicaSchedule
 from optimizer.workload import Workload
 
-NOT_REPLAYED = "replay needs dynamic fleets: not yet simulated"
-
 
 class FleetKind(StrEnum):
     STATIC = "static"
@@ -44,28 +43,28 @@ class FleetKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class FleetReplay:
-    """One fleet over the trace. Figures that need a replay are None when the fleet was
-    not replayed (`replayed` False; `note` says why)."""
+    """One fleet replayed over the trace: the units it held and those ready to serve over
+    time (from the trace's first arrival), what they cost, and how its requests fared."""
 
     kind: FleetKind
-    replayed: bool
-    note: str  # how it was sized, or why it was not replayed
-    schedule: ReplicaSchedule | None  # units held over time (None: known only from a replay)
-    gpu_hours: float | None
-    dollars: float | None
-    num_cold_starts: int | None
-    attainment: float | None  # over the whole trace
-    window_attainment: tuple[float | None, ...]  # per window (None: no request, or no replay)
-    worst_window: int | None  # the window with the lowest attainment
-    windows_meeting_target: int | None  # windows with requests at or above the target
+    note: str  # how it was sized
+    schedule: ReplicaSchedule  # units held (provisioned) over time
+    ready: ReplicaSchedule  # units ready to serve over time
+    gpu_hours: float
+    dollars: float | None  # None: no price given
+    num_cold_starts: int
+    attainment: float  # over the whole trace
+    window_attainment: tuple[float | None, ...]  # per window (None: no request)
+    worst_window: int | None  # the window with the lowest attainment (None: no request)
+    windows_meeting_target: int  # windows with requests at or above the target
 
     @property
-    def peak_units(self) -> int | None:
-        return None if self.schedule is None else self.schedule.peak
+    def peak_units(self) -> int:
+        return self.schedule.peak
 
 
 class DynamicReplay(Protocol):
-    """The simulator's replay of a fleet that changes size (a later phase): `unit`
+    """The replay of a fleet that changes size (`optimizer.sim.dynamic.simulate_fleet`): `unit`
     replicas following `fleet` (a schedule of desired units, or an autoscaler's policy),
     `initial_units` ready at the trace's start, every joining unit serving after
     `cold_start.total_s`, every leaving unit draining; the router sees ready units
@@ -111,9 +110,9 @@ def fleet_from_run(
     worst = min(measured)[1] if measured else None
     return FleetReplay(
         kind=kind,
-        replayed=True,
         note=note,
         schedule=run.provisioned,
+        ready=run.ready,
         gpu_hours=unit_hours * unit.num_gpus,
         dollars=None if price is None else unit_hours * price,
         num_cold_starts=run.num_cold_starts,
@@ -209,52 +208,6 @@ def reactive_note(policy: AutoscalerPolicy) -> str:
     )
 
 
-def scheduled_fleet(
-    windows: tuple[PlanWindow, ...],
-    unit: ServingConfig,
-    lower: LowerBound,
-    cold_start: ColdStart,
-) -> FleetReplay:
-    """The scheduled fleet before any replay: its schedule, the GPU-hours of the units it
-    holds (the draining tail of a leaving unit, known only from a replay, left out) and
-    its cold starts (units added after the trace's start)."""
-    schedule = scheduled_schedule(windows, lower, cold_start.total_s)
-    start, end = windows[0].start_s, windows[-1].end_s
-    unit_hours = schedule.replica_seconds(start, end) / 3600.0
-    price = unit.price_per_hour()
-    return FleetReplay(
-        kind=FleetKind.SCHEDULED,
-        replayed=False,
-        note=f"{scheduled_note(cold_start)}; {NOT_REPLAYED}",
-        schedule=schedule,
-        gpu_hours=unit_hours * unit.num_gpus,
-        dollars=None if price is None else unit_hours * price,
-        num_cold_starts=schedule.num_started(start, end),
-        attainment=None,
-        window_attainment=tuple(None for _ in windows),
-        worst_window=None,
-        windows_meeting_target=None,
-    )
-
-
-def reactive_fleet(windows: tuple[PlanWindow, ...], policy: AutoscalerPolicy) -> FleetReplay:
-    """The reactive fleet before any replay: only its policy is known (its size over time
-    follows from the replay)."""
-    return FleetReplay(
-        kind=FleetKind.REACTIVE,
-        replayed=False,
-        note=f"{reactive_note(policy)}; {NOT_REPLAYED}",
-        schedule=None,
-        gpu_hours=None,
-        dollars=None,
-        num_cold_starts=None,
-        attainment=None,
-        window_attainment=tuple(None for _ in windows),
-        worst_window=None,
-        windows_meeting_target=None,
-    )
-
-
 def replay_dynamic(
     kind: FleetKind,
     replay: DynamicReplay,
@@ -267,8 +220,8 @@ def replay_dynamic(
     settings: EvalSettings,
     note: str,
 ) -> FleetReplay:
-    """A scheduled or reactive fleet replayed by `replay` (the simulator's dynamic
-    fleets), starting with the units the fleet wants at the trace's start ready."""
+    """A scheduled or reactive fleet replayed by `replay`, starting with the units the
+    fleet wants at the trace's start ready."""
     if isinstance(fleet, ReplicaSchedule):
         initial = fleet.count_at(windows[0].start_s)
     else:

@@ -1,6 +1,6 @@
 """A plan's picture: demand (requests/s per window) and GPUs over time (the lower bound,
-the static fleet, the scheduled fleet's schedule), and each replayed fleet's attainment
-per window against the target. As a PNG (matplotlib) and as a self-contained HTML page
+and the GPUs each fleet held in its replay), and each fleet's attainment per window
+against the target. As a PNG (matplotlib) and as a self-contained HTML page
 (inline SVG and the plan's tables; no script, no CDN)."""
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ from optimizer.plan.tables import (
 )
 from optimizer.search.tables import TextTable
 
-_COLOURS = {"lower bound": "#228833", "static": "#cc3311", "scheduled": "#3366aa"}
+_COLOURS = {
+    "lower bound": "#228833",
+    "static": "#cc3311",
+    "scheduled": "#3366aa",
+    "reactive": "#ee7733",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,14 +51,12 @@ def _edges(plan: FleetPlan) -> tuple[float, ...]:
 
 
 def gpu_series(plan: FleetPlan) -> tuple[Series, ...]:
-    """GPUs over time: the lower bound per window, and each fleet with a known schedule
-    (its units held, x GPUs per unit), clipped to the trace."""
+    """GPUs over time: the lower bound per window, and the units each fleet held in its
+    replay (x GPUs per unit), clipped to the trace."""
     gpus = plan.lower_bound.unit_gpus
     out = [Series("lower bound", _edges(plan), tuple(float(g) for g in plan.lower_bound.gpus))]
     end = plan.windows[-1].end_s
     for f in plan.fleets:
-        if f.schedule is None:
-            continue
         xs, ys = [0.0], [float(f.schedule.count_at(0.0) * gpus)]
         for t, c in zip(f.schedule.times_s, f.schedule.counts, strict=True):
             if 0.0 < t < end:
@@ -65,20 +68,13 @@ def gpu_series(plan: FleetPlan) -> tuple[Series, ...]:
 
 
 def attainment_series(plan: FleetPlan) -> tuple[Series, ...]:
-    """Each replayed fleet's attainment per window (NaN for a window without requests:
-    a gap in both pictures)."""
+    """Each fleet's attainment per window (NaN for a window without requests: a gap in
+    both pictures)."""
     out = []
     for f in plan.fleets:
-        if not f.replayed:
-            continue
         ys = tuple(float("nan") if a is None else a for a in f.window_attainment)
         out.append(Series(f.kind.value, _edges(plan), ys))
     return tuple(out)
-
-
-def not_replayed(plan: FleetPlan) -> str:
-    names = [f.kind.value for f in plan.fleets if not f.replayed]
-    return f" ({', '.join(names)}: not yet simulated)" if names else ""
 
 
 def _title(plan: FleetPlan) -> str:
@@ -126,7 +122,7 @@ def write_png(plan: FleetPlan, path: Path) -> Path:
         fig,
         [
             (top, _title(plan)),
-            (bottom, f"Attainment per window{not_replayed(plan)}"),
+            (bottom, "Attainment per window"),
         ],
     )
     fig.savefig(path)
@@ -277,7 +273,7 @@ def plan_html(plan: FleetPlan) -> str:
         _lines(headline(plan)),
         "<h2>(d) Demand and GPUs over time</h2>",
         demand_svg(plan),
-        f"<h2>(d) Attainment per window{html.escape(not_replayed(plan))}</h2>",
+        "<h2>(d) Attainment per window</h2>",
         attainment_svg(plan),
         _table(capacity_table(plan)),
         _lines(lower_bound_lines(plan)),

@@ -88,11 +88,10 @@ def lower_bound_lines(plan: FleetPlan) -> tuple[str, ...]:
 
 
 def windows_table(plan: FleetPlan) -> TextTable | None:
-    """Per window: demand, the lower bound and each replayed fleet's attainment (None
-    for a plan of more than `MAX_WINDOW_ROWS` windows)."""
+    """Per window: demand, the lower bound and each fleet's attainment (None for a plan
+    of more than `MAX_WINDOW_ROWS` windows)."""
     if len(plan.windows) > MAX_WINDOW_ROWS:
         return None
-    replayed = [f for f in plan.fleets if f.replayed]
     rows = []
     for w in plan.windows:
         cells = [
@@ -104,10 +103,10 @@ def windows_table(plan: FleetPlan) -> TextTable | None:
             else str(plan.bucketing.bucket_of[w.index]),
             str(plan.lower_bound.gpus[w.index]),
         ]
-        cells += [_share(f.window_attainment[w.index]) for f in replayed]
+        cells += [_share(f.window_attainment[w.index]) for f in plan.fleets]
         rows.append(tuple(cells))
     head = ("window", "requests", "req/s", "bucket", "lower-bound GPUs")
-    head += tuple(f"{f.kind.value} attainment" for f in replayed)
+    head += tuple(f"{f.kind.value} attainment" for f in plan.fleets)
     return TextTable("(b) Per window", head, tuple(rows))
 
 
@@ -124,19 +123,16 @@ def fleets_table(plan: FleetPlan) -> TextTable:
     busy = sum(1 for w in plan.windows if w.num_requests)
     rows = []
     for f in plan.fleets:
-        peak = "-" if f.peak_units is None else str(f.peak_units * gpus)
-        meeting = "-" if f.windows_meeting_target is None else f"{f.windows_meeting_target}/{busy}"
-        cold = "-" if f.num_cold_starts is None else str(f.num_cold_starts)
         rows.append(
             (
                 f.kind.value,
-                peak,
+                str(f.peak_units * gpus),
                 _hours(f.gpu_hours),
                 _dollars(f.dollars),
                 _share(f.attainment),
-                meeting,
+                f"{f.windows_meeting_target}/{busy}",
                 _worst(plan, f),
-                cold,
+                str(f.num_cold_starts),
                 f.note,
             )
         )

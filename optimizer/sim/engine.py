@@ -8,6 +8,12 @@ request ARRIVES (`arrive`: routed to a front instance), an instance's STEP ENDS
 transfer LANDS (`land_kv`: the prefill instance frees the KV, a decode instance
 takes the request over). One event per instance iteration, never per token.
 
+A fleet that changes size (`optimizer.sim.dynamic.simulate_fleet`) adds its own events to
+the same heap: a unit's cold start ENDS (it joins the routers), a schedule's step or an
+autoscaler's TICK (units start or begin to drain). The loop asks it through
+`ScalingHooks`: with no unit ready a request waits at the front (`hold`), an instance
+that runs out of work may let its draining unit stop (`went_idle`).
+
 Disaggregated serving, as vLLM's PD proxy deploys it: a prefill instance
 computes the prompt and keeps its KV; the request is routed at once to a decode
 instance (the routing policy), where it waits to be admitted like any request.
@@ -34,11 +40,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from heapq import heappop, heappush
-from typing import Any
+from typing import Any, Protocol
 
 from optimizer.closed_loop_workload import ClosedLoopWorkload
 from optimizer.config import ServingConfig, ServingMode
-from optimizer.latency.base import LatencySource
+from optimizer.latency.base import LatencySource, StepLatency
 from optimizer.sim.fleet import (
     Fleet,
     Router,
@@ -59,6 +65,21 @@ from optimizer.workload import Workload
 __all__ = ["SimulationError", "max_request_tokens", "rejection_note", "simulate"]
 
 
+class ScalingHooks(Protocol):
+    """What the loop asks of a fleet that changes size (`optimizer.sim.dynamic`); its
+    routers see only the ready units."""
+
+    def hold(self, rid: int) -> None:
+        """No unit is ready: request `rid` waits at the front until one is."""
+
+    def went_idle(self, inst: BaseScheduler, now: float) -> None:
+        """`inst` has nothing left to run (a draining unit may now stop)."""
+
+    def decode_for(self, prefill: BaseScheduler) -> BaseScheduler:
+        """A decode instance of `prefill`'s own unit (no unit is ready)."""
+        ...
+
+
 class _EventLoop:
     """The state of one run and a handler per event kind."""
 
@@ -67,7 +88,7 @@ class _EventLoop:
         "fleet", "front_router", "heap", "instances", "kv_bytes_per_token", "link_bytes_per_s",
         "link_free", "link_latency_s", "log", "log_alpha", "n", "next_rid", "num_rejected",
         "num_transfers", "num_warmups", "on_arrival", "on_enter", "on_kv", "on_step_end",
-        "outputs", "prompts", "release", "seq", "think_s", "to_wake", "transfer_s",
+        "outputs", "prompts", "release", "scaler", "seq", "think_s", "to_wake", "transfer_s",
         "turnaround_per_token_s", "warmups_left",
     )  # fmt: skip
 
@@ -103,6 +124,7 @@ class _EventLoop:
         self.heap: list[tuple[float, int, Callable[[float, Any], None], Any]] = []
         self.seq = itertools.count()
         self.to_wake: list[BaseScheduler] = []
+        self.scaler: ScalingHooks | None = None  # a fleet that changes size (sim.dynamic)
         # The handlers, bound once: heap entries carry them (and `arrive` compares by identity).
         self.on_arrival = self.arrive
         self.on_enter = self.enter
@@ -167,6 +189,8 @@ class _EventLoop:
         if p + o > fleet.back_limit or (self.disagg and p + 1 > fleet.front_limit):
             self.num_rejected += 1
             self._next_client(now, rid)
+        elif not self.front_router.instances:  # a dynamic fleet with no unit ready
+            self.scaler.hold(rid)
         else:
             r = SimRequest(rid, now, p, o, 1 if self.disagg and o > 1 else o)
             if self.log_alpha is not None:
@@ -219,8 +243,11 @@ class _EventLoop:
         """A KV pull lands: the prefill instance frees it, the decode instance computes."""
         prefill = self.instances[r.source]
         prefill.release_handoff(r)
-        if not prefill.busy and prefill.has_work():
-            self._start(prefill, now)
+        if not prefill.busy:
+            if prefill.has_work():
+                self._start(prefill, now)
+            elif self.scaler is not None:
+                self.scaler.went_idle(prefill, now)
         decode = self.instances[r.instance]
         decode.kv_landed(r)
         if not decode.busy:
@@ -236,6 +263,8 @@ class _EventLoop:
         t = self._plan(inst, now, not inst.busy)
         if t is None:
             inst.busy = False
+            if self.scaler is not None:
+                self.scaler.went_idle(inst, now)
             return
         inst.busy = True
         inst.step_start = now
@@ -281,10 +310,14 @@ class _EventLoop:
         if busy:
             leader = group.ranks[0].index
             heappush(self.heap, (now + longest, next(self.seq), self.on_step_end, leader))
+        elif self.scaler is not None:
+            self.scaler.went_idle(group.ranks[0], now)
 
     def _hand_off(self, prefill: BaseScheduler, r: SimRequest, now: float) -> None:
-        """Route a prefilled request to a decode instance (its KV stays where it is)."""
-        dst = self.back_router.pick()
+        """Route a prefilled request to a decode instance (its KV stays where it is); in
+        a dynamic fleet with no unit ready, one of its own unit's, which is draining."""
+        router = self.back_router
+        dst = router.pick() if router.instances else self.scaler.decode_for(prefill)
         r.source = prefill.index
         r.instance = dst.index
         r.remote = True
@@ -358,21 +391,44 @@ def simulate(
     if not isinstance(config, ServingConfig):
         raise SimulationError(f"config: expected a ServingConfig, got {type(config).__name__}")
     log = RunLog(len(workload))
-    hashes = None
-    block_tokens = 16
-    if config.enable_prefix_caching and workload.prefix_hashes is not None:
-        hashes = hashes_as_lists(workload.prefix_hashes)
-        block_tokens = workload.prefix_block_tokens
+    hashes, block_tokens = prefix_hashes(workload, config)
     clamped = [0]
-    longest = int((workload.input_tokens + workload.output_tokens).max())
     fleet = build_fleet(
-        config, latency, draft_latency, log, seed=seed, longest_request=longest, hashes=hashes,
-        block_tokens=block_tokens, force_general=force_general, clamped=clamped,
+        config, latency, draft_latency, log, seed=seed, longest_request=longest_request(workload),
+        hashes=hashes, block_tokens=block_tokens, force_general=force_general, clamped=clamped,
     )  # fmt: skip
     loop = _EventLoop(workload, config, fleet, log, check_invariants)
     loop.run()
+    return run_result(workload, config, loop, fleet.targets, config.num_gpus, clamped[0], slo)
+
+
+def prefix_hashes(
+    workload: Workload | ClosedLoopWorkload, config: ServingConfig
+) -> tuple[list[list[int]] | None, int]:
+    """The requests' prefix hashes as lists when the config caches prefixes (else None),
+    and the tokens of one hash block."""
+    if config.enable_prefix_caching and workload.prefix_hashes is not None:
+        return hashes_as_lists(workload.prefix_hashes), workload.prefix_block_tokens
+    return None, 16
+
+
+def longest_request(workload: Workload | ClosedLoopWorkload) -> int:
+    return int((workload.input_tokens + workload.output_tokens).max())
+
+
+def run_result(
+    workload: Workload | ClosedLoopWorkload,
+    config: ServingConfig,
+    loop: _EventLoop,
+    targets: list[StepLatency],
+    num_gpus: int,
+    num_clamped: int,
+    slo: SLO | None,
+) -> SimulationResult:
+    """The result of a finished run: each instance's record (`targets[i]`: instance i's
+    target-model latency) and the requests' figures."""
     records = []
-    for inst, target in zip(fleet.instances, fleet.targets, strict=True):
+    for inst, target in zip(loop.instances, targets, strict=True):
         prefix = inst.prefix
         ratio = None
         if prefix is not None and prefix.num_lookup_tokens:
@@ -382,16 +438,16 @@ def simulate(
             inst.num_preemptions, ratio, decode_only(target), inst.pool.num_used,
         ))  # fmt: skip
     return build_result(
-        log,
+        loop.log,
         records,
         first_measured=workload.num_warmups if isinstance(workload, ClosedLoopWorkload) else 0,
         input_tokens=workload.input_tokens,
         output_tokens=workload.output_tokens,
-        num_gpus=config.num_gpus,
-        num_floor_clamped_steps=clamped[0],
+        num_gpus=num_gpus,
+        num_floor_clamped_steps=num_clamped,
         slo=slo,
         num_rejected=loop.num_rejected,
         num_kv_transfers=loop.num_transfers,
         kv_transfer_s=loop.transfer_s,
-        latency_is_estimate=any(getattr(t, "is_estimate", True) for t in fleet.targets),
+        latency_is_estimate=any(getattr(t, "is_estimate", True) for t in targets),
     )

@@ -248,7 +248,10 @@ def build_fleet(
     block_tokens: int,
     force_general: bool,
     clamped: list[int],
+    first_index: int = 0,
 ) -> Fleet:
+    """The instances of `config`, indexed from `first_index` (a dynamic fleet builds each
+    unit as it joins, after the instances of the units before it)."""
     shape = config.shape
     spec = config.speculation
     release = config.engine_release
@@ -288,7 +291,7 @@ def build_fleet(
         )
         limits.append(request_limit(config, plan))
         for k in range(plan.count * icfg.dp):
-            index = len(front) + len(back)
+            index = first_index + len(front) + len(back)
             prefix = None
             if config.enable_prefix_caching and hashes is not None and plan.role is not Role.DECODE:
                 try:
@@ -332,15 +335,24 @@ def build_fleet(
 
 
 class Router:
-    """Round-robin, or least outstanding tokens (ties to the lowest index), over instances
-    (one scheduler each); an instance with dp ranks then picks the rank (`RankGroup`)."""
+    """Round-robin, or least outstanding tokens (ties to the first in the list), over
+    instances (one scheduler each); an instance with dp ranks then picks the rank
+    (`RankGroup`). A dynamic fleet's router sees its ready units only (`route_over`)."""
 
-    __slots__ = ("instances", "least", "next")
+    __slots__ = ("by_load", "instances", "least", "next")
 
     def __init__(self, instances: list[BaseScheduler], policy: RoutingPolicy) -> None:
+        self.by_load = policy is RoutingPolicy.LEAST_OUTSTANDING_TOKENS
         self.instances = instances
-        self.least = policy is RoutingPolicy.LEAST_OUTSTANDING_TOKENS and len(instances) > 1
+        self.least = self.by_load and len(instances) > 1
         self.next = 0
+
+    def route_over(self, instances: list[BaseScheduler]) -> None:
+        """Route over `instances` from now on (a unit became ready or began to drain);
+        round-robin carries on from its position in the new list."""
+        self.instances = instances
+        self.least = self.by_load and len(instances) > 1
+        self.next = self.next % len(instances) if instances else 0
 
     def pick(self) -> BaseScheduler:
         if self.least:

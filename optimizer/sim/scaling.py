@@ -3,8 +3,8 @@ replica costs before it serves (`ColdStart`), a fleet's desired size over time
 (`ReplicaSchedule`), the reactive fleet an autoscaler runs (`AutoscalerPolicy`), and what
 a replay of such a fleet gives back (`FleetRun`).
 
-Pure data with validation: the event loop does not read them yet. A replica counts as
-one unit (one replica, or one group of prefill and decode instances).
+Pure data with validation; `optimizer.sim.dynamic.simulate_fleet` replays them. A replica
+counts as one unit (one replica, or one group of prefill and decode instances).
 
 Cold start defaults, part by part (DOMAIN.md §11 asks which part comes from where):
 - the pod and its image: 0 s, the image is taken to be cached on the node;
@@ -201,7 +201,9 @@ class ScalingMetric(StrEnum):
 @dataclass(frozen=True, slots=True)
 class AutoscalerPolicy:
     """A reactive fleet as an HPA reading Prometheus (directly or through KEDA) runs it:
-    every `sync_period_s` it reads `metric` averaged over the ready replicas and wants
+    every `sync_period_s` it sums `metric` over the replicas that report it and divides
+    by the `current` replicas its Deployment counts (an external metric with an
+    `AverageValue` target; `optimizer.sim.dynamic` says which replicas), and wants
     desired = ceil(current x metric / target) replicas (no change within `tolerance` of
     the target), between `min_replicas` and `max_replicas`. A replica it adds serves
     after `scale_up_delay_s` (its cold start); a scale-down takes the highest
@@ -242,8 +244,8 @@ class AutoscalerPolicy:
         _finite("policy.scale_down_stabilization_s", self.scale_down_stabilization_s)
 
     def desired(self, current: int, metric: float) -> int:
-        """The HPA's recommendation for `current` ready replicas whose mean gauge is
-        `metric`, before the scale-down stabilisation (which needs the loop's history)."""
+        """The HPA's recommendation for `current` replicas whose mean gauge is `metric`,
+        before the scale-down stabilisation (which needs the loop's history)."""
         _count("current", current)
         value = _finite("metric", metric)
         if current == 0:  # KEDA activates a scaled-to-zero target at any load

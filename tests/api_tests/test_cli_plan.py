@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from api.cli import app
-from optimizer.plan import NOT_REPLAYED, FleetPlan
+from optimizer.plan import FleetKind, FleetPlan
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "examples" / "colocated-h100.yaml"
@@ -85,10 +85,18 @@ def test_plan_json_and_files_end_to_end(cli_db: str, runner: CliRunner, tmp_path
     assert plan.unit.source.value == "given" and plan.request.window_s == 120
     assert sum(w.num_requests for w in plan.windows) == 3000
     static, scheduled, reactive = plan.fleets
-    assert static.replayed and static.attainment is not None
-    assert static.dollars == pytest.approx(static.gpu_hours * 2.5)
-    assert NOT_REPLAYED in scheduled.note and NOT_REPLAYED in reactive.note
+    assert [f.kind for f in plan.fleets] == [
+        FleetKind.STATIC,
+        FleetKind.SCHEDULED,
+        FleetKind.REACTIVE,
+    ]
+    for f in plan.fleets:  # all three replayed on the whole trace
+        assert f.dollars == pytest.approx(f.gpu_hours * 2.5)
+        assert 0 < f.attainment <= 1 and f.worst_window is not None
+        assert len(f.window_attainment) == len(plan.windows)
+    assert scheduled.num_cold_starts > 0 and reactive.num_cold_starts > 0
     assert plan.lower_bound.gpu_hours <= scheduled.gpu_hours <= static.gpu_hours
+    assert "not yet simulated" not in result.output
     assert max(plan.lower_bound.units) > min(plan.lower_bound.units)  # the swing shows
     assert sorted(p.name for p in out.iterdir()) == [
         "keda.yaml",
@@ -117,6 +125,8 @@ def test_plan_json_and_files_end_to_end(cli_db: str, runner: CliRunner, tmp_path
     )
     assert again.exit_code == 0, again.output
     assert "(a) The unit's SLO-bounded capacity" in again.output and "plan 2 stored" in again.output
+    for kind in ("static", "scheduled", "reactive"):
+        assert kind in again.output
     assert _counts(cli_db) == (1, 2)
 
 

@@ -1,7 +1,7 @@
 """A whole plan on a small synthetic trace with a linear latency model: windows of two
 length mixes (two capacity buckets), the lower bound from each bucket's capacity, the
-static fleet sized for the peak, the scheduled fleet's schedule, the reactive policy,
-bad input, the JSON round trip and the pictures."""
+static fleet sized for the peak, the scheduled and reactive fleets replayed, the reactive
+policy, bad input, the JSON round trip and the pictures."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import pytest
 from optimizer.config import InstanceConfig, ServingConfig
 from optimizer.latency.analytic import LinearLatency, SingleLatencySource
 from optimizer.plan import (
-    NOT_REPLAYED,
     FleetKind,
     FleetPlan,
     PlanError,
@@ -28,13 +27,14 @@ from optimizer.plan import (
 )
 from optimizer.plan.fleets import busiest_window, scheduled_schedule
 from optimizer.plan.lower_bound import LowerBound
-from optimizer.plan.report import plan_html, write_png
+from optimizer.plan.report import attainment_series, plan_html, write_png
 from optimizer.plan.windows import PlanWindow
 from optimizer.search.outcome import LatencyInfo
 from optimizer.search.recommend import baseline_config
 from optimizer.search.request import TuneRequest
 from optimizer.search.trace_evaluator import TraceEvaluator
 from optimizer.sim import simulate
+from optimizer.sim.dynamic import simulate_fleet
 from optimizer.sim.scaling import FleetRun, ReplicaSchedule
 from optimizer.workload import FixedLength, Workload, synthetic_workload
 
@@ -117,7 +117,7 @@ def test_the_lower_bound_is_each_windows_rate_over_its_buckets_capacity(plan):
 def test_the_static_fleet_sized_for_the_peak_holds_the_target_on_the_busiest_window(plan):
     static = plan.fleet(FleetKind.STATIC)
     peak = busiest_window(plan.windows, plan.lower_bound)
-    assert static.replayed and static.num_cold_starts == 0
+    assert static.num_cold_starts == 0
     assert static.window_attainment[peak.index] >= plan.request.attainment
     assert static.window_attainment[2] is None  # no request there
     n = static.peak_units
@@ -150,21 +150,46 @@ def test_the_schedule_starts_units_one_cold_start_before_their_window_by_hand():
     assert whole.times_s == (0.0, 200.0, 300.0) and whole.counts == (3, 2, 1)
 
 
-def test_the_scheduled_and_reactive_fleets_say_they_are_not_yet_replayed(plan):
+def test_the_scheduled_fleet_serves_each_windows_units_from_its_start(plan, trace):
+    """Replayed: each window's added units started one cold start early are ready at its
+    start; the units it held are at least its schedule's (leaving units drain)."""
     scheduled = plan.fleet(FleetKind.SCHEDULED)
-    assert not scheduled.replayed and NOT_REPLAYED in scheduled.note
-    assert scheduled.attainment is None and scheduled.worst_window is None
-    assert set(scheduled.window_attainment) == {None}
     sched = scheduled_schedule(plan.windows, plan.lower_bound, 30.0)
-    assert scheduled.schedule == sched
-    assert scheduled.gpu_hours == pytest.approx(
-        sched.replica_seconds(0.0, plan.windows[-1].end_s) / 3600
-    )
-    assert scheduled.num_cold_starts == sched.num_started(0.0, plan.windows[-1].end_s) > 0
+    end = plan.windows[-1].end_s
+    for w in plan.windows:
+        assert scheduled.ready.count_at(w.start_s + 1e-6) == plan.lower_bound.units[w.index]
+        assert scheduled.schedule.count_at(w.start_s + 1e-6) >= sched.count_at(w.start_s)
+    held = scheduled.schedule.replica_seconds(0.0, end)
+    assert held >= sched.replica_seconds(0.0, end)
+    assert scheduled.gpu_hours == pytest.approx(held / 3600)  # one GPU per unit
+    assert scheduled.num_cold_starts == sched.num_started(0.0, end) > 0
+    assert scheduled.note.startswith("the lower bound's units per window")
+    w = plan.windows[1]
+    run = simulate_fleet(
+        trace, UNIT, LAT, fleet=sched, initial_units=sched.count_at(0.0),
+        cold_start=plan.cold_start, seed=0, slo=plan.request.slo,
+    )  # fmt: skip
+    ok = run.result.meets(plan.request.slo)
+    assert scheduled.attainment == float(ok.mean())
+    assert scheduled.window_attainment[1] == pytest.approx(ok[w.first : w.stop].mean())
+
+
+def test_the_reactive_fleet_is_its_policy_replayed(plan):
     reactive = plan.fleet(FleetKind.REACTIVE)
-    assert not reactive.replayed and NOT_REPLAYED in reactive.note
-    assert reactive.gpu_hours is None and reactive.num_cold_starts is None
-    assert "reactive: not yet simulated" in plan.ordering
+    p = plan.policy
+    assert p.min_replicas <= reactive.ready.peak <= reactive.peak_units <= p.max_replicas
+    end = plan.windows[-1].end_s
+    assert reactive.gpu_hours == pytest.approx(reactive.schedule.replica_seconds(0.0, end) / 3600)
+    assert reactive.num_cold_starts > 0  # the load swings from 0 to 7 req/s
+    assert reactive.attainment > 0 and reactive.worst_window is not None
+    assert "not yet simulated" not in plan.ordering
+    # here the reactive fleet holds more than the static one, and the ordering says so
+    static = plan.fleet(FleetKind.STATIC)
+    assert reactive.gpu_hours > static.gpu_hours
+    mean = reactive.schedule.replica_seconds(0.0, end) / end
+    assert plan.ordering.startswith("GPU-hours out of the expected order: ")
+    assert f"reactive {reactive.gpu_hours:,.1f} > static {static.gpu_hours:,.1f}" in plan.ordering
+    assert f"held {mean:,.2f} units on average against the static fleet's 4" in plan.ordering
 
 
 def test_the_reactive_policy_comes_from_the_busiest_windows_capacity(plan):
@@ -179,7 +204,7 @@ def test_the_reactive_policy_comes_from_the_busiest_windows_capacity(plan):
 
 def test_a_plan_round_trips_through_json(plan):
     doc = json.loads(json.dumps(plan.to_dict()))
-    assert doc["schema_version"] == 1 and doc["request"]["trace_id"] is None
+    assert doc["schema_version"] == 2 and doc["request"]["trace_id"] is None
     assert FleetPlan.from_dict(doc) == plan
     with pytest.raises(PlanError, match="schema_version"):
         FleetPlan.from_dict({**doc, "schema_version": 99})
@@ -190,14 +215,15 @@ def test_the_pictures(plan, tmp_path):
     assert (
         page.count("<svg") == 2 and "<script" not in page and "http" not in page.split("<pre>")[0]
     )
-    assert "scheduled, reactive: not yet simulated" in page and "keda.sh/v1alpha1" in page
+    assert "not yet simulated" not in page and "keda.sh/v1alpha1" in page
+    assert {s.name for s in attainment_series(plan)} == {"static", "scheduled", "reactive"}
     png = write_png(plan, tmp_path / "plan.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_dynamic_replay_fills_the_scheduled_and_reactive_fleets(trace):
-    """The plug the simulator's dynamic fleets will use: a stand-in that replays the
-    fleet's peak as a static fleet (the real one follows the schedule)."""
+    """The plug the simulator's dynamic fleets use: a stand-in that replays the fleet's
+    peak as a static fleet (the real one follows the schedule)."""
     calls = []
 
     def replay(workload, unit, latency, *, fleet, initial_units, cold_start, seed, slo):
@@ -211,7 +237,7 @@ def test_a_dynamic_replay_fills_the_scheduled_and_reactive_fleets(trace):
     assert calls == [("ReplicaSchedule", 1, 30.0), ("AutoscalerPolicy", 1, 30.0)]
     for kind in (FleetKind.SCHEDULED, FleetKind.REACTIVE):
         f = plan.fleet(kind)
-        assert f.replayed and f.num_cold_starts == 2 and NOT_REPLAYED not in f.note
+        assert f.num_cold_starts == 2
         assert f.gpu_hours == pytest.approx(f.peak_units * plan.windows[-1].end_s / 3600)
         assert f.attainment is not None and f.worst_window is not None
     assert "not yet simulated" not in plan.ordering

@@ -25,7 +25,7 @@ def test_a_plan_round_trips(engine, plan) -> None:
         back = get_plan(s, saved.id)
         row = s.get(PlanRow, saved.id)
         assert row.request == plan.request.to_dict()
-        assert row.request["schema_version"] == 1 and row.outcome["schema_version"] == 1
+        assert row.request["schema_version"] == 1 and row.outcome["schema_version"] == 2
         assert (row.trace_id, row.model, row.gpu) == (7, "llama-3.1-8b", "h100")
         assert [p.id for p in list_plans(s, trace_id=7)] == [saved.id]
         assert list_plans(s, trace_id=8) == []
