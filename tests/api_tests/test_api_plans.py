@@ -306,8 +306,53 @@ def test_a_stream_schedule_with_a_plan_queues_plan_jobs(service: Service, tmp_pa
 
 
 def test_the_documented_examples_are_valid() -> None:
-    from api.routes.plans import EXAMPLES
+    """The bodies /docs offers for a plan and for a schedule (its plan too) are accepted."""
+    from api.routes import plans, schedules
+    from api.schemas import ScheduleCreate
     from api.services.planning import parse_plan_request
+    from storage.schedules import check_plan
 
-    for name, example in EXAMPLES.items():
+    for name, example in plans.EXAMPLES.items():
         assert parse_plan_request(json.loads(json.dumps(example["value"]))).model, name
+    for example in schedules.EXAMPLES.values():
+        spec = ScheduleCreate(**example["value"])
+        if spec.plan is not None:
+            check_plan(spec.params, parse_plan_request(spec.plan))
+
+
+def test_a_running_plan_is_cancelled_at_its_next_step(service: Service, tmp_path: Path) -> None:
+    """A cancel reaches a running plan between its steps: the job ends cancelled and no
+    plan is stored (a plan has no partial answer)."""
+    import time
+
+    from api.worker import JobContext
+    from api.worker.planning import run_planning
+    from storage.jobs import claim_job
+    from storage.service_records import JobKind
+
+    tid = _upload(service, _trace_csv(tmp_path / "t.csv", 600, 2.0))
+    h = service.auth(service.key_a)
+    jid = service.client.post("/v1/plans", headers=h, json={"trace_id": tid, **PLAN}).json()["id"]
+
+    def cancelled_first(ctx: JobContext):
+        assert service.client.post(f"/v1/plans/{jid}/cancel", headers=h).status_code == 202
+        deadline = time.monotonic() + 10
+        while not ctx.should_stop() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the heartbeat sees the cancel
+        return run_planning(ctx)
+
+    engine = make_engine(service.url)
+    try:
+        worker = Worker(engine, storage_url=service.url,
+                        executors={JobKind.PLAN: cancelled_first},
+                        options=WorkerOptions(lease_s=5, poll_s=0.1))  # fmt: skip
+        with session_scope(engine) as s:
+            claim = claim_job(s, worker=worker.name, lease_s=5)
+        assert claim is not None and claim.job.id == jid
+        assert worker.execute(claim) is not None
+    finally:
+        engine.dispose()
+    job = service.client.get(f"/v1/plans/{jid}", headers=h).json()
+    assert job["status"] == "cancelled" and job["error"] == "cancelled while running"
+    assert job["progress"] is None  # stopped before its first step
+    assert _plans(service.url) == []
