@@ -22,6 +22,7 @@ from api.routes import (
     jobs,
     keys,
     latency_models,
+    plans,
     profiles,
     recommendations,
     schedules,
@@ -102,8 +103,15 @@ def create_app(
         openapi_tags=[
             {"name": "traces", "description": "Production request traces and trace streams"},
             {"name": "tuning-jobs", "description": "Optuna searches run by workers"},
+            {
+                "name": "plans",
+                "description": "Fleet plans over time (servetune plan) run by workers",
+            },
             {"name": "recommendations", "description": "The newest tuned config per deployment"},
-            {"name": "schedules", "description": "Re-tuning on an interval, cron or drift"},
+            {
+                "name": "schedules",
+                "description": "Re-tuning or re-planning on an interval, cron or drift",
+            },
             {
                 "name": "deployments",
                 "description": "Configs running in production and their observed windows",
@@ -127,8 +135,8 @@ def create_app(
     app.state.fit_lock = threading.Lock()  # one latency-model fit at a time per process
     install_problem_handlers(app)
     routers = (
-        health, traces, jobs, recommendations, schedules, deployments, deployment_calibrations,
-        profiles, latency_models, keys, ui,
+        health, traces, jobs, plans, recommendations, schedules, deployments,
+        deployment_calibrations, profiles, latency_models, keys, ui,
     )  # fmt: skip
     for module in routers:
         app.include_router(module.router)

@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from optimizer.plan import FleetPlan
 from optimizer.records import TraceWarning
 from optimizer.search import TuneOutcome, TuneRequest
 from storage.service_records import ApiKeyInfo, JobStatus, ScheduleTrigger
@@ -116,7 +117,8 @@ class Health(BaseModel):
 class ScheduleCreate(StrictBody):
     """A re-tuning schedule over a trace stream (params.stream) and its rolling window, or
     over a deployment (params.deployment_id alone; trigger drift): each due time observes
-    its Prometheus window of params.window_s and re-tunes on drift or prediction error."""
+    its Prometheus window of params.window_s and re-tunes on drift or prediction error.
+    With `plan` it re-plans instead: each firing queues a plan job on the window."""
 
     name: str = Field("", max_length=200, pattern=r"^[^\x00-\x1f\x7f]*$", examples=["nightly"])
     params: TuneRequest
@@ -132,6 +134,16 @@ class ScheduleCreate(StrictBody):
         None, gt=0, le=10,
         description="a deployment schedule also re-tunes when the p90 TTFT or ITL prediction "
         "error passes this relative error (0.25 = 25%)",
+    )  # fmt: skip
+    plan: dict[str, Any] | None = Field(
+        None,
+        description="queue a plan job instead of a tuning job each time it fires: the body of "
+        "POST /v1/plans without trace_id or stream (the plan runs on the fired window's "
+        "trace); its model, SLOs, attainment and gpu_budget as in params, its gpu among "
+        "params.gpu_types. A deployment's plan sizes the deployed unit unless it names one. "
+        "A stream schedule that plans fires at every due time (trigger always)",
+        examples=[{"model": "llama-3.1-8b", "gpu": "h100", "slo_ttft_ms": 2000,
+                   "slo_tpot_ms": 50, "gpu_budget": 8, "window_s": 600, "cold_start_s": 60}],
     )  # fmt: skip
 
 
@@ -182,3 +194,11 @@ class JobResultOut(BaseModel):
         "measured at, the verdict's sentences and the trials' fates (the out_of_step range "
         "of 4 is gone); jobs finished before keep the layout they were stored with"
     )
+
+
+class PlanResultOut(BaseModel):
+    """A plan job's plan, as `servetune plan --out` writes `plan.json`."""
+
+    job_id: int
+    plan_id: int = Field(description="the stored plan's own id")
+    plan: FleetPlan = Field(description="`FleetPlan.to_dict()`, schema_version 1")

@@ -9,6 +9,13 @@ lease expired (its worker died) is claimed again by another worker. Every
 later write by a worker (heartbeat, progress, finish) names the attempt it
 holds and is ignored once another worker took over, so a stalled worker can
 never overwrite its successor.
+
+Jobs are of kinds (`JobKind`): each kind's request and progress are stored as that
+kind's own documents (`_PARAMS`, `_PROGRESS`) and read back as its types; a finished
+job's result lives where its kind keeps it (`finish_job`: a tuning job's `TuneOutcome`
+in the row's `result`, with its recommendation; a plan job's `FleetPlan` in `plans`,
+linked by `job_id`). Lookups and lists may name a kind: a job of another kind is then
+not found, as another project's is.
 """
 
 from __future__ import annotations
@@ -19,31 +26,53 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from optimizer.plan import FleetPlan, PlanProgress, PlanRequest
 from optimizer.search import TuneOutcome, TuneProgress, TuneRequest
 from storage.codec import from_json, to_json
 from storage.listing import count_rows, page_rows
 from storage.models import JobRow
+from storage.plans import save_plan
 from storage.recommendations import save_recommendation
 from storage.service_records import (
     ClaimedJob,
     JobInfo,
     JobKind,
+    JobParams,
+    JobProgress,
     JobResult,
     JobStatus,
     WindowSummary,
 )
 
+# Each kind's documents: its request and its progress.
+_PARAMS: dict[JobKind, type[JobParams]] = {
+    JobKind.TUNING: TuneRequest,
+    JobKind.PLAN: PlanRequest,
+}
+_PROGRESS: dict[JobKind, type[JobProgress]] = {
+    JobKind.TUNING: TuneProgress,
+    JobKind.PLAN: PlanProgress,
+}
+
+
+def kind_of(params: JobParams) -> JobKind:
+    """The kind of job a request is for."""
+    for kind, cls in _PARAMS.items():
+        if isinstance(params, cls):
+            return kind
+    raise TypeError(f"no job kind takes a {type(params).__name__}")
+
 
 class JobNotFound(LookupError):
-    def __init__(self, job_id: int) -> None:
-        super().__init__(f"tuning job {job_id} not found")
+    def __init__(self, job_id: int, kind: JobKind = JobKind.TUNING) -> None:
+        super().__init__(f"{kind.label} {job_id} not found")
         self.job_id = job_id
 
 
 class JobNotFinished(RuntimeError):
     def __init__(self, job: JobInfo) -> None:
         detail = f": {job.error}" if job.error else ""
-        super().__init__(f"tuning job {job.id} has no result (status {job.status}){detail}")
+        super().__init__(f"{job.kind.label} {job.id} has no result (status {job.status}){detail}")
         self.job = job
 
 
@@ -54,14 +83,15 @@ class LeaseState:
 
 
 def _info(row: JobRow | sa.Row) -> JobInfo:
+    kind = JobKind(row.kind)
     return JobInfo(
         id=row.id,
         project=row.project,
-        kind=JobKind(row.kind),
+        kind=kind,
         status=JobStatus(row.status),
-        params=from_json(TuneRequest, row.params),
+        params=from_json(_PARAMS[kind], row.params),
         created_at=row.created_at,
-        progress=None if row.progress is None else from_json(TuneProgress, row.progress),
+        progress=None if row.progress is None else from_json(_PROGRESS[kind], row.progress),
         window=None if row.window is None else from_json(WindowSummary, row.window),
         started_at=row.started_at,
         finished_at=row.finished_at,
@@ -78,15 +108,20 @@ def enqueue_job(
     session: Session,
     *,
     project: str,
-    params: TuneRequest,
+    params: JobParams,
     window: WindowSummary | None = None,
     schedule_id: int | None = None,
     trigger_reason: str | None = None,
-    kind: JobKind = JobKind.TUNING,
+    kind: JobKind | None = None,
 ) -> JobInfo:
+    """Queue a job of the kind `params` asks for (`kind_of`; `kind`, when given, must be
+    that one)."""
+    asked = kind_of(params)
+    if kind is not None and kind is not asked:
+        raise ValueError(f"a {kind.label} takes a {_PARAMS[kind].__name__}, not {asked.label}'s")
     row = JobRow(
         project=project,
-        kind=str(kind),
+        kind=str(asked),
         status=str(JobStatus.QUEUED),
         params=to_json(params),
         window=None if window is None else to_json(window),
@@ -106,20 +141,33 @@ def enqueue_job(
 _DESCRIPTION = tuple(c for c in JobRow.__table__.c if c.name != "result")
 
 
-def _row(session: Session, job_id: int, project: str | None) -> JobRow:
+def _check(
+    row: JobRow | sa.Row | None, job_id: int, project: str | None, kind: JobKind | None
+) -> None:
+    """Not found: no such job, another project's, or (`kind` given) another kind's."""
+    if (
+        row is None
+        or (project is not None and row.project != project)
+        or (kind is not None and row.kind != kind)
+    ):
+        raise JobNotFound(job_id, kind or JobKind.TUNING)
+
+
+def _row(session: Session, job_id: int, project: str | None, kind: JobKind | None = None) -> JobRow:
     row = session.get(JobRow, job_id)
-    if row is None or (project is not None and row.project != project):
-        raise JobNotFound(job_id)
+    _check(row, job_id, project, kind)
+    assert row is not None
     return row
 
 
 _JOB_BY_ID = sa.select(*_DESCRIPTION).where(JobRow.id == sa.bindparam("id"))
 
 
-def get_job(session: Session, job_id: int, *, project: str | None = None) -> JobInfo:
+def get_job(
+    session: Session, job_id: int, *, project: str | None = None, kind: JobKind | None = None
+) -> JobInfo:
     row = session.connection().execute(_JOB_BY_ID, {"id": job_id}).first()
-    if row is None or (project is not None and row.project != project):
-        raise JobNotFound(job_id)
+    _check(row, job_id, project, kind)
     return _info(row)
 
 
@@ -128,29 +176,41 @@ def list_jobs(
     *,
     project: str | None = None,
     status: JobStatus | None = None,
+    kind: JobKind | None = None,
     limit: int = 100,
     offset: int = 0,
     after: int | None = None,
 ) -> list[JobInfo]:
-    """Newest first; `after`: only jobs with a smaller id (a keyset cursor)."""
+    """Newest first (of one kind when `kind` is given); `after`: only jobs with a smaller
+    id (a keyset cursor)."""
     rows = page_rows(
-        session, _JOBS, where=_where(project, status), limit=limit, offset=offset, after=after,
-        newest_first=True, columns=_DESCRIPTION,
+        session, _JOBS, where=_where(project, status, kind), limit=limit, offset=offset,
+        after=after, newest_first=True, columns=_DESCRIPTION,
     )  # fmt: skip
     return [_info(r) for r in rows]
 
 
 def count_jobs(
-    session: Session, *, project: str | None = None, status: JobStatus | None = None
+    session: Session,
+    *,
+    project: str | None = None,
+    status: JobStatus | None = None,
+    kind: JobKind | None = None,
 ) -> int:
-    return count_rows(session, _JOBS, where=_where(project, status))
+    return count_rows(session, _JOBS, where=_where(project, status, kind))
 
 
 _JOBS = JobRow.__table__
 
 
-def _where(project: str | None, status: JobStatus | None) -> dict[str, object]:
-    return {"project": project, "status": None if status is None else str(status)}
+def _where(
+    project: str | None, status: JobStatus | None, kind: JobKind | None
+) -> dict[str, object]:
+    return {
+        "project": project,
+        "status": None if status is None else str(status),
+        "kind": None if kind is None else str(kind),
+    }
 
 
 def count_by_status(session: Session) -> dict[JobStatus, int]:
@@ -161,9 +221,11 @@ def count_by_status(session: Session) -> dict[JobStatus, int]:
     return counts
 
 
-def request_cancel(session: Session, job_id: int, *, project: str | None = None) -> JobInfo:
+def request_cancel(
+    session: Session, job_id: int, *, project: str | None = None, kind: JobKind | None = None
+) -> JobInfo:
     """Cancel a job: a queued job at once, a running one when its worker next polls."""
-    row = _row(session, job_id, project)
+    row = _row(session, job_id, project, kind)
     status = JobStatus(row.status)
     if status is JobStatus.QUEUED:
         row.status = str(JobStatus.CANCELLED)
@@ -241,7 +303,7 @@ def renew_lease(session: Session, claim: ClaimedJob, *, lease_s: float) -> Lease
     return LeaseState(held=done == 1, cancel_requested=bool(cancel))
 
 
-def report_progress(session: Session, claim: ClaimedJob, progress: TuneProgress) -> bool:
+def report_progress(session: Session, claim: ClaimedJob, progress: JobProgress) -> bool:
     """Store progress; False when the lease is no longer ours (nothing written)."""
     done = session.execute(
         sa.update(JobRow).where(_held(claim)).values(progress=to_json(progress))
@@ -254,18 +316,25 @@ def finish_job(
     claim: ClaimedJob,
     *,
     status: JobStatus,
-    outcome: TuneOutcome | None = None,
+    outcome: TuneOutcome | FleetPlan | None = None,
     error: str | None = None,
 ) -> bool:
-    """Record the end of a job (and its recommendation) if the lease is still ours."""
+    """Record the end of a job if the lease is still ours, with its result where its kind
+    keeps it: a tuning job's outcome in the row (a cancelled job's partial one too) and
+    its recommendation; a succeeded plan job's plan in `plans`, linked to the job (a plan
+    is whole or nothing: a cancelled or failed plan job stores none)."""
     if not status.finished:
         raise ValueError(f"finish_job needs a final status, got {status}")
+    expected = {JobKind.TUNING: TuneOutcome, JobKind.PLAN: FleetPlan}[claim.job.kind]
+    if outcome is not None and not isinstance(outcome, expected):
+        raise TypeError(f"a {claim.job.kind.label}'s result is a {expected.__name__}")
+    tuned = outcome if isinstance(outcome, TuneOutcome) else None
     done = session.execute(
         sa.update(JobRow)
         .where(_held(claim))
         .values(
             status=str(status),
-            result=None if outcome is None else to_json(outcome),
+            result=None if tuned is None else to_json(tuned),
             error=error,
             finished_at=datetime.now(UTC),
             lease_expires_at=None,
@@ -273,13 +342,16 @@ def finish_job(
     ).rowcount
     if done != 1:
         return False
-    if status is JobStatus.SUCCEEDED and outcome is not None and outcome.recommendation:
-        save_recommendation(session, claim.job, outcome.recommendation)
+    if status is JobStatus.SUCCEEDED and tuned is not None and tuned.recommendation:
+        save_recommendation(session, claim.job, tuned.recommendation)
+    if status is JobStatus.SUCCEEDED and isinstance(outcome, FleetPlan):
+        save_plan(session, outcome, project=claim.job.project, job_id=claim.job.id)
     return True
 
 
 def get_result(session: Session, job_id: int, *, project: str | None = None) -> JobResult:
-    row = _row(session, job_id, project)
+    """A tuning job's stored outcome."""
+    row = _row(session, job_id, project, JobKind.TUNING)
     if row.result is None:
         raise JobNotFinished(_info(row))
     return JobResult(job_id=row.id, outcome=dict(row.result))
@@ -293,10 +365,9 @@ _RESULT_BY_ID = sa.select(*_DESCRIPTION, sa.cast(JobRow.result, sa.Text).label("
 def get_result_text(session: Session, job_id: int, *, project: str | None = None) -> str:
     """A finished job's outcome document as stored: JSON text, not parsed (the largest
     document; a read route sends it as it is). The text of a JSON column on both back-ends:
-    PostgreSQL's `json` keeps the text as written, SQLite stores text."""
+    PostgreSQL's `json` keeps the text as written, SQLite stores text. Tuning jobs only."""
     row = session.connection().execute(_RESULT_BY_ID, {"id": job_id}).first()
-    if row is None or (project is not None and row.project != project):
-        raise JobNotFound(job_id)
+    _check(row, job_id, project, JobKind.TUNING)
     if row.result is None or row.result == "null":  # SQL or JSON null
         raise JobNotFinished(_info(row))
     return row.result

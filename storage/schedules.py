@@ -10,12 +10,15 @@ the first commits, sees the advanced `next_run_at`: a due time fires once.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 from croniter import CroniterBadDateError, CroniterError, croniter
 from sqlalchemy.orm import Session
 
+from optimizer.config import ServingConfig
+from optimizer.plan import PlanError, PlanRequest
 from optimizer.search import TuneRequest
 from storage.codec import from_json, to_json
 from storage.keys import check_project_name
@@ -32,12 +35,16 @@ class ScheduleNotFound(LookupError):
         self.schedule_id = schedule_id
 
 
-class TimingError(ValueError):
-    """A schedule's timing that cannot be used; `field` names the field at fault."""
+class ScheduleFieldError(ValueError):
+    """A schedule that cannot be used; `field` names the field at fault (dotted)."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+class TimingError(ScheduleFieldError):
+    """A schedule's timing that cannot be used."""
 
 
 CRON_FIELDS = (
@@ -115,7 +122,52 @@ def _info(row: ScheduleRow | sa.Row) -> ScheduleInfo:
         deployment_id=row.deployment_id,
         error_threshold=row.error_threshold,
         baseline_observation_id=row.baseline_observation_id,
+        plan=None if row.plan is None else PlanRequest.from_dict(row.plan),
     )
+
+
+# The figures a planning schedule's `params` and `plan` both hold: one value each.
+_SHARED = (
+    ("model", "model"),
+    ("slo_ttft_ms", "slo_ttft_ms"),
+    ("slo_tpot_ms", "slo_tpot_ms"),
+    ("attainment", "attainment"),
+    ("gpu_budget", "gpu_budget"),
+)
+
+
+def check_plan(params: TuneRequest, plan: PlanRequest) -> None:
+    """A schedule's plan: its trace is the window's (no trace_id or stream of its own),
+    and what `params` also says it says alike (the model, the SLOs, the attainment, the
+    GPU budget; its GPU among `params.gpu_types`)."""
+    for name in ("trace_id", "stream"):
+        if getattr(plan, name) is not None:
+            raise ScheduleFieldError(
+                f"plan.{name}",
+                f"plan.{name}: a schedule's plan runs on the window it fires on "
+                f"({params.source}); expected no {name}",
+            )
+    for ours, theirs in _SHARED:
+        a, b = getattr(plan, ours), getattr(params, theirs)
+        if a != b:
+            raise ScheduleFieldError(
+                f"plan.{ours}",
+                f"plan.{ours} {a!r} differs from params.{theirs} {b!r}: a schedule has one; "
+                "expected the same value in both",
+            )
+    if plan.gpu not in params.gpu_types:
+        raise ScheduleFieldError(
+            "plan.gpu",
+            f"plan.gpu {plan.gpu!r} is not among params.gpu_types {list(params.gpu_types)}",
+        )
+
+
+def deployed_plan(plan: PlanRequest, config: ServingConfig) -> PlanRequest:
+    """A deployment schedule's plan: its unit, else the deployed fleet's unit
+    (`PlanError` when that unit does not fit the plan: another model or GPU)."""
+    from optimizer.plan.unit import fleet_unit
+
+    return plan if plan.unit is not None else replace(plan, unit=fleet_unit(config))
 
 
 def create_schedule(
@@ -130,11 +182,14 @@ def create_schedule(
     drift_threshold: float = 0.2,
     error_threshold: float | None = None,
     start_at: datetime | None = None,
+    plan: PlanRequest | None = None,
 ) -> ScheduleInfo:
     """A schedule over a trace stream (`params.stream`), or over a deployment
     (`params.deployment_id` with no trace or stream: drift trigger only, its windows read
     from the deployment's Prometheus server; `error_threshold` re-tunes on prediction
-    error too)."""
+    error too). With `plan` it queues plan jobs instead of tuning jobs (`check_plan`): a
+    deployment's, or a stream's at every due time (a stream's drift is measured against
+    its newest recommendation, which plans do not make)."""
     check_project_name(project)
     check_timing(interval_s, cron)
     over_deployment = params.source == f"deployment:{params.deployment_id}"
@@ -147,6 +202,8 @@ def create_schedule(
         raise ValueError(
             f"drift_threshold: expected a relative change in (0, 10], got {drift_threshold}"
         )
+    if plan is not None:
+        check_plan(params, plan)
     if over_deployment:
         from storage.deployments import get_deployment
 
@@ -158,8 +215,28 @@ def create_schedule(
             )
         if trigger is not ScheduleTrigger.DRIFT:
             raise ValueError("a deployment schedule re-tunes on drift: trigger must be drift")
+        if plan is not None and plan.model != deployed.config.model:
+            raise ScheduleFieldError(
+                "plan.model",
+                f"plan.model {plan.model!r}: deployment {deployed.id} serves "
+                f"{deployed.config.model!r}",
+            )
+        if plan is not None:
+            try:
+                deployed_plan(plan, deployed.config)
+            except (PlanError, ValueError) as exc:
+                raise ScheduleFieldError(
+                    "plan.unit", f"plan.unit: none given, and the deployed unit: {exc}"
+                ) from None
     elif error_threshold is not None:
         raise ValueError("error_threshold: only a schedule over a deployment has predictions")
+    elif plan is not None and trigger is ScheduleTrigger.DRIFT:
+        raise ScheduleFieldError(
+            "trigger",
+            "trigger drift: a stream schedule's drift is measured against its newest "
+            "recommendation, which a plan does not make; expected trigger always for a "
+            "stream's plan (or a schedule over a deployment, whose drift is its own)",
+        )
     if error_threshold is not None and not (0 < error_threshold <= 10):
         raise ValueError(
             f"error_threshold: expected a relative error in (0, 10], got {error_threshold}"
@@ -181,6 +258,8 @@ def create_schedule(
         deployment_id=params.deployment_id if over_deployment else None,
         error_threshold=error_threshold,
     )
+    if plan is not None:  # left out otherwise: SQL NULL, not a JSON null
+        row.plan = plan.to_dict()
     session.add(row)
     session.flush()
     return _info(row)

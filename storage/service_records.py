@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from optimizer.config import ServingConfig
+from optimizer.plan import PlanProgress, PlanRequest
 from optimizer.search import Recommendation, TuneProgress, TuneRequest
 
 
@@ -50,7 +51,23 @@ class Principal:
 
 
 class JobKind(StrEnum):
+    """What a job does; its params and progress are that kind's own types
+    (`JobParams`, `JobProgress`), and its result is stored where that kind keeps it: a
+    tuning job's `TuneOutcome` in the job row, a plan job's `FleetPlan` in `plans`."""
+
     TUNING = "tuning"
+    PLAN = "plan"
+
+    @property
+    def label(self) -> str:
+        """How messages name a job of this kind: "tuning job", "plan job"."""
+        return f"{self.value} job"
+
+
+# A job's request and what it reports while running, by kind (a tuning job's are the
+# search's `TuneRequest` and `TuneProgress`, a plan job's `PlanRequest` and `PlanProgress`).
+JobParams = TuneRequest | PlanRequest
+JobProgress = TuneProgress | PlanProgress
 
 
 class JobStatus(StrEnum):
@@ -71,9 +88,9 @@ class JobInfo:
     project: str
     kind: JobKind
     status: JobStatus
-    params: TuneRequest
+    params: JobParams  # the kind's request: TuneRequest or PlanRequest
     created_at: datetime
-    progress: TuneProgress | None = None
+    progress: JobProgress | None = None
     window: WindowSummary | None = None  # the workload resolved when the job was created
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -132,6 +149,10 @@ class ScheduleInfo:
     deployment_id: int | None = None
     error_threshold: float | None = None
     baseline_observation_id: int | None = None  # the window the deployed config answers
+    # A schedule with a plan queues a plan job instead of a tuning job each time it fires:
+    # this request pinned to the window's trace (a deployment's: the deployed unit unless
+    # the plan names one). `params` still names the workload (stream or deployment, window).
+    plan: PlanRequest | None = None
 
 
 @dataclass(frozen=True, slots=True)

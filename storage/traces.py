@@ -198,6 +198,17 @@ def traces_in_window(
     return [_info(r) for r in rows]
 
 
+def newest_upload(session: Session, *, project: str, stream: str) -> TraceInfo | None:
+    """The stream's newest upload (None: it has none)."""
+    row = session.scalars(
+        sa.select(TraceRow)
+        .where(TraceRow.project == project, TraceRow.stream == stream)
+        .order_by(TraceRow.created_at.desc(), TraceRow.id.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else _info(row)
+
+
 def delete_trace(session: Session, trace_id: int, *, project: str | None = None) -> None:
     row = _row(session, trace_id, project)
     # Explicit child delete: fast on both back-ends and independent of FK pragmas.

@@ -25,7 +25,7 @@ from storage.jobs import (
     list_jobs,
     request_cancel,
 )
-from storage.service_records import JobInfo, JobStatus
+from storage.service_records import JobInfo, JobKind, JobStatus
 
 router = APIRouter(prefix="/v1/tuning-jobs", tags=["tuning-jobs"])
 
@@ -148,11 +148,12 @@ async def list_(
             session,
             project=project,
             status=status,
+            kind=JobKind.TUNING,
             limit=paging.limit + 1,
             offset=paging.offset,
             after=paging.after,
         )
-        total = count_jobs(session, project=project, status=status)
+        total = count_jobs(session, project=project, status=status, kind=JobKind.TUNING)
         return page(items, total=total, limit=paging.limit, offset=paging.offset)
 
     return await reader.json(Page[JobInfo], query)
@@ -167,8 +168,9 @@ async def list_(
 async def status(
     job_id: IdPath, request: Request, reader: ReaderDep, principal: PrincipalDep
 ) -> Response:
+    project = principal.project
     body = await reader.run(
-        lambda session: encode_json(JobInfo, get_job(session, job_id, project=principal.project))
+        lambda s: encode_json(JobInfo, get_job(s, job_id, project=project, kind=JobKind.TUNING))
     )
     return polled_json(request, body)
 
@@ -213,4 +215,4 @@ def result_body(job_id: int, outcome: str) -> bytes:
     summary="Cancel (a queued job at once; a running one within seconds)",
 )
 def cancel(job_id: IdPath, session: SessionDep, principal: PrincipalDep) -> JobInfo:
-    return request_cancel(session, job_id, project=principal.project)
+    return request_cancel(session, job_id, project=principal.project, kind=JobKind.TUNING)

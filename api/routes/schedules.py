@@ -1,4 +1,5 @@
-"""/v1/schedules: re-tuning on an interval or cron over a trace stream's rolling window."""
+"""/v1/schedules: re-tuning (or, with a plan, re-planning) on an interval or cron over a
+trace stream's rolling window, or on a deployment's drift."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from sqlalchemy.orm import Session
 from api.deps import IdPath, PagingDep, PrincipalDep, ReaderDep, SessionDep
 from api.problems import ApiError
 from api.schemas import FieldError, Page, Problem, ScheduleCreate, page
+from api.services.planning import PlanInputError, parse_plan_request
 from storage.deployments import DeploymentNotFound
 from storage.schedules import (
-    TimingError,
+    ScheduleFieldError,
     count_schedules,
     create_schedule,
     delete_schedule,
@@ -40,10 +42,35 @@ EXAMPLES = {
                 "stream": "prod-chat",
                 "window_s": 3600,
                 "model": "llama-3.1-8b",
-                "gpu": "h100",
-                "num_gpus": 8,
+                "gpu_types": ["h100"],
+                "gpu_budget": 8,
                 "slo_ttft_ms": 2000,
                 "slo_tpot_ms": 50,
+            },
+        },
+    },
+    "plan": {
+        "summary": "re-plan a deployment's fleet when its traffic drifts",
+        "value": {
+            "name": "prod-chat fleet plan",
+            "interval_s": 3600,
+            "trigger": "drift",
+            "params": {
+                "deployment_id": 1,
+                "window_s": 86400,
+                "model": "llama-3.1-8b",
+                "gpu_types": ["h100"],
+                "gpu_budget": 64,
+                "slo_ttft_ms": 2000,
+                "slo_tpot_ms": 50,
+            },
+            "plan": {
+                "model": "llama-3.1-8b",
+                "gpu": "h100",
+                "gpu_budget": 64,
+                "slo_ttft_ms": 2000,
+                "slo_tpot_ms": 50,
+                "window_s": 900,
             },
         },
     },
@@ -56,7 +83,8 @@ EXAMPLES = {
                 "stream": "prod-chat",
                 "window_s": 86400,
                 "model": "llama-3.1-8b",
-                "gpu": "h100",
+                "gpu_types": ["h100"],
+                "gpu_budget": 8,
                 "slo_ttft_ms": 2000,
                 "slo_tpot_ms": 50,
             },
@@ -78,6 +106,14 @@ def create(
     principal: PrincipalDep,
     response: Response,
 ) -> ScheduleInfo:
+    plan = None
+    if spec.plan is not None:
+        try:
+            plan = parse_plan_request(spec.plan)
+        except PlanInputError as exc:
+            where = [f"body.plan.{f}" for f in exc.fields] or ["body.plan"]
+            errors = [FieldError(where=w, message=str(exc)) for w in where]
+            raise ApiError(422, f"plan: {exc}", kind="validation", errors=errors) from None
     try:
         info = create_schedule(
             session,
@@ -89,8 +125,9 @@ def create(
             trigger=spec.trigger,
             drift_threshold=spec.drift_threshold,
             error_threshold=spec.error_threshold,
+            plan=plan,
         )
-    except TimingError as exc:
+    except ScheduleFieldError as exc:
         where = FieldError(where=f"body.{exc.field}", message=str(exc))
         raise ApiError(422, str(exc), kind="validation", errors=[where]) from None
     except DeploymentNotFound as exc:

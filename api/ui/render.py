@@ -111,14 +111,16 @@ def forget_form(next_path: str) -> str:
 # --- pages without a result -------------------------------------------------------------
 
 
-def key_page(job_id: int | None, message: str, next_path: str) -> str:
+def key_page(what: str | None, message: str, next_path: str) -> str:
     """The key form (a plain HTML form: it posts the key, the server keeps it in an
-    HttpOnly cookie), with why it is shown."""
-    title = f"tuning job {job_id}" if job_id is not None else "API key"
+    HttpOnly cookie), with why it is shown; `what` the page asked for ("tuning job 5",
+    "plan job 7"; None: none)."""
+    title = what or "API key"
+    kind = what.rsplit(" ", 1)[0] if what else "job"
     body = (
         '<section id="key-form">\n<h2>API key</h2>\n'
         f'<p id="error" class="err">{_e(message)}</p>\n'
-        '<p class="muted">This page shows a tuning job of your project. Enter an API key '
+        f'<p class="muted">This page shows a {_e(kind)} of your project. Enter an API key '
         "of that project (<code>servetune keys create --project P</code>); this browser "
         f"then keeps it in an HttpOnly cookie for this site's pages for {KEY_COOKIE_DAYS} days "
         "or until you forget it. "

@@ -1,10 +1,12 @@
 """What a job executor is given and how it fails.
 
-An executor is a callable `(JobContext) -> TuneOutcome`. It reports progress
-through `ctx.report(...)` after each completed trial, and polls
-`ctx.should_stop()` between trials: True means the job was cancelled or this
-worker lost its lease (another worker took over), and the executor must return
-promptly (a partial outcome is fine). An executor that cannot run the job raises
+An executor is a callable `(JobContext) -> result`, one per job kind: a tuning job's
+result is a `TuneOutcome`, a plan job's a `FleetPlan`. It reports progress through
+`ctx.report(...)` (its kind's progress: `TuneProgress` after each completed trial,
+`PlanProgress` at each step of the plan), and polls `ctx.should_stop()` between them:
+True means the job was cancelled or this worker lost its lease (another worker took
+over), and the executor must return promptly (a partial tuning outcome is fine) or raise
+`JobStopped` (a plan has no partial answer). An executor that cannot run the job raises
 `JobFailed` with a message for the user. Jobs that are taken over after a crash
 are run again with `ctx.resumed` True and the last reported progress in
 `ctx.job.progress`; the tuning executor resumes the Optuna study named
@@ -17,12 +19,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from optimizer.search import TuneOutcome, TuneProgress
-from storage.service_records import JobInfo
+from optimizer.plan import FleetPlan
+from optimizer.search import TuneOutcome
+from storage.service_records import JobInfo, JobProgress
+
+# What an executor returns: its kind's answer.
+JobOutcome = TuneOutcome | FleetPlan
 
 
 class JobFailed(RuntimeError):
     """The job cannot complete; the message is shown to the user as the job's error."""
+
+
+class JobStopped(RuntimeError):
+    """The executor stopped early because `should_stop()` said so, with nothing to keep."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +41,9 @@ class JobContext:
     storage_url: str  # the service database; Optuna's RDB storage lives there too
     study_name: str  # stable across attempts, so a takeover resumes the same study
     resumed: bool  # True when an earlier attempt of this job died mid-run
-    report: Callable[[TuneProgress], None]
+    report: Callable[[JobProgress], None]
     should_stop: Callable[[], bool]
 
 
 class Executor(Protocol):
-    def __call__(self, ctx: JobContext) -> TuneOutcome: ...
+    def __call__(self, ctx: JobContext) -> JobOutcome: ...

@@ -27,7 +27,9 @@ traffic compare with the drifted window, not with the old one.
 The re-tune's workload is the window's traffic as `observe` rebuilt it, stored as a trace
 (named after the deployment and the observation); its job's request is the schedule's,
 pinned to that trace, and keeps `deployment_id`, so the search is priced with the
-deployment's newest calibration: the one fitted on that window.
+deployment's newest calibration: the one fitted on that window. A schedule with a `plan`
+queues a plan job instead: the plan pinned to that trace, sizing the deployed unit unless
+the plan names one (`storage.schedules.deployed_plan`).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from api.services.stream_windows import drift
 from api.settings import get_settings
 from optimizer.config import ServingConfig
 from optimizer.latency.base import LatencySource
+from optimizer.plan import PlanError
 from optimizer.telemetry import (
     ObservedWindow,
     TelemetryError,
@@ -64,7 +67,13 @@ from storage.deployments import (
     observed_window_of,
 )
 from storage.jobs import enqueue_job, get_job
-from storage.service_records import DeploymentObservation, ScheduleInfo, WindowSummary
+from storage.schedules import deployed_plan
+from storage.service_records import (
+    DeploymentObservation,
+    JobParams,
+    ScheduleInfo,
+    WindowSummary,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,9 +231,16 @@ def _act(
     ).hexdigest()
     name = f"deployment-{schedule.deployment_id}-window-{stored.id}"
     trace = store_workload(s, workload, digest=digest, project=schedule.project, name=name)
-    reason += f"; re-tuning on {what} (trace {trace.id})"
+    params: JobParams = schedule.params
+    if schedule.plan is not None:
+        try:
+            params = deployed_plan(replace(schedule.plan, trace_id=trace.id), w.config)
+        except PlanError as exc:
+            return Outcome(False, f"{reason}; no plan made: {exc}", baseline_observation_id=None)
+    doing = "re-planning" if schedule.plan is not None else "re-tuning"
+    reason += f"; {doing} on {what} (trace {trace.id})"
     job = enqueue_job(
-        s, project=schedule.project, params=schedule.params,
+        s, project=schedule.project, params=params,
         window=replace(current, trace_ids=(trace.id,)), schedule_id=schedule.id,
         trigger_reason=reason,
     )  # fmt: skip

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from api.worker.context import Executor
+from api.worker.planning import run_planning
 from api.worker.tuning import run_tuning
 from storage.service_records import JobKind
 
 
 def default_executors() -> Mapping[JobKind, Executor]:
-    """The real executors: tuning runs the search (`api.services.tuning`)."""
-    return {JobKind.TUNING: run_tuning}
+    """The real executors: tuning runs the search (`api.services.tuning`), a plan job the
+    fleet plan (`api.services.planning`)."""
+    return {JobKind.TUNING: run_tuning, JobKind.PLAN: run_planning}

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
-from api.worker.context import Executor, JobContext, JobFailed
+from api.worker.context import Executor, JobContext, JobFailed, JobOutcome, JobStopped
 from api.worker.scheduling import fire_due_schedules
-from optimizer.search import TrialError, TuneOutcome, TuneProgress
+from optimizer.search import TrialError
 from storage.db import session_scope
 from storage.jobs import claim_job, finish_job, renew_lease, report_progress
-from storage.service_records import ClaimedJob, JobKind, JobStatus
+from storage.service_records import ClaimedJob, JobKind, JobProgress, JobStatus
 
 log = logging.getLogger("servetune.worker")
 
@@ -115,7 +115,7 @@ class Worker:
                 lease.lost.set()
                 return
 
-    def _report(self, claim: ClaimedJob, lease: _Lease, progress: TuneProgress) -> None:
+    def _report(self, claim: ClaimedJob, lease: _Lease, progress: JobProgress) -> None:
         with session_scope(self.engine) as session:
             if not report_progress(session, claim, progress):
                 lease.lost.set()
@@ -136,7 +136,7 @@ class Worker:
             report=lambda progress: self._report(claim, lease, progress),
             should_stop=lease.should_stop,
         )
-        outcome: TuneOutcome | None = None
+        outcome: JobOutcome | None = None
         error: str | None = None
         executor = self.executors.get(job.kind)
         try:
@@ -146,6 +146,8 @@ class Worker:
             status = JobStatus.CANCELLED if lease.cancelled.is_set() else JobStatus.SUCCEEDED
             if status is JobStatus.CANCELLED:
                 error = "cancelled while running"
+        except JobStopped:  # cancelled (a lost lease is discarded below)
+            status, error = JobStatus.CANCELLED, "cancelled while running"
         except JobFailed as exc:
             status, error = JobStatus.FAILED, str(exc)
         except TrialError as exc:  # a bug, not a bad config: show where it happened

@@ -1,9 +1,12 @@
-"""Firing due schedules: each due time is claimed, decided and advanced in one transaction."""
+"""Firing due schedules: each due time is claimed, decided and advanced in one transaction.
+
+A schedule fires a tuning job with its `params`, or, with a `plan`, a plan job: that
+request pinned to the window's newest trace (`fired_params`)."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from sqlalchemy.engine import Engine
@@ -15,7 +18,7 @@ from storage.db import session_scope
 from storage.jobs import enqueue_job, get_job
 from storage.recommendations import DeploymentFilter, RecommendationNotFound, latest_recommendation
 from storage.schedules import advance_due, claim_due_schedule, record_run
-from storage.service_records import ScheduleInfo, ScheduleTrigger, WindowSummary
+from storage.service_records import JobParams, ScheduleInfo, ScheduleTrigger, WindowSummary
 
 log = logging.getLogger("servetune.schedules")
 
@@ -79,6 +82,14 @@ def decide(session: Session, schedule: ScheduleInfo, now: datetime) -> Decision:
     )
 
 
+def fired_params(schedule: ScheduleInfo, trace_ids: tuple[int, ...]) -> JobParams:
+    """What a firing queues: the schedule's tuning request, or its plan on the newest of
+    the window's traces."""
+    if schedule.plan is None:
+        return schedule.params
+    return replace(schedule.plan, trace_id=trace_ids[-1])
+
+
 def fire_due_schedules(engine: Engine, *, now: datetime | None = None, limit: int = 20) -> int:
     """Handle due schedules one transaction each; return how many jobs were enqueued."""
     fired = 0
@@ -94,10 +105,11 @@ def fire_due_schedules(engine: Engine, *, now: datetime | None = None, limit: in
                 decision = decide(session, schedule, moment)
                 job_id = None
                 if decision.fire:
+                    assert decision.window is not None
                     job = enqueue_job(
                         session,
                         project=schedule.project,
-                        params=schedule.params,
+                        params=fired_params(schedule, decision.window.trace_ids),
                         window=decision.window,
                         schedule_id=schedule.id,
                         trigger_reason=decision.reason,

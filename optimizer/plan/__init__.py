@@ -13,7 +13,7 @@ from optimizer.plan.errors import PlanError
 from optimizer.plan.fleets import DynamicReplay, FleetKind, FleetReplay
 from optimizer.plan.keda import keda_yaml
 from optimizer.plan.outcome import FleetPlan
-from optimizer.plan.request import PlanRequest
+from optimizer.plan.request import PlanProgress, PlanRequest
 from optimizer.plan.unit import UnitChoice, UnitSource, screen_unit
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "FleetPlan",
     "FleetReplay",
     "PlanError",
+    "PlanProgress",
     "PlanRequest",
     "UnitChoice",
     "UnitSource",

@@ -1,5 +1,5 @@
-"""`PlanRequest`: what a fleet plan is asked for, the one contract the CLI, storage and
-(later) the REST API share.
+"""`PlanRequest`: what a fleet plan is asked for, the one contract the CLI, storage, the
+REST API and the job queue share; `PlanProgress`: what a plan job reports while it runs.
 
 A plan cuts a trace into windows of `window_s` seconds and sizes fleets of one unit for
 them. The unit is `unit` (one replica or one P:D group), else the one `tune` would
@@ -49,7 +49,8 @@ class PlanRequest:
     is refused). `cold_start_s` replaces the default cold start (`optimizer.sim.scaling`).
     `price_per_gpu_hour` prices every role of the unit (else the accelerator's own price,
     if it has one). `screen_trials`: seeded units screened besides vLLM's defaults when
-    no unit is given and none is stored."""
+    no unit is given and none is stored. `stream` (the service only): a named series of
+    uploads, planned on its newest upload (pinned when the job is queued)."""
 
     model: str
     gpu: str
@@ -64,10 +65,16 @@ class PlanRequest:
     price_per_gpu_hour: float | None = None
     seed: int = 0
     screen_trials: int = 8
+    stream: str | None = None
 
     def __post_init__(self) -> None:
         if self.trace_id is not None:
             _int_in("trace_id", self.trace_id, 1, 2**31 - 1)
+        if self.stream is not None:
+            if not isinstance(self.stream, str) or not 1 <= len(self.stream) <= MAX_NAME:
+                raise PlanError(f"stream: expected a name of 1 to {MAX_NAME} characters")
+            if self.trace_id is not None:
+                raise PlanError("stream: give trace_id (a stored trace) or stream, not both")
         for name in ("model", "gpu"):
             value = getattr(self, name)
             if not isinstance(value, str) or not 1 <= len(value) <= MAX_NAME:
@@ -154,6 +161,15 @@ class PlanRequest:
             raise PlanError(str(exc)) from None
         assert isinstance(built, PlanRequest)
         return built
+
+
+@dataclass(frozen=True, slots=True)
+class PlanProgress:
+    """Reported by a plan job at each step of `build_plan` (its `on_step` messages):
+    `steps_done` steps so far, `stage` the step under way."""
+
+    steps_done: int
+    stage: str
 
 
 def _check_unit(unit: ServingConfig, model: str, gpu: str) -> None:

@@ -8,18 +8,20 @@ the feasible unit with the highest capacity per GPU wins."""
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 import numpy as np
 
-from optimizer.config import ConfigError, ServingConfig
+from optimizer.config import ConfigError, ServingConfig, ServingMode
 from optimizer.latency.base import LatencySource
 from optimizer.plan.errors import PlanError
 from optimizer.plan.request import PlanRequest
 from optimizer.plan.windows import PlanWindow
 from optimizer.search.evaluation import Evaluation
 from optimizer.search.recommend import baseline_config
+from optimizer.search.sizing import unit_of
 from optimizer.search.space import build_config, config_key
 from optimizer.search.trace_evaluator import TraceEvaluator
 from optimizer.workload import Workload
@@ -51,6 +53,14 @@ class SeededChooser:
         i = int(self.rng.integers(num_choices)) if num_choices > 1 else 0
         self.params[name] = i
         return i
+
+
+def fleet_unit(fleet: ServingConfig) -> ServingConfig:
+    """The unit a running fleet repeats: one replica, or the smallest P:D group (a 4P:2D
+    fleet is two 2P:1D units)."""
+    if fleet.mode is ServingMode.COLOCATED:
+        return unit_of(fleet, fleet.num_replicas)
+    return unit_of(fleet, math.gcd(fleet.num_prefill, fleet.num_decode))
 
 
 def describe_unit(unit: ServingConfig) -> str:

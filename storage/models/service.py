@@ -31,6 +31,8 @@ class JobRow(Base):
         # The list's filters, then its order (migration 0100).
         Index("ix_jobs_project_id", "project", "id"),
         Index("ix_jobs_project_status_id", "project", "status", "id"),
+        # each kind's list (migration 0170)
+        Index("ix_jobs_project_kind_id", "project", "kind", "id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -82,6 +84,8 @@ class ScheduleRow(Base):
     )
     error_threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
     baseline_observation_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # `PlanRequest.to_dict()`: the schedule queues plan jobs (None: tuning jobs)
+    plan: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
 
 class RecommendationRow(Base):

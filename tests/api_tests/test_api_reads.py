@@ -10,6 +10,7 @@ from fastapi.routing import APIRoute
 from pydantic import TypeAdapter
 from starlette.routing import BaseRoute
 
+from api.worker import Worker, default_executors
 from storage.db import make_engine, session_scope
 from storage.keys import create_key
 from storage.latency_models import save_latency_model
@@ -19,8 +20,14 @@ from tests.api_tests.test_api_jobs import PARAMS, _create, _trace
 from tests.storage_tests.test_profiles import CPU, varied_samples
 
 # Bodies that hold NaN figures, sent as null as they always were, so they cannot be
-# validated back: the job's `outcome.json` as stored, and the latest recommendation.
-WITH_NAN = {"/v1/tuning-jobs/{job_id}/result": "job_id", "/v1/recommendations/latest": "job_id"}
+# validated back: the job's `outcome.json` as stored, the latest recommendation and a
+# plan (a window without requests has no mean length): the field naming the job, and
+# which job.
+WITH_NAN = {
+    "/v1/tuning-jobs/{job_id}/result": ("job_id", "job_id"),
+    "/v1/recommendations/latest": ("job_id", "job_id"),
+    "/v1/plans/{plan_job_id}/result": ("job_id", "plan_job_id"),
+}
 
 
 def _seed(service: Service, tmp_path: Path) -> dict[str, int]:
@@ -39,7 +46,17 @@ def _seed(service: Service, tmp_path: Path) -> dict[str, int]:
         json={"name": "prod", "config": {"model": "llama-3.1-8b", "replica": {"tp": 1}}},
     )
     assert deployment.status_code == 201, deployment.text
+    plan = service.client.post(
+        "/v1/plans",
+        headers=service.auth(service.key_a),
+        json={"trace_id": trace_id, "model": "llama-3.1-8b", "gpu": "h100", "slo_ttft_ms": 2000,
+              "slo_tpot_ms": 50, "window_s": 20, "cold_start_s": 5,
+              "unit": {"model": "llama-3.1-8b", "replica": {"tp": 1}}},
+    )  # fmt: skip
+    assert plan.status_code == 202, plan.text
     engine = make_engine(service.url)
+    planner = Worker(engine, storage_url=service.url, executors=default_executors())
+    assert planner.run_once() is True
     with session_scope(engine) as s:
         run = create_profile_run(
             s, name="r", source="profiler", accelerator="cpu", device=CPU, samples=varied_samples()
@@ -49,6 +66,7 @@ def _seed(service: Service, tmp_path: Path) -> dict[str, int]:
     return {
         "trace_id": trace_id,
         "job_id": job_id,
+        "plan_job_id": plan.json()["id"],
         "schedule_id": schedule.json()["id"],
         "deployment_id": deployment.json()["id"],
         "run_id": run.id,
@@ -77,7 +95,8 @@ def test_every_get_answers_its_response_model(service: Service, tmp_path: Path) 
         assert r.status_code == 200, (route.path, r.text)
         assert r.headers["content-type"] == "application/json", route.path
         if route.path in WITH_NAN:
-            assert r.json()[WITH_NAN[route.path]] == ids["job_id"], route.path
+            field, which = WITH_NAN[route.path]
+            assert r.json()[field] == ids[which], route.path
             continue
         adapter = TypeAdapter(route.response_model)
         value = adapter.validate_json(r.content)

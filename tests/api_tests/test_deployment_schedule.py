@@ -9,6 +9,7 @@ read a real Prometheus server.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -56,10 +57,10 @@ def prometheus(monkeypatch: pytest.MonkeyPatch) -> FakePrometheus:
     return fake
 
 
-def _create(service: Service, **extra) -> tuple[int, int]:
+def _create(service: Service, config: dict = CONFIG, **extra) -> tuple[int, int]:
     h = service.auth(service.key_a)
     d = service.client.post("/v1/deployments", headers=h, json={
-        "name": "prod", "config": CONFIG, "prometheus_url": "http://prometheus:9090",
+        "name": "prod", "config": config, "prometheus_url": "http://prometheus:9090",
         "label_selector": '{job="vllm"}'})  # fmt: skip
     assert d.status_code == 201, d.text
     params = {"deployment_id": d.json()["id"], "model": "llama-3.1-8b", "gpu_types": ["h100"],
@@ -187,5 +188,60 @@ def test_a_prediction_error_that_passes_the_threshold_retunes_once(
         assert tick(3) == 0
         with session_scope(engine) as s:
             assert get_schedule(s, sid).num_fired == 1
+    finally:
+        engine.dispose()
+
+
+def test_a_drift_schedule_with_a_plan_queues_a_plan_job(
+    service: Service, prometheus: FakePrometheus
+) -> None:
+    """The same drift fires a plan job instead of a re-tune: the schedule's plan pinned to
+    the window's trace, sizing the deployed unit; a worker makes and stores the plan."""
+    from api.worker import Worker, WorkerOptions, default_executors
+    from optimizer.plan import FleetPlan, PlanRequest
+    from storage.plans import plan_text_of_job
+    from storage.service_records import JobKind, JobStatus
+
+    plan = {"model": "llama-3.1-8b", "gpu": "h100", "gpu_budget": 8, "slo_ttft_ms": 500,
+            "slo_tpot_ms": 50, "window_s": 20, "cold_start_s": 5,
+            "price_per_gpu_hour": 3.0}  # fmt: skip
+    h = service.auth(service.key_a)
+    bad = service.client.post("/v1/schedules", headers=h, json={
+        "interval_s": WINDOW_S, "trigger": "drift", "plan": {**plan, "gpu": "a100"},
+        "params": {"deployment_id": 1, "model": "llama-3.1-8b", "gpu_types": ["h100"],
+                   "gpu_budget": 8, "slo_ttft_ms": 500, "slo_tpot_ms": 50}})  # fmt: skip
+    assert bad.status_code == 422 and bad.json()["errors"][0]["where"] == "body.plan.gpu"
+    _, sid = _create(service, {**CONFIG, "num_replicas": 3}, plan=plan)
+    engine = make_engine(service.url)
+    t0 = datetime.now(UTC) + timedelta(seconds=WINDOW_S)
+    try:
+        assert fire_due_schedules(engine, now=t0) == 0  # the baseline
+        prometheus.rate = 8.0
+        assert fire_due_schedules(engine, now=t0 + timedelta(seconds=WINDOW_S)) == 1
+        with session_scope(engine) as s:
+            fired = get_schedule(s, sid)
+            jobs = list_jobs(s, project="a")
+        assert [j.kind for j in jobs] == [JobKind.PLAN] and fired.num_fired == 1
+        assert "re-planning on observation" in fired.last_reason
+        job = jobs[0]
+        assert isinstance(job.params, PlanRequest) and job.trigger_reason == fired.last_reason
+        assert job.params.trace_id == job.window.trace_ids[0]
+        assert (job.params.window_s, job.params.cold_start_s) == (20, 5)
+        assert job.params.price_per_gpu_hour == 3.0
+        # no unit in the schedule's plan: one replica of the deployed 3
+        assert fired.plan.unit is None and job.params.unit.num_replicas == 1
+        deployed = CONFIG["replica"]
+        assert job.params.unit.replica.max_num_batched_tokens == deployed["max_num_batched_tokens"]
+        assert job.params.unit.replica.max_num_seqs == deployed["max_num_seqs"]
+        worker = Worker(engine, storage_url=service.url, executors=default_executors(),
+                        options=WorkerOptions(lease_s=30, poll_s=0.5))  # fmt: skip
+        assert worker.run_once()
+        with session_scope(engine) as s:
+            done = list_jobs(s, project="a")[0]
+            stored = plan_text_of_job(s, job.id, project="a")
+        assert done.status is JobStatus.SUCCEEDED, done.error
+        assert stored is not None
+        made = FleetPlan.from_dict(json.loads(stored.outcome))
+        assert made.request == job.params and made.unit.source.value == "given"
     finally:
         engine.dispose()
