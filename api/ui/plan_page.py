@@ -22,7 +22,7 @@ from api.ui.render import (
 )
 from optimizer.plan import FleetPlan, PlanError, PlanProgress, keda_yaml
 from optimizer.plan.outcome import PLAN_SCHEMA_VERSION
-from optimizer.plan.report import attainment_svg, demand_svg, not_replayed
+from optimizer.plan.report import attainment_svg, demand_svg
 from optimizer.plan.tables import (
     capacity_table,
     fleets_table,
@@ -130,7 +130,7 @@ def _plan(plan: FleetPlan) -> str:
     out.append(_titled(fleets_table(plan), "fleets"))
     picture = (
         f'{_PICTURE_CSS}<div class="picture" id="demand">{demand_svg(plan)}</div>'
-        f"<h3>Attainment per window{_e(not_replayed(plan))}</h3>"
+        "<h3>Attainment per window</h3>"
         f'<div class="picture" id="attainment">{attainment_svg(plan)}</div>'
     )
     out.append(_section("picture-card", "(d) Demand and GPUs over time", picture))
