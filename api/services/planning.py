@@ -69,6 +69,7 @@ class PlanTrace:
     workload: Workload
     trace_id: int | None
     file: Path | None = None
+    synthetic: bool = False  # made by `traces synthesize` (the plan says so)
 
 
 class PlanInputError(ValueError):
@@ -150,7 +151,7 @@ def load_plan_trace(database_url: str, source: int | Path) -> PlanTrace:
     what is wrong."""
     from optimizer.traces import parse_trace
     from storage.db import make_engine, session_scope, upgrade_database
-    from storage.traces import find_trace_by_hash, load_trace_columns
+    from storage.traces import find_trace_by_hash, get_trace, load_trace_columns
 
     upgrade_database(database_url)
     engine = make_engine(database_url)
@@ -158,7 +159,9 @@ def load_plan_trace(database_url: str, source: int | Path) -> PlanTrace:
         if isinstance(source, int):
             with session_scope(engine) as s:
                 columns = load_trace_columns(s, source)
-            return PlanTrace(Workload.from_columns(columns, name=f"trace-{source}"), source)
+                synthetic = get_trace(s, source).synthetic is not None
+            workload = Workload.from_columns(columns, name=f"trace-{source}")
+            return PlanTrace(workload, source, synthetic=synthetic)
         parsed = parse_trace(source)
         with session_scope(engine) as s:
             found = find_trace_by_hash(s, parsed.content_hash)
@@ -266,7 +269,16 @@ def make_plan(
         unit = screen_unit(request, trace.workload, checked.busiest_by_rate, source)
     # priced as tune prices: the latency models, run by the unit's engine release
     info = LatencyInfo(f"{label}; priced as {unit.config.engine_release.label}", estimate)
-    return build_plan(request, trace.workload, checked, unit, source, info, on_step=on_step)
+    return build_plan(
+        request,
+        trace.workload,
+        checked,
+        unit,
+        source,
+        info,
+        on_step=on_step,
+        synthetic=trace.synthetic,
+    )
 
 
 def run_plan(

@@ -193,3 +193,22 @@ def test_bad_input_is_one_error_and_stores_nothing(
     assert result.exit_code == 2, result.output
     assert "error:" in result.output and message in " ".join(result.output.split())
     assert _counts(cli_db) == (0, 0)
+
+
+def test_a_plan_on_a_synthesized_trace_says_it_is_synthetic(
+    cli_db: str, runner: CliRunner, tmp_path: Path
+) -> None:
+    sample = _trace(tmp_path / "sample.csv", 200, 2.0)
+    assert runner.invoke(app, ["traces", "import", str(sample)]).exit_code == 0
+    made = runner.invoke(app, [
+        "traces", "synthesize", "--from", "1", "--days", "0.05", "--mean-rate", "0.5",
+        "--rate-curve", "diurnal", "--seed", "3",
+    ])  # fmt: skip
+    assert made.exit_code == 0, made.output
+    res = runner.invoke(
+        app, ["plan", "--trace", "2", *COMMON, "--unit", str(UNIT), "--window", "15m", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    plan = FleetPlan.from_dict({k: v for k, v in doc.items() if k != "id"})
+    assert plan.trace.synthetic and plan.request.trace_id == 2
