@@ -111,6 +111,26 @@ class StepLog:
     def __len__(self) -> int:
         return len(self.end)
 
+    def add_run(
+        self,
+        ends: np.ndarray,
+        durs: np.ndarray,
+        n_dec: int,
+        kv_used: np.ndarray,
+        kv_q1: np.ndarray,
+    ) -> None:
+        """Rows of k decode-only steps of `n_dec` sequences at once (a decode stretch):
+        their end times and durations (s), KV blocks used and KV tokens attended, each
+        an array of k."""
+        k = len(ends)
+        self.end.frombytes(np.ascontiguousarray(ends, dtype=np.float64).tobytes())
+        self.dur.frombytes(np.ascontiguousarray(durs, dtype=np.float64).tobytes())
+        counts = array("q", [n_dec]) * k
+        self.n_dec.extend(counts)
+        self.n_seqs.extend(counts)
+        self.kv_used.frombytes(np.ascontiguousarray(kv_used, dtype=np.int64).tobytes())
+        self.kv_q1.frombytes(np.ascontiguousarray(kv_q1, dtype=np.int64).tobytes())
+
 
 @dataclass(frozen=True, slots=True)
 class PhaseBreakdown:
