@@ -101,9 +101,9 @@ class _EventLoop:
         "arrival_s", "back_router", "burst", "check", "closed", "disagg", "fe_cost", "fe_free",
         "fleet", "front_router", "heap", "instances", "kv_bytes_per_token", "link_bytes_per_s",
         "link_free", "link_latency_s", "log", "log_alpha", "n", "next_rid", "num_rejected",
-        "num_transfers", "num_warmups", "on_arrival", "on_enter", "on_kv", "on_run_end", "on_step_end",
-        "outputs", "prompts", "release", "scaler", "seq", "think_s", "to_wake", "transfer_s",
-        "turnaround_per_token_s", "warmups_left",
+        "num_transfers", "num_warmups", "on_arrival", "on_enter", "on_kv", "on_run_end",
+        "on_step_end", "outputs", "prompts", "release", "scaler", "seq", "think_s", "to_wake",
+        "transfer_s", "turnaround_per_token_s", "warmups_left",
     )  # fmt: skip
 
     def __init__(
