@@ -77,6 +77,8 @@ from optimizer.workload import Workload
 __all__ = ["SimulationError", "max_request_tokens", "rejection_note", "simulate"]
 
 RUN_STEPS = 4096  # the most steps one decode stretch advances at once
+# The fewest steps worth a jump: a shorter stretch is stepped (its arrays cost more).
+MIN_RUN_STEPS = 8
 
 
 class ScalingHooks(Protocol):
@@ -302,7 +304,7 @@ class _EventLoop:
         inst.step_start = now
         if inst.price_run is not None:
             k = inst.plan_run(RUN_STEPS)
-            if k > 1:
+            if k >= MIN_RUN_STEPS:
                 self._begin_run(inst, now, t, k)
                 return
         heappush(self.heap, (now + t, next(self.seq), self.on_step_end, inst.index))
