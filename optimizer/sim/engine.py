@@ -77,8 +77,11 @@ from optimizer.workload import Workload
 __all__ = ["SimulationError", "max_request_tokens", "rejection_note", "simulate"]
 
 RUN_STEPS = 4096  # the most steps one decode stretch advances at once
-# The fewest steps worth a jump: a shorter stretch is stepped (its arrays cost more).
+# The fewest steps worth a jump: a shorter stretch is stepped (its arrays cost more), as is
+# any on an instance whose requests come less than `ARRIVAL_GAP_STEPS` steps apart on
+# average (its stretches would mostly be cut short).
 MIN_RUN_STEPS = 8
+ARRIVAL_GAP_STEPS = 32
 
 
 class ScalingHooks(Protocol):
@@ -302,9 +305,9 @@ class _EventLoop:
             return
         inst.busy = True
         inst.step_start = now
-        if inst.price_run is not None:
-            k = inst.plan_run(RUN_STEPS)
-            if k >= MIN_RUN_STEPS:
+        if inst.price_run is not None and inst.add_gap_s > ARRIVAL_GAP_STEPS * t:
+            k = inst.plan_run(RUN_STEPS, MIN_RUN_STEPS)
+            if k > 1:
                 self._begin_run(inst, now, t, k)
                 return
         heappush(self.heap, (now + t, next(self.seq), self.on_step_end, inst.index))

@@ -171,12 +171,12 @@ class AggregateDecodeScheduler(BaseScheduler):
 
     # ------------------------------------------------------------------ decode stretches
 
-    def plan_run(self, max_steps: int) -> int:
+    def plan_run(self, max_steps: int, min_steps: int = 2) -> int:
         """Steps, from the one just planned on (it included, at most `max_steps`), that run
-        the same decode set with nothing else to do: 1 when the step just planned is not
-        decode-only or something waits to be admitted; else up to the first finish, and
-        short of the first step whose new blocks the pool no longer has (that one
-        preempts). Above 1 it records the run for `apply_run`."""
+        the same decode set with nothing else to do: up to the first finish, and short of
+        the first step whose new blocks the pool no longer has (that one preempts); 1 when
+        the step just planned is not decode-only, something waits to be admitted, or fewer
+        than `min_steps` would run. Above 1 it records the run for `apply_run`."""
         n = len(self.decodes)
         if not n or self.chunks or self.partial is not None or self.waiting or self.ready:
             return 1
@@ -185,7 +185,7 @@ class AggregateDecodeScheduler(BaseScheduler):
         while finishes[0] < first:  # keys of steps already completed
             heappop(finishes)
         k = min(finishes[0] - first + 1, max_steps)
-        if k <= 1:
+        if k < min_steps:
             return 1
         pool = self.pool
         phases = (np.arange(first + 1, first + k, dtype=np.int64)) % pool.block_size
@@ -193,7 +193,7 @@ class AggregateDecodeScheduler(BaseScheduler):
         free = pool.num_free
         if need[-1] > free:
             k = int(np.argmax(need > free)) + 1
-            if k <= 1:
+            if k < min_steps:
                 return 1
             need = need[: k - 1]
         self.run_first = first

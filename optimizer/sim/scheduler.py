@@ -57,6 +57,7 @@ class BaseScheduler(ABC):
     """Scheduler state of one instance. `schedule` plans a step; `complete` applies it."""
 
     __slots__ = (
+        "add_gap_s",
         "admit_cutoff",
         "admit_reserve",
         "align_block",
@@ -73,6 +74,7 @@ class BaseScheduler(ABC):
         "hashes",
         "in_flight",
         "index",
+        "last_add_s",
         "log",
         "max_seqs",
         "num_preemptions",
@@ -162,6 +164,8 @@ class BaseScheduler(ABC):
         self.price_run: Callable[[int, int, int], np.ndarray] | None = None
         self.run_ends: np.ndarray | None = None
         self.clamped: list[int] | None = None
+        self.last_add_s = math.inf
+        self.add_gap_s = math.inf
         # vLLM v0 (no chunked prefill): prompts get steps of their own, and a prompt is
         # admitted only while 1% of the blocks stay free (its block manager's watermark).
         self.prefill_first = prefill_first
@@ -197,6 +201,16 @@ class BaseScheduler(ABC):
         the prefill instance): it waits, in FCFS order, and counts as outstanding."""
         self.outstanding += r.num_prompt + r.num_output
         self.waiting.append(r)
+        # the mean time between requests reaching it (a moving average, 1/8 per request;
+        # from the second request on): the loop steps instances whose stretches it would cut
+        t = r.arrival_s
+        gap = t - self.last_add_s
+        self.last_add_s = t
+        avg = self.add_gap_s
+        if avg < math.inf:
+            self.add_gap_s = avg + (gap - avg) * 0.125
+        elif gap >= 0.0:
+            self.add_gap_s = gap
 
     # ------------------------------------------------------------------ scheduling
 

@@ -47,6 +47,17 @@ def poisson(n: int, gap_s: float, seed: int, prompt=(10, 800), output=(1, 300)) 
     )
 
 
+DEFAULT_GATES = (engine.MIN_RUN_STEPS, engine.ARRIVAL_GAP_STEPS)
+
+
+@pytest.fixture(autouse=True)
+def eager(monkeypatch):
+    """Every stretch of two steps or more jumps, however often requests come (the loop's
+    defaults step short ones): the most runs, and the most runs cut short."""
+    monkeypatch.setattr(engine, "MIN_RUN_STEPS", 2)
+    monkeypatch.setattr(engine, "ARRIVAL_GAP_STEPS", 0)
+
+
 def assert_same(off, on) -> None:
     """Jump on (`on`) gives the step-by-step results (`off`)."""
     for name in ("ttft_s", "tpot_s", "e2e_s", "queueing_s"):
@@ -278,7 +289,10 @@ def test_a_scheduled_fleet():
 
 @pytest.mark.shared_data
 @pytest.mark.parametrize("name", ["conv", "code"])
-def test_azure_traces_give_the_same_results(shared_data, name):
+@pytest.mark.parametrize("gates", [DEFAULT_GATES, (2, 0)])
+def test_azure_traces_give_the_same_results(shared_data, name, gates, monkeypatch):
+    monkeypatch.setattr(engine, "MIN_RUN_STEPS", gates[0])
+    monkeypatch.setattr(engine, "ARRIVAL_GAP_STEPS", gates[1])
     path = shared_data / "traces" / "azure2023" / f"AzureLLMInferenceTrace_{name}.csv"
     df = pl.read_csv(path, schema_overrides={"TIMESTAMP": pl.Utf8})
     ts = df["TIMESTAMP"].str.to_datetime("%Y-%m-%d %H:%M:%S%.f").dt.epoch("us").to_numpy()
