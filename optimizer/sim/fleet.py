@@ -321,6 +321,7 @@ def build_fleet(
                 async_admission=release.generation.async_scheduling,
                 align_block=align,
                 align_eagle=bool(num_spec) and spec.method is SpecMethod.EAGLE,
+                decode_price=decode_only(target),
             )
             side = back if plan.role is Role.DECODE else front
             side.append(inst)

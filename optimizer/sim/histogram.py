@@ -10,8 +10,8 @@ of `optimizer.sim.metrics.Percentiles.of`), reported within a relative
 `RELATIVE_ERROR` of the exact figure: buckets keep the values' order, so the
 sample of that rank lies in the bucket the histogram reports (with integer
 weights the ranks are exact; float weights only up to their summation order).
-The weighted mean, the minimum and the maximum (the 0- and 1-quantiles) are exact, and every reported
-percentile lies between the minimum and the maximum.
+The weighted mean, the minimum and the maximum (the 0- and 1-quantiles) are
+exact, and every reported percentile lies between the minimum and the maximum.
 
 Values from `MIN_VALUE` to `MAX_VALUE` seconds are bucketed; smaller positive ones
 count in the lowest bucket (an absolute error below `MIN_VALUE`), larger ones,
