@@ -111,9 +111,10 @@ class RunLog:
         self.from_s = t
 
     def column(self, name: str) -> np.ndarray:
-        """A copy of one per-request column as a numpy array."""
+        """One per-request column as a numpy array over the log's own memory (no copy:
+        writing to it writes the log)."""
         col = getattr(self, name)
-        return np.array(col, dtype=np.int64 if col.typecode == "q" else np.float64)
+        return np.frombuffer(col, dtype=np.int64 if col.typecode == "q" else np.float64)
 
     def scatter(self, part: RunLog, rids: np.ndarray) -> None:
         """Place `part` (a run of some of the requests, its request i being this run's
@@ -126,8 +127,7 @@ class RunLog:
         if rids.size and not (rids.min() >= 0 and rids.max() < len(self)):
             raise ValueError(f"RunLog.scatter: request ids must be in [0, {len(self)})")
         for name in ("arrival_s", "first_token_s", "finish_s", "first_sched_s", "num_preemptions"):
-            dst = np.frombuffer(getattr(self, name), dtype=part.column(name).dtype)
-            dst[rids] = part.column(name)
+            self.column(name)[rids] = part.column(name)
         self.itl.merge(part.itl)
         self.tokens_emitted += part.tokens_emitted
 
