@@ -3,7 +3,8 @@ SLO-bounded capacity per length mix, the perfect-system lower bound per window, 
 static, scheduled and reactive fleets, and the reactive policy as a KEDA ScaledObject.
 
 `check_inputs(request, trace)` refuses bad input before any simulation;
-`build_plan(request, trace, checked, unit, latency, ...)` makes the `FleetPlan`. The unit
+`build_plan(request, trace, checked, unit, latency, ...)` makes the `FleetPlan`; its
+three fleet replays are `PlanPart`s, run in process or as jobs (`run_fleets`). The unit
 comes from `--unit`, a stored recommendation (`api.services.planning` looks it up) or
 `screen_unit`. Pure: no storage, api or torch.
 """
@@ -13,6 +14,7 @@ from optimizer.plan.errors import PlanError
 from optimizer.plan.fleets import DynamicReplay, FleetKind, FleetReplay
 from optimizer.plan.keda import keda_yaml
 from optimizer.plan.outcome import FleetPlan
+from optimizer.plan.parts import FleetRunner, PlanPart, run_fleet_part
 from optimizer.plan.request import PlanProgress, PlanRequest
 from optimizer.plan.unit import UnitChoice, UnitSource, screen_unit
 
@@ -22,7 +24,9 @@ __all__ = [
     "FleetKind",
     "FleetPlan",
     "FleetReplay",
+    "FleetRunner",
     "PlanError",
+    "PlanPart",
     "PlanProgress",
     "PlanRequest",
     "UnitChoice",
@@ -30,5 +34,6 @@ __all__ = [
     "build_plan",
     "check_inputs",
     "keda_yaml",
+    "run_fleet_part",
     "screen_unit",
 ]

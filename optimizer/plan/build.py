@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from optimizer.config import ServingConfig
 from optimizer.latency.base import LatencySource
@@ -16,13 +17,13 @@ from optimizer.plan.fleets import (
     FleetKind,
     FleetReplay,
     reactive_note,
-    replay_dynamic,
     scheduled_note,
     scheduled_schedule,
-    static_fleet,
+    size_static,
 )
 from optimizer.plan.lower_bound import lower_bound
 from optimizer.plan.outcome import FleetPlan, TraceSummary, ordering_text
+from optimizer.plan.parts import FleetRunner, PlanPart, run_fleet_part
 from optimizer.plan.policy import reactive_policy
 from optimizer.plan.request import PlanRequest
 from optimizer.plan.unit import UnitChoice
@@ -86,13 +87,15 @@ def build_plan(
     *,
     dynamic: DynamicReplay = simulate_fleet,
     synthetic: bool = False,
+    run_fleets: FleetRunner | None = None,
     on_step: Callable[[str], None] = lambda _m: None,
 ) -> FleetPlan:
     """The plan of `request` on `workload` with `unit` (see the package docstring).
     `dynamic` replays the scheduled and reactive fleets (the simulator's fleets that
-    change size). Raises `PlanError` for a unit that
-    cannot hold the trace's longest request, a length mix no unit sustains, or a peak
-    beyond the GPU budget."""
+    change size); `run_fleets` replays the three fleets' parts (`optimizer.plan.parts`:
+    by default in this process, in order; the worker pool runs them as jobs). Raises
+    `PlanError` for a unit that cannot hold the trace's longest request, a length mix no
+    unit sustains, or a peak beyond the GPU budget."""
     config = request.priced(unit.config)
     _check_fits(config, workload)
     settings = request.eval_settings()
@@ -101,31 +104,33 @@ def build_plan(
     lower = lower_bound(
         windows, bucketing, config.num_gpus, config.price_per_hour(), request.gpu_budget
     )
-    on_step("sizing the static fleet on the busiest window and replaying the whole trace")
-    static = static_fleet(workload, windows, config, lower, latency, settings)
-    policy, basis = reactive_policy(windows, bucketing, lower, static.peak_units, cold)
-    on_step("replaying the scheduled fleet")
-    for_fleets = (dynamic, workload, windows, config)
-    scheduled = replay_dynamic(
-        FleetKind.SCHEDULED,
-        *for_fleets,
-        scheduled_schedule(windows, lower, cold.total_s),
-        cold,
-        latency,
-        settings,
-        scheduled_note(cold),
+    on_step("sizing the static fleet on the busiest window")
+    static_units, static_note = size_static(workload, windows, config, lower, latency, settings)
+    policy, basis = reactive_policy(windows, bucketing, lower, static_units, cold)
+    part = partial(PlanPart, request, config, latency_info.label)
+    parts = (
+        part(FleetKind.STATIC, static_note, static_units=static_units),
+        part(
+            FleetKind.SCHEDULED,
+            scheduled_note(cold),
+            schedule=scheduled_schedule(windows, lower, cold.total_s),
+        ),
+        part(FleetKind.REACTIVE, reactive_note(policy), policy=policy),
     )
-    on_step("replaying the reactive fleet")
-    reactive = replay_dynamic(
-        FleetKind.REACTIVE,
-        *for_fleets,
-        policy,
-        cold,
-        latency,
-        settings,
-        reactive_note(policy),
-    )
-    fleets: tuple[FleetReplay, ...] = (static, scheduled, reactive)
+
+    def in_process(parts: tuple[PlanPart, ...]) -> tuple[FleetReplay, ...]:
+        replays = []
+        for p in parts:
+            on_step(f"replaying the {p.kind.value} fleet on the whole trace")
+            replays.append(run_fleet_part(p, workload, windows, cold, latency, settings, dynamic))
+        return tuple(replays)
+
+    fleets = (run_fleets or in_process)(parts)
+    if tuple(f.kind for f in fleets) != tuple(p.kind for p in parts):
+        raise ValueError(
+            f"the fleet runner returned {[f.kind.value for f in fleets]}, expected the "
+            f"replays of {[p.kind.value for p in parts]} in order"
+        )
     trace = TraceSummary(
         workload.name, len(workload), workload.duration_s, workload.mean_rate, synthetic
     )
