@@ -7,8 +7,9 @@ schedule's on the window's trace it was pinned to. Each step of the plan is repo
 nothing is stored). Its three fleet replays run as part jobs that any worker of the pool
 may run (`api.worker.plan_parts`). A refusal the plan finds (a peak beyond the GPU
 budget, a unit that cannot hold the longest request) fails the job with the plan's
-message; the worker then stores nothing else. The plan itself is stored by `storage.jobs.finish_job`, linked to
-the job, in the transaction that marks it succeeded.
+message; the worker then stores nothing else. The plan itself is stored by
+`storage.jobs.finish_job`, linked to the job, in the transaction that marks it
+succeeded.
 """
 
 from __future__ import annotations
