@@ -1,9 +1,10 @@
 """A worker process with the real executors, for the plan-part tests:
-`python -m tests.api_tests.plan_worker URL LEASE_S POLL_S`.
+`python -m tests.api_tests.plan_worker URL LEASE_S POLL_S PEER_WAIT_S`.
 
-Its plan-part executor first waits (at most 60 s) until parts are running in two
-workers at once, so that two such processes are sure to split one plan's parts rather
-than one taking them all by being quicker to claim.
+Its plan-part executor first waits (at most PEER_WAIT_S) until two workers have claimed
+plan parts, so that two such processes are sure to split one plan's parts rather
+than one taking them all by being quicker to claim (and a worker to be killed is sure to
+be killed mid-part).
 """
 
 from __future__ import annotations
@@ -20,22 +21,21 @@ from optimizer.plan import FleetReplay
 from storage.db import make_engine
 from storage.service_records import JobKind
 
-BOTH_RUNNING = sa.text(
-    "select count(distinct lease_owner) from jobs where kind = 'plan_part' and status = 'running'"
-)
+# A part keeps its last lease holder's name once finished.
+CLAIMERS = sa.text("select count(distinct lease_owner) from jobs where kind = 'plan_part'")
 
 
 def main() -> None:
-    url, lease_s, poll_s = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+    url, lease_s, poll_s, peer_wait_s = sys.argv[1], *map(float, sys.argv[2:5])
     engine = make_engine(url)
     executors = dict(default_executors())
     run_part = executors[JobKind.PLAN_PART]
 
     def run_part_with_a_peer(ctx: JobContext) -> FleetReplay:
-        deadline = time.monotonic() + 60.0
+        deadline = time.monotonic() + peer_wait_s
         while time.monotonic() < deadline:
             with engine.connect() as conn:
-                if conn.execute(BOTH_RUNNING).scalar_one() >= 2:
+                if conn.execute(CLAIMERS).scalar_one() >= 2:
                     break
             time.sleep(0.05)
         replay = run_part(ctx)

@@ -209,16 +209,29 @@ def test_a_takeover_waits_on_the_parts_already_queued(db_url: str, tmp_path: Pat
     assert len(parts) == 3 and all(p.status is JobStatus.CANCELLED for p in parts)
 
 
-def _spawn(url: str) -> tuple[subprocess.Popen, str]:
+def _spawn(url: str, lease_s: float = 30, peer_wait_s: float = 60) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = [url, str(lease_s), "0.2", str(peer_wait_s)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.api_tests.plan_worker", url, "30", "0.2"],
+        [sys.executable, "-m", "tests.api_tests.plan_worker", *args],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     assert line.startswith("ready "), line
     return proc, line.removeprefix("ready ")
+
+
+def _wait(engine, jid: int, done, timeout_s: float = 300.0):
+    """The plan job once `done(job, parts)` holds (a deadline, not a timing assertion)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with session_scope(engine) as s:
+            job, parts = get_job(s, jid), job_parts(s, jid)
+        if done(job, parts):
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"timed out; the plan job is {job}, its parts {parts}")
 
 
 @pytest.mark.postgres
@@ -229,13 +242,7 @@ def test_two_worker_processes_split_one_plan_on_postgres(postgres_url: str, tmp_
         for _ in range(2):
             procs.append(_spawn(postgres_url))
         engine = make_engine(postgres_url)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            with session_scope(engine) as s:
-                job = get_job(s, jid)
-            if job.status.finished:
-                break
-            time.sleep(0.2)
+        job = _wait(engine, jid, lambda job, _parts: job.status.finished)
         with session_scope(engine) as s:
             parts = job_parts(s, jid)
             stored = _stored_plan(s, jid) if job.status is JobStatus.SUCCEEDED else None
@@ -250,4 +257,37 @@ def test_two_worker_processes_split_one_plan_on_postgres(postgres_url: str, tmp_
     assert [p.status for p in parts] == [JobStatus.SUCCEEDED] * 3
     # Each part names the worker that ran it: both processes ran some.
     assert {p.worker for p in parts} == names
+    assert stored.to_dict() == _in_process(postgres_url, request).to_dict()
+
+
+@pytest.mark.postgres
+def test_a_worker_killed_mid_part_is_taken_over(postgres_url: str, tmp_path: Path) -> None:
+    """The worker running the plan job and one of its parts is SIGKILLed: after the
+    leases expire another worker takes both over (as it takes over a tuning job), and
+    the plan is the in-process one."""
+    jid, request = _queue_plan(postgres_url, tmp_path)
+    first, _ = _spawn(postgres_url, lease_s=2, peer_wait_s=600)  # stays in its first part
+    second = None
+    engine = make_engine(postgres_url)
+    try:
+        _wait(engine, jid, lambda _job, parts: any(p.status is JobStatus.RUNNING for p in parts))
+        first.kill()
+        first.wait(timeout=30)
+        second, name = _spawn(postgres_url, lease_s=2, peer_wait_s=0)
+        job = _wait(engine, jid, lambda job, _parts: job.status.finished)
+        with session_scope(engine) as s:
+            parts = job_parts(s, jid)
+            stored = _stored_plan(s, jid) if job.status is JobStatus.SUCCEEDED else None
+    finally:
+        engine.dispose()
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)
+    assert job.status is JobStatus.SUCCEEDED, job.error
+    assert job.attempts == 2  # taken over once
+    assert [p.status for p in parts] == [JobStatus.SUCCEEDED] * 3
+    assert {p.worker for p in parts} == {name}
+    assert [p.attempts for p in parts] == [2, 1, 1]  # the killed part ran again, once
+    assert stored is not None
     assert stored.to_dict() == _in_process(postgres_url, request).to_dict()
