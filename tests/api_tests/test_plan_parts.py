@@ -39,9 +39,17 @@ KINDS = [FleetKind.STATIC, FleetKind.SCHEDULED, FleetKind.REACTIVE]
 
 def _request(trace_id: int) -> PlanRequest:
     return PlanRequest(
-        model="llama-3.1-8b", gpu="h100", slo_ttft_ms=1000, slo_tpot_ms=50, trace_id=trace_id,
-        window_s=60, cold_start_s=10, gpu_budget=8, price_per_gpu_hour=2.5, unit=UNIT,
-    )  # fmt: skip
+        model="llama-3.1-8b",
+        gpu="h100",
+        slo_ttft_ms=1000,
+        slo_tpot_ms=50,
+        trace_id=trace_id,
+        window_s=60,
+        cold_start_s=10,
+        gpu_budget=8,
+        price_per_gpu_hour=2.5,
+        unit=UNIT,
+    )
 
 
 def _queue_plan(url: str, tmp_path: Path) -> tuple[int, PlanRequest]:
@@ -151,10 +159,16 @@ def _context(url: str, jid: int, *, cancelled: bool) -> JobContext:
     finally:
         engine.dispose()
     return JobContext(
-        job=job, storage_url=url, study_name="", resumed=False, report=lambda _p: None,
-        should_stop=lambda: True, cancel_requested=lambda: cancelled,
-        run_part=lambda: False, poll_s=0.01,
-    )  # fmt: skip
+        job=job,
+        storage_url=url,
+        study_name="",
+        resumed=False,
+        report=lambda _p: None,
+        should_stop=lambda: True,
+        cancel_requested=lambda: cancelled,
+        run_part=lambda: False,
+        poll_s=0.01,
+    )
 
 
 @pytest.mark.parametrize("cancelled", [True, False], ids=["cancelled", "lease-lost"])
@@ -214,8 +228,12 @@ def _spawn(url: str, lease_s: float = 30, peer_wait_s: float = 60) -> tuple[subp
     args = [url, str(lease_s), "0.2", str(peer_wait_s)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.api_tests.plan_worker", *args],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     assert line.startswith("ready "), line
