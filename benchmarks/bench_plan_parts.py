@@ -1,5 +1,6 @@
 """A plan made in one process against the same plan as a job on a pool of `servetune
-worker` processes sharing PostgreSQL (its three fleet replays as `plan_part` jobs).
+worker` processes sharing PostgreSQL (its capacity searches and fleet replays as
+`plan_part` jobs).
 
 Prints the median wall time of each over `--repeats` plans (roofline latency, a given
 unit, a synthetic trace whose middle third runs at 3x the rate), the speed-up of the

@@ -14,9 +14,9 @@ Jobs are of kinds (`JobKind`): each kind's request and progress are stored as th
 kind's own documents (`_PARAMS`, `_PROGRESS`) and read back as its types; a finished
 job's result lives where its kind keeps it (`finish_job`: a tuning job's `TuneOutcome`
 in the row's `result`, with its recommendation; a plan job's `FleetPlan` in `plans`,
-linked by `job_id`; a plan part's `FleetReplay` in the row's `result`).
+linked by `job_id`; a plan part's `PartResult` in the row's `result`).
 
-A job may be a part of another (`parent_id`): a plan job queues its fleet replays as
+A job may be a part of another (`parent_id`): a plan job queues its pieces as
 `plan_part` jobs (`enqueue_job(..., parent_id=)`), which any worker claims as it claims
 any job, and the plan job's own worker may claim only its parts (`claim_job(...,
 parent_id=)`) while it waits for them (`job_parts`).
@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from optimizer.plan import FleetPlan, FleetReplay, PlanPart, PlanProgress, PlanRequest
+from optimizer.plan import FleetPlan, PartResult, PlanPart, PlanProgress, PlanRequest
 from optimizer.search import TuneOutcome, TuneProgress, TuneRequest
 from storage.codec import from_json, to_json
 from storage.listing import count_rows, page_rows
@@ -66,7 +66,7 @@ _PROGRESS: dict[JobKind, type[JobProgress]] = {
 _OUTCOMES: dict[JobKind, type] = {
     JobKind.TUNING: TuneOutcome,
     JobKind.PLAN: FleetPlan,
-    JobKind.PLAN_PART: FleetReplay,
+    JobKind.PLAN_PART: PartResult,
 }
 
 
@@ -337,24 +337,22 @@ def finish_job(
     claim: ClaimedJob,
     *,
     status: JobStatus,
-    outcome: TuneOutcome | FleetPlan | FleetReplay | None = None,
+    outcome: TuneOutcome | FleetPlan | PartResult | None = None,
     error: str | None = None,
 ) -> bool:
     """Record the end of a job if the lease is still ours, with its result where its kind
     keeps it: a tuning job's outcome in the row (a cancelled job's partial one too) and
     its recommendation; a succeeded plan job's plan in `plans`, linked to the job (a plan
     is whole or nothing: a cancelled or failed plan job stores none); a succeeded plan
-    part's replay in the row."""
+    part's result in the row."""
     if not status.finished:
         raise ValueError(f"finish_job needs a final status, got {status}")
     expected = _OUTCOMES[claim.job.kind]
     if outcome is not None and not isinstance(outcome, expected):
         raise TypeError(f"a {claim.job.kind.label}'s result is a {expected.__name__}")
     tuned = outcome if isinstance(outcome, TuneOutcome) else None
-    replayed = (
-        outcome if status is JobStatus.SUCCEEDED and isinstance(outcome, FleetReplay) else None
-    )
-    stored = tuned or replayed
+    part = outcome if isinstance(outcome, PartResult) else None
+    stored = tuned or (part if status is JobStatus.SUCCEEDED else None)
     done = session.execute(
         sa.update(JobRow)
         .where(_held(claim))
@@ -382,7 +380,7 @@ class JobPart:
     id: int
     status: JobStatus
     params: PlanPart
-    replay: FleetReplay | None  # its result, once it succeeded
+    result: PartResult | None  # once it succeeded
     error: str | None
     worker: str | None  # the worker that holds or last held its lease (None: not claimed)
     attempts: int
@@ -398,15 +396,15 @@ def job_parts(session: Session, parent_id: int) -> list[JobPart]:
         if row.kind != JobKind.PLAN_PART:
             raise ValueError(f"job {row.id}, a part of job {parent_id}, is a {row.kind} job")
         status = JobStatus(row.status)
-        replay = None
+        result = None
         if status is JobStatus.SUCCEEDED and row.result is not None:
-            replay = from_json(FleetReplay, row.result)
+            result = from_json(PartResult, row.result)
         out.append(
             JobPart(
                 id=row.id,
                 status=status,
                 params=from_json(PlanPart, row.params),
-                replay=replay,
+                result=result,
                 error=row.error,
                 worker=row.lease_owner,
                 attempts=row.attempts,

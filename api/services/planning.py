@@ -32,7 +32,7 @@ from optimizer.config import ConfigError, ServingConfig
 from optimizer.latency.base import LatencySource
 from optimizer.plan import (
     FleetPlan,
-    FleetRunner,
+    PartRunner,
     PlanError,
     PlanRequest,
     UnitChoice,
@@ -239,12 +239,12 @@ def make_plan(
     project: str = DEFAULT_PROJECT,
     latency: LatencySource | None = None,
     num_threads: int = 1,
-    run_fleets: FleetRunner | None = None,
+    run_parts: PartRunner | None = None,
     on_step: Callable[[str], None] = lambda _m: None,
 ) -> FleetPlan:
     """Make the plan (see the module docstring) without storing it: its request names
-    `trace.trace_id` (None for a trace file not stored yet). `run_fleets` replays its
-    fleets (`build_plan`; by default in this process). Raises `PlanError` for bad
+    `trace.trace_id` (None for a trace file not stored yet). `run_parts` runs its parts
+    (`build_plan`; by default in this process). Raises `PlanError` for bad
     input."""
     from storage.db import make_engine, session_scope, upgrade_database
 
@@ -282,7 +282,7 @@ def make_plan(
         info,
         on_step=on_step,
         synthetic=trace.synthetic,
-        run_fleets=run_fleets,
+        run_parts=run_parts,
     )
 
 

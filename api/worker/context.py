@@ -12,7 +12,8 @@ are run again with `ctx.resumed` True and the last reported progress in
 `ctx.job.progress`; the tuning executor resumes the Optuna study named
 `ctx.study_name` in the RDB storage at `ctx.storage_url`.
 
-A job may queue parts of itself as jobs (a plan job its fleet replays): any worker of
+A job may queue parts of itself as jobs (a plan job its capacity searches and fleet
+replays): any worker of
 the pool runs them, and while it waits the job's own worker runs them too
 (`ctx.run_part()`: claim one runnable part of this job and run it here, under its own
 lease), so a pool of one worker never waits on itself.
@@ -24,12 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from optimizer.plan import FleetPlan, FleetReplay
+from optimizer.plan import FleetPlan, PartResult
 from optimizer.search import TuneOutcome
 from storage.service_records import JobInfo, JobProgress
 
 # What an executor returns: its kind's answer.
-JobOutcome = TuneOutcome | FleetPlan | FleetReplay
+JobOutcome = TuneOutcome | FleetPlan | PartResult
 
 
 class JobFailed(RuntimeError):

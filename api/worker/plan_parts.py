@@ -1,14 +1,16 @@
-"""A plan's fleet replays as jobs of the worker pool, so that the workers of several
+"""A plan's independent pieces as jobs of the worker pool, so that the workers of several
 machines sharing one database split one plan.
 
-A plan job, once its fleets are sized (`optimizer.plan.build_plan`), queues their three
-replays as `plan_part` jobs of its own (`pool_fleets`; each a `PlanPart` document, its
-parent the plan job). Any worker claims a part as it claims any job and runs
-`run_plan_part`: the stored trace, the stored latency models, the replay; the
-`FleetReplay` is stored in the part's row. The plan job's worker, while it waits, claims
-and runs its own parts too (`JobContext.run_part`), so one worker alone finishes a plan;
-when every part has succeeded it assembles and stores the plan, which is the plan the
-in-process path makes (the same replays on the same inputs).
+A plan job has two stages of independent work (`optimizer.plan.parts`): the capacity
+search of each length-mix bucket, then, once the fleets are sized from those, the three
+fleets' replays. At each stage it queues the pieces as `plan_part` jobs of its own
+(`pool_parts`; each a `PlanPart` document, its parent the plan job). Any worker claims a
+part as it claims any job and runs `run_part_job`: the stored trace, the stored latency
+models, the part; its `PartResult` is stored in the part's row. The plan job's worker,
+while it waits, claims and runs its own parts too (`JobContext.run_part`), so one worker
+alone finishes a plan; when every part of a stage has succeeded it goes on, and at the
+end stores the plan, which is the plan the in-process path makes (the same simulations
+on the same inputs).
 
 - A part that fails (or is abandoned after its workers kept dying, or is cancelled)
   fails the plan job with the part's error; its other parts are cancelled and no plan
@@ -16,8 +18,8 @@ in-process path makes (the same replays on the same inputs).
 - A plan job cancelled while it waits cancels its unfinished parts and stores nothing.
 - A worker that dies mid-part loses its lease, and the part is claimed again by another
   worker, as any job is; a worker that dies mid-plan does the same to the plan job, and
-  the worker that takes it over sizes the fleets again and waits on the parts the dead
-  one queued (those that succeeded are not run again).
+  the worker that takes it over runs the plan again, waiting on the parts the dead one
+  queued (those that succeeded are not run again).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from api.services.planning import load_plan_trace, priced_label
 from api.services.tuning import stored_latency
 from api.settings import get_settings
 from api.worker.context import JobContext, JobFailed, JobStopped
-from optimizer.plan import FleetReplay, FleetRunner, PlanError, PlanPart, run_fleet_part
+from optimizer.plan import PartResult, PartRunner, PlanError, PlanPart, run_plan_part
 from optimizer.plan.build import check_inputs
 from optimizer.sim.dynamic import simulate_fleet
 from storage.db import make_engine, session_scope
@@ -37,10 +39,10 @@ from storage.jobs import JobPart, cancel_parts, enqueue_job, job_parts
 from storage.service_records import JobStatus
 
 
-def run_plan_part(ctx: JobContext) -> FleetReplay:
-    """The executor of a `plan_part` job: its fleet replayed on the plan's stored trace,
-    priced by the stored latency models (the part fails when they are not the ones the
-    plan was priced with)."""
+def run_part_job(ctx: JobContext) -> PartResult:
+    """The executor of a `plan_part` job: its part run on the plan's stored trace, priced
+    by the stored latency models (the part fails when they are not the ones the plan was
+    priced with)."""
     part = ctx.job.params
     if not isinstance(part, PlanPart):
         raise JobFailed(f"a plan part's params are a plan part, not {type(part).__name__}")
@@ -59,7 +61,7 @@ def run_plan_part(ctx: JobContext) -> FleetReplay:
             f"the stored latency models changed since the plan was sized: it was priced "
             f"with {part.latency!r}, this worker finds {label!r}; queue the plan again"
         )
-    return run_fleet_part(
+    return run_plan_part(
         part,
         trace.workload,
         checked.windows,
@@ -71,27 +73,37 @@ def run_plan_part(ctx: JobContext) -> FleetReplay:
 
 
 def _failure(part: JobPart) -> str:
-    what = f"the {part.params.kind.value} fleet's replay (plan part job {part.id})"
+    what = f"{part.params.describe()} (plan part job {part.id})"
     if part.status is JobStatus.CANCELLED:
         return f"{what} was cancelled: {part.error or 'cancelled'}"
     return f"{what} failed: {part.error or 'no error recorded'}"
 
 
-def pool_fleets(ctx: JobContext, on_step: Callable[[str], None]) -> FleetRunner:
-    """The plan job `ctx.job`'s fleet runner (see the module docstring). `on_step`
+def _stage(part: PlanPart) -> str:
+    return "capacities" if part.capacity is not None else "fleets"
+
+
+def pool_parts(ctx: JobContext, on_step: Callable[[str], None]) -> PartRunner:
+    """The plan job `ctx.job`'s part runner (see the module docstring). `on_step`
     reports progress and raises `JobStopped` when the job should stop."""
 
-    def run(parts: tuple[PlanPart, ...]) -> tuple[FleetReplay, ...]:
+    def run(parts: tuple[PlanPart, ...]) -> tuple[PartResult, ...]:
+        if not parts:
+            return ()
         engine = make_engine(ctx.storage_url)
         try:
             return _run(engine, parts)
         finally:
             engine.dispose()
 
-    def _run(engine, parts: tuple[PlanPart, ...]) -> tuple[FleetReplay, ...]:
-        job = ctx.job
+    def _run(engine, parts: tuple[PlanPart, ...]) -> tuple[PartResult, ...]:
+        job, stage = ctx.job, _stage(parts[0])
+
+        def mine(s) -> list[JobPart]:  # this stage's parts
+            return [p for p in job_parts(s, job.id) if _stage(p.params) == stage]
+
         with session_scope(engine) as s:
-            queued = job_parts(s, job.id)
+            queued = mine(s)
             if not queued:
                 for part in parts:
                     enqueue_job(s, project=job.project, params=part, parent_id=job.id)
@@ -99,25 +111,25 @@ def pool_fleets(ctx: JobContext, on_step: Callable[[str], None]) -> FleetRunner:
             with session_scope(engine) as s:
                 cancel_parts(s, job.id)
             raise JobFailed(
-                "the plan's fleets differ from those its earlier attempt queued as parts "
+                f"the plan's {stage} parts differ from those its earlier attempt queued "
                 "(the stored trace or latency models changed); queue the plan again"
             )
         done = -1
         while True:
             with session_scope(engine) as s:
-                states = job_parts(s, job.id)
-            bad = next((p for p in states if p.status.finished and p.replay is None), None)
+                states = mine(s)
+            bad = next((p for p in states if p.status.finished and p.result is None), None)
             if bad is not None:
                 with session_scope(engine) as s:
                     cancel_parts(s, job.id)
                 raise JobFailed(_failure(bad))
-            finished = sum(p.replay is not None for p in states)
+            finished = sum(p.result is not None for p in states)
             if finished == len(states):
-                return tuple(p.replay for p in states if p.replay is not None)
+                return tuple(p.result for p in states if p.result is not None)
             try:
                 if finished != done:
                     done = finished
-                    on_step(f"replaying the fleets as part jobs: {finished} of {len(states)} done")
+                    on_step(f"the {stage} as part jobs: {finished} of {len(states)} done")
                 elif ctx.should_stop():
                     raise JobStopped("stopped while waiting on the plan's parts")
             except JobStopped:

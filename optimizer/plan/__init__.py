@@ -4,9 +4,9 @@ static, scheduled and reactive fleets, and the reactive policy as a KEDA ScaledO
 
 `check_inputs(request, trace)` refuses bad input before any simulation;
 `build_plan(request, trace, checked, unit, latency, ...)` makes the `FleetPlan`; its
-three fleet replays are `PlanPart`s, run in process or as jobs (`run_fleets`). The unit
-comes from `--unit`, a stored recommendation (`api.services.planning` looks it up) or
-`screen_unit`. Pure: no storage, api or torch.
+capacity searches and fleet replays are `PlanPart`s, run in process or as jobs
+(`run_parts`). The unit comes from `--unit`, a stored recommendation
+(`api.services.planning` looks it up) or `screen_unit`. Pure: no storage, api or torch.
 """
 
 from optimizer.plan.build import CheckedInput, build_plan, check_inputs
@@ -14,17 +14,27 @@ from optimizer.plan.errors import PlanError
 from optimizer.plan.fleets import DynamicReplay, FleetKind, FleetReplay
 from optimizer.plan.keda import keda_yaml
 from optimizer.plan.outcome import FleetPlan
-from optimizer.plan.parts import FleetRunner, PlanPart, run_fleet_part
+from optimizer.plan.parts import (
+    CapacityPart,
+    FleetPart,
+    PartResult,
+    PartRunner,
+    PlanPart,
+    run_plan_part,
+)
 from optimizer.plan.request import PlanProgress, PlanRequest
 from optimizer.plan.unit import UnitChoice, UnitSource, screen_unit
 
 __all__ = [
+    "CapacityPart",
     "CheckedInput",
     "DynamicReplay",
     "FleetKind",
+    "FleetPart",
     "FleetPlan",
     "FleetReplay",
-    "FleetRunner",
+    "PartResult",
+    "PartRunner",
     "PlanError",
     "PlanPart",
     "PlanProgress",
@@ -34,6 +44,6 @@ __all__ = [
     "build_plan",
     "check_inputs",
     "keda_yaml",
-    "run_fleet_part",
+    "run_plan_part",
     "screen_unit",
 ]

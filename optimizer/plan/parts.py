@@ -1,16 +1,19 @@
-"""A plan's fleet replays as parts any process can run: `PlanPart`, one fleet replayed
-on the whole trace, and `run_fleet_part`, which replays it.
+"""A plan's independent pieces as parts any process can run: `PlanPart`, one length-mix
+bucket's capacity search or one fleet replayed on the whole trace, and `run_plan_part`,
+which runs it.
 
-The three fleets of a plan (static, scheduled, reactive) are sized in order, but once
-sized each replay is an independent simulation over the whole trace. `build_plan` hands
-the three parts to a `FleetRunner`: by default `run_fleet_part` in this process, one
-after the other; the service's worker pool instead queues them as jobs that any worker
-sharing the database may run (`api.worker.plan_parts`). A part is a JSON document
-(`to_dict` / `from_dict`, with a `schema_version`) carrying what a process holding only
-the stored trace and the stored latency models needs to replay it: the plan's request
-(its trace pinned), the unit as priced, the latency source's label (a part priced by
-another source must not be mixed in) and the fleet. The replay from a part equals the
-replay in process: the same simulation on the same inputs.
+A plan has two stages of independent work: the unit's capacity per length-mix bucket
+(one search each), then, once the lower bound and the fleets are sized from those, the
+three fleets' replays (static, scheduled, reactive), each a simulation of the whole
+trace. `build_plan` hands each stage's parts to a `PartRunner`: by default
+`run_plan_part` in this process, one after the other; the service's worker pool instead
+queues them as jobs that any worker sharing the database may run
+(`api.worker.plan_parts`). A part is a JSON document (`to_dict` / `from_dict`, with a
+`schema_version`) carrying what a process holding only the stored trace and the stored
+latency models needs to run it: the plan's request (its trace pinned), the unit as
+priced, the latency source's label (a part priced by another source must not be mixed
+in) and its piece. Its result (`PartResult`) equals the in-process one: the same
+simulations on the same inputs.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 from optimizer.config import ServingConfig
 from optimizer.latency.base import LatencySource
 from optimizer.plain import PlainDataError, from_plain, to_plain
+from optimizer.plan.capacity import CapacityGroups, LengthBucket, measure_bucket
 from optimizer.plan.errors import PlanError
 from optimizer.plan.fleets import (
     DynamicReplay,
@@ -42,14 +46,20 @@ PLAN_PART_SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
-class PlanPart:
-    """One fleet of a plan, to be replayed on the whole trace. Exactly one of
-    `static_units` (a static fleet of that many units), `schedule` (the scheduled fleet)
-    and `policy` (the reactive fleet's autoscaler) is set, as `kind` says."""
+class CapacityPart:
+    """One length-mix bucket's capacity search: bucket `bucket` of the plan's
+    `CapacityGroups` (which give its windows and the sample it is searched on)."""
 
-    request: PlanRequest  # the plan's request, its trace pinned (`trace_id`)
-    unit: ServingConfig  # as priced by the plan (`PlanRequest.priced`)
-    latency: str  # the label of the latency source the plan is priced with
+    bucket: int
+    groups: CapacityGroups
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPart:
+    """One fleet to replay on the whole trace. Exactly one of `static_units` (a static
+    fleet of that many units), `schedule` (the scheduled fleet) and `policy` (the
+    reactive fleet's autoscaler) is set, as `kind` says."""
+
     kind: FleetKind
     note: str  # how the fleet was sized
     static_units: int | None = None
@@ -70,6 +80,28 @@ class PlanPart:
             )
         if self.static_units is not None and self.static_units < 1:
             raise PlanError(f"plan part: static_units {self.static_units}, expected >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class PlanPart:
+    """One piece of a plan: exactly one of `capacity` and `fleet`."""
+
+    request: PlanRequest  # the plan's request, its trace pinned (`trace_id`)
+    unit: ServingConfig  # as priced by the plan (`PlanRequest.priced`)
+    latency: str  # the label of the latency source the plan is priced with
+    capacity: CapacityPart | None = None
+    fleet: FleetPart | None = None
+
+    def __post_init__(self) -> None:
+        if (self.capacity is None) == (self.fleet is None):
+            raise PlanError("plan part: expected exactly one of capacity and fleet")
+
+    def describe(self) -> str:
+        """What the part computes, for people ("the static fleet's replay")."""
+        if self.fleet is not None:
+            return f"the {self.fleet.kind.value} fleet's replay"
+        assert self.capacity is not None
+        return f"length-mix bucket {self.capacity.bucket + 1}'s capacity"
 
     def to_dict(self) -> dict[str, Any]:
         out = to_plain(self)
@@ -95,12 +127,24 @@ class PlanPart:
         return built
 
 
-# Replays a plan's parts, in their order: in process (`run_fleet_part` on each) or on
-# the worker pool.
-FleetRunner = Callable[[tuple[PlanPart, ...]], tuple[FleetReplay, ...]]
+@dataclass(frozen=True, slots=True)
+class PartResult:
+    """What a part computed: its bucket's capacity or its fleet's replay."""
+
+    bucket: LengthBucket | None = None
+    fleet: FleetReplay | None = None
+
+    def __post_init__(self) -> None:
+        if (self.bucket is None) == (self.fleet is None):
+            raise PlanError("plan part result: expected exactly one of bucket and fleet")
 
 
-def run_fleet_part(
+# Runs a stage's parts, returning their results in order: in process (`run_plan_part` on
+# each) or on the worker pool.
+PartRunner = Callable[[tuple[PlanPart, ...]], tuple[PartResult, ...]]
+
+
+def run_plan_part(
     part: PlanPart,
     workload: Workload,
     windows: tuple[PlanWindow, ...],
@@ -108,18 +152,38 @@ def run_fleet_part(
     latency: LatencySource,
     settings: EvalSettings,
     dynamic: DynamicReplay,
-) -> FleetReplay:
-    """The part's fleet replayed on `workload` (the plan's whole trace, cut into
-    `windows`): a static fleet by `optimizer.sim.simulate`, the others by `dynamic`."""
+) -> PartResult:
+    """The part run on `workload` (the plan's whole trace, cut into `windows`): a
+    bucket's capacity by `measure_bucket`, a static fleet by `optimizer.sim.simulate`,
+    the fleets that change size by `dynamic`."""
     unit = part.unit
-    if part.static_units is not None:
-        n = part.static_units
+    if part.capacity is not None:
+        c = part.capacity
+        return PartResult(
+            bucket=measure_bucket(workload, windows, c.groups, c.bucket, unit, latency, settings)
+        )
+    fleet = part.fleet
+    assert fleet is not None
+    if fleet.static_units is not None:
+        n = fleet.static_units
         seed, slo = settings.seed, settings.slo
         result = simulate(workload, fleet_of(unit, n), latency, seed=seed, slo=slo)
         run = FleetRun(result, ReplicaSchedule.constant(n), ReplicaSchedule.constant(n), 0)
-        return fleet_from_run(FleetKind.STATIC, run, windows, unit, settings, part.note)
-    fleet = part.schedule if part.schedule is not None else part.policy
-    assert fleet is not None
-    return replay_dynamic(
-        part.kind, dynamic, workload, windows, unit, fleet, cold_start, latency, settings, part.note
+        return PartResult(
+            fleet=fleet_from_run(FleetKind.STATIC, run, windows, unit, settings, fleet.note)
+        )
+    sized = fleet.schedule if fleet.schedule is not None else fleet.policy
+    assert sized is not None
+    replay = replay_dynamic(
+        fleet.kind,
+        dynamic,
+        workload,
+        windows,
+        unit,
+        sized,
+        cold_start,
+        latency,
+        settings,
+        fleet.note,
     )
+    return PartResult(fleet=replay)

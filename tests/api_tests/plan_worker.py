@@ -1,10 +1,11 @@
 """A worker process with the real executors, for the plan-part tests:
-`python -m tests.api_tests.plan_worker URL LEASE_S POLL_S PEER_WAIT_S`.
+`python -m tests.api_tests.plan_worker URL LEASE_S POLL_S MODE`.
 
-Its plan-part executor first waits (at most PEER_WAIT_S) until two workers have claimed
-plan parts, so that two such processes are sure to split one plan's parts rather
-than one taking them all by being quicker to claim (and a worker to be killed is sure to
-be killed mid-part).
+MODE `peer`: its plan-part executor first waits (at most 60 s), while other parts are
+queued, until two workers have claimed plan parts, so that two such processes are sure
+to split one plan's parts rather than one taking them all by being quicker to claim.
+MODE `hang`: the first part it runs never ends (a worker to be killed mid-part).
+MODE `plain`: the real executors as they are.
 """
 
 from __future__ import annotations
@@ -17,32 +18,43 @@ import time
 import sqlalchemy as sa
 
 from api.worker import JobContext, Worker, WorkerOptions, default_executors
-from optimizer.plan import FleetReplay
+from optimizer.plan import PartResult
 from storage.db import make_engine
 from storage.service_records import JobKind
 
 # A part keeps its last lease holder's name once finished.
 CLAIMERS = sa.text("select count(distinct lease_owner) from jobs where kind = 'plan_part'")
+QUEUED = sa.text("select count(*) from jobs where kind = 'plan_part' and status = 'queued'")
 
 
 def main() -> None:
-    url, lease_s, poll_s, peer_wait_s = sys.argv[1], *map(float, sys.argv[2:5])
+    url, lease_s, poll_s, mode = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
     engine = make_engine(url)
     executors = dict(default_executors())
     run_part = executors[JobKind.PLAN_PART]
 
-    def run_part_with_a_peer(ctx: JobContext) -> FleetReplay:
-        deadline = time.monotonic() + peer_wait_s
+    def run_part_with_a_peer(ctx: JobContext) -> PartResult:
+        deadline = time.monotonic() + 60.0
         while time.monotonic() < deadline:
             with engine.connect() as conn:
-                if conn.execute(CLAIMERS).scalar_one() >= 2:
+                if (
+                    conn.execute(CLAIMERS).scalar_one() >= 2
+                    or not conn.execute(QUEUED).scalar_one()
+                ):
                     break
             time.sleep(0.05)
-        replay = run_part(ctx)
-        assert isinstance(replay, FleetReplay)
-        return replay
+        result = run_part(ctx)
+        assert isinstance(result, PartResult)
+        return result
 
-    executors[JobKind.PLAN_PART] = run_part_with_a_peer
+    def hang(_ctx: JobContext) -> PartResult:
+        threading.Event().wait()
+        raise AssertionError("unreachable")
+
+    if mode == "peer":
+        executors[JobKind.PLAN_PART] = run_part_with_a_peer
+    elif mode == "hang":
+        executors[JobKind.PLAN_PART] = hang
     worker = Worker(
         engine,
         storage_url=url,

@@ -1,8 +1,8 @@
-"""A plan job's fleet replays as `plan_part` jobs of the worker pool: one worker alone
-runs them and assembles the plan the in-process path makes; two worker processes on
-PostgreSQL split one plan's parts; a failed part fails the plan and stores nothing; a
-cancelled plan cancels its parts, a plan whose worker lost its lease leaves them to its
-successor."""
+"""A plan job's capacity searches and fleet replays as `plan_part` jobs of the worker
+pool: one worker alone runs them and assembles the plan the in-process path makes; two
+worker processes on PostgreSQL split one plan's parts; a failed part fails the plan and
+stores nothing; a cancelled plan cancels its parts, a plan whose worker lost its lease
+leaves them to its successor; a worker killed mid-part is taken over."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import yaml
 from api.services.ingest import ingest_trace
 from api.services.planning import load_plan_trace, make_plan
 from api.worker import JobContext, JobFailed, JobStopped, Worker, WorkerOptions, default_executors
-from api.worker.plan_parts import pool_fleets
+from api.worker.plan_parts import pool_parts, run_part_job
 from optimizer.config import ServingConfig
-from optimizer.plan import FleetKind, FleetPlan, PlanPart, PlanRequest
+from optimizer.plan import FleetKind, FleetPart, FleetPlan, PlanPart, PlanRequest
 from optimizer.sim.scaling import ReplicaSchedule
 from storage.db import make_engine, session_scope, upgrade_database
 from storage.jobs import enqueue_job, get_job, job_parts
@@ -34,7 +34,11 @@ REPO = Path(__file__).resolve().parents[2]
 UNIT = ServingConfig.from_dict(
     yaml.safe_load((REPO / "examples" / "colocated-h100.yaml").read_text())
 )
-KINDS = [FleetKind.STATIC, FleetKind.SCHEDULED, FleetKind.REACTIVE]
+FLEETS = [
+    "the static fleet's replay",
+    "the scheduled fleet's replay",
+    "the reactive fleet's replay",
+]
 
 
 def _request(trace_id: int) -> PlanRequest:
@@ -108,16 +112,22 @@ def test_one_worker_runs_the_parts_and_makes_the_in_process_plan(
     finally:
         engine.dispose()
     assert job.status is JobStatus.SUCCEEDED, job.error
-    assert [p.params.kind for p in parts] == KINDS
+    buckets = stored.bucketing.buckets
+    capacities = [f"length-mix bucket {b.index + 1}'s capacity" for b in buckets]
+    assert [p.params.describe() for p in parts] == capacities + FLEETS
     assert all(p.status is JobStatus.SUCCEEDED and p.worker == "solo" for p in parts)
-    assert tuple(p.replay for p in parts) == stored.fleets
+    results = [p.result for p in parts]
+    assert tuple(r.bucket for r in results[: len(buckets)]) == buckets
+    assert tuple(r.fleet for r in results[len(buckets) :]) == stored.fleets
     # The same plan, figure for figure, as the in-process path's.
     assert stored.to_dict() == _in_process(db_url, request).to_dict()
 
 
 def test_a_failed_part_fails_the_plan_and_stores_nothing(db_url: str, tmp_path: Path) -> None:
     def fails(ctx: JobContext):
-        raise JobFailed(f"no room for the {ctx.job.params.kind.value} fleet")
+        if ctx.job.params.fleet is None:  # the capacities run
+            return run_part_job(ctx)
+        raise JobFailed(f"no room for the {ctx.job.params.fleet.kind.value} fleet")
 
     jid, _ = _queue_plan(db_url, tmp_path)
     assert _worker(db_url, **{JobKind.PLAN_PART: fails}).run_once() is True
@@ -128,26 +138,25 @@ def test_a_failed_part_fails_the_plan_and_stores_nothing(db_url: str, tmp_path: 
             parts = job_parts(s, jid)
     finally:
         engine.dispose()
+    fleets = [p for p in parts if p.params.fleet is not None]
     assert job.status is JobStatus.FAILED
     assert job.error == (
-        f"the static fleet's replay (plan part job {parts[0].id}) failed: no room for the "
+        f"the static fleet's replay (plan part job {fleets[0].id}) failed: no room for the "
         "static fleet"
     )
-    # The first part failed; the plan job cancelled the two it had not run.
-    assert [p.status for p in parts] == [JobStatus.FAILED] + [JobStatus.CANCELLED] * 2
+    assert all(p.status is JobStatus.SUCCEEDED for p in parts if p.params.capacity)
+    # The first fleet failed; the plan job cancelled the two it had not run.
+    assert [p.status for p in fleets] == [JobStatus.FAILED] + [JobStatus.CANCELLED] * 2
     assert _plans(db_url) == 0
 
 
 def _parts(request: PlanRequest) -> tuple[PlanPart, ...]:
     """Three parts as the plan would make them (nothing here replays them)."""
+    one, three = ReplicaSchedule.constant(1), ReplicaSchedule.constant(3)
     return (
-        PlanPart(request, UNIT, "lat", FleetKind.STATIC, "n", static_units=2),
-        PlanPart(
-            request, UNIT, "lat", FleetKind.SCHEDULED, "n", schedule=ReplicaSchedule.constant(1)
-        ),
-        PlanPart(
-            request, UNIT, "lat", FleetKind.SCHEDULED, "n", schedule=ReplicaSchedule.constant(3)
-        ),
+        PlanPart(request, UNIT, "lat", fleet=FleetPart(FleetKind.STATIC, "n", static_units=2)),
+        PlanPart(request, UNIT, "lat", fleet=FleetPart(FleetKind.SCHEDULED, "n", schedule=one)),
+        PlanPart(request, UNIT, "lat", fleet=FleetPart(FleetKind.SCHEDULED, "n", schedule=three)),
     )
 
 
@@ -185,7 +194,7 @@ def test_a_stopped_plan_cancels_its_parts_only_when_it_was_cancelled(
             raise JobStopped(message)
 
     with pytest.raises(JobStopped):
-        pool_fleets(ctx, step)(_parts(request))
+        pool_parts(ctx, step)(_parts(request))
     engine = make_engine(db_url)
     try:
         with session_scope(engine) as s:
@@ -209,13 +218,13 @@ def test_a_takeover_waits_on_the_parts_already_queued(db_url: str, tmp_path: Pat
     first = _parts(request)
     for _attempt in range(2):
         with pytest.raises(JobStopped):
-            pool_fleets(ctx, _stop)(first)
+            pool_parts(ctx, _stop)(first)
     engine = make_engine(db_url)
     try:
         with session_scope(engine) as s:
             assert [p.params for p in job_parts(s, jid)] == list(first)
         with pytest.raises(JobFailed, match="differ from those its earlier attempt queued"):
-            pool_fleets(ctx, lambda _m: None)((first[0], first[1], first[0]))
+            pool_parts(ctx, lambda _m: None)((first[0], first[1], first[0]))
         with session_scope(engine) as s:
             parts = job_parts(s, jid)
     finally:
@@ -223,9 +232,9 @@ def test_a_takeover_waits_on_the_parts_already_queued(db_url: str, tmp_path: Pat
     assert len(parts) == 3 and all(p.status is JobStatus.CANCELLED for p in parts)
 
 
-def _spawn(url: str, lease_s: float = 30, peer_wait_s: float = 60) -> tuple[subprocess.Popen, str]:
+def _spawn(url: str, lease_s: float = 30, mode: str = "peer") -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    args = [url, str(lease_s), "0.2", str(peer_wait_s)]
+    args = [url, str(lease_s), "0.2", mode]
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.api_tests.plan_worker", *args],
         cwd=REPO,
@@ -272,7 +281,7 @@ def test_two_worker_processes_split_one_plan_on_postgres(postgres_url: str, tmp_
     assert job.status is JobStatus.SUCCEEDED, job.error
     assert stored is not None
     names = {name for _, name in procs}
-    assert [p.status for p in parts] == [JobStatus.SUCCEEDED] * 3
+    assert all(p.status is JobStatus.SUCCEEDED for p in parts) and len(parts) >= 4
     # Each part names the worker that ran it: both processes ran some.
     assert {p.worker for p in parts} == names
     assert stored.to_dict() == _in_process(postgres_url, request).to_dict()
@@ -284,14 +293,14 @@ def test_a_worker_killed_mid_part_is_taken_over(postgres_url: str, tmp_path: Pat
     leases expire another worker takes both over (as it takes over a tuning job), and
     the plan is the in-process one."""
     jid, request = _queue_plan(postgres_url, tmp_path)
-    first, _ = _spawn(postgres_url, lease_s=2, peer_wait_s=600)  # stays in its first part
+    first, _ = _spawn(postgres_url, lease_s=2, mode="hang")  # stays in its first part
     second = None
     engine = make_engine(postgres_url)
     try:
         _wait(engine, jid, lambda _job, parts: any(p.status is JobStatus.RUNNING for p in parts))
         first.kill()
         first.wait(timeout=30)
-        second, name = _spawn(postgres_url, lease_s=2, peer_wait_s=0)
+        second, name = _spawn(postgres_url, lease_s=2, mode="plain")
         job = _wait(engine, jid, lambda job, _parts: job.status.finished)
         with session_scope(engine) as s:
             parts = job_parts(s, jid)
@@ -304,8 +313,9 @@ def test_a_worker_killed_mid_part_is_taken_over(postgres_url: str, tmp_path: Pat
                 proc.wait(timeout=30)
     assert job.status is JobStatus.SUCCEEDED, job.error
     assert job.attempts == 2  # taken over once
-    assert [p.status for p in parts] == [JobStatus.SUCCEEDED] * 3
+    assert all(p.status is JobStatus.SUCCEEDED for p in parts) and len(parts) >= 4
     assert {p.worker for p in parts} == {name}
-    assert [p.attempts for p in parts] == [2, 1, 1]  # the killed part ran again, once
+    # The killed part (the first capacity search) ran again, once; the others once.
+    assert [p.attempts for p in parts] == [2] + [1] * (len(parts) - 1)
     assert stored is not None
     assert stored.to_dict() == _in_process(postgres_url, request).to_dict()
