@@ -146,7 +146,11 @@ def main() -> None:
             plan = make_plan(request, trace, database_url=url)
             walls.append(time.perf_counter() - start)
         here = statistics.median(walls)
-        print(f"{args.requests:,} requests, {len(plan.windows)} windows of {args.window_s:g} s")
+        print(
+            f"{args.requests:,} requests, {len(plan.windows)} windows of {args.window_s:g} s, "
+            f"{len(plan.bucketing.buckets)} length-mix bucket(s): "
+            f"{len(plan.bucketing.buckets) + len(plan.fleets)} parts"
+        )
         print(f"in one process: median {here:.2f} s over {args.repeats}")
         for n in args.workers:
             runs = [_pool_plan(url, request, env, n) for _ in range(args.repeats)]

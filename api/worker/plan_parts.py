@@ -34,9 +34,30 @@ from api.worker.context import JobContext, JobFailed, JobStopped
 from optimizer.plan import PartResult, PartRunner, PlanError, PlanPart, run_plan_part
 from optimizer.plan.build import check_inputs
 from optimizer.sim.dynamic import simulate_fleet
+from optimizer.workload import Workload
 from storage.db import make_engine, session_scope
 from storage.jobs import JobPart, cancel_parts, enqueue_job, job_parts
 from storage.service_records import JobStatus
+from storage.traces import get_trace
+
+_last_trace: dict[tuple[str, int, str], Workload] = {}
+
+
+def _stored_trace(storage_url: str, trace_id: int) -> Workload:
+    """A stored trace's requests. A worker keeps the last one it read (a plan's parts
+    share their trace), keyed by its content hash as well as its id (an id may be reused
+    after a delete on SQLite). `TraceNotFound` when it is gone."""
+    engine = make_engine(storage_url)
+    try:
+        with session_scope(engine) as s:
+            key = (storage_url, trace_id, get_trace(s, trace_id).content_hash)
+    finally:
+        engine.dispose()
+    if key not in _last_trace:
+        workload = load_plan_trace(storage_url, trace_id).workload
+        _last_trace.clear()
+        _last_trace[key] = workload
+    return _last_trace[key]
 
 
 def run_part_job(ctx: JobContext) -> PartResult:
@@ -50,8 +71,8 @@ def run_part_job(ctx: JobContext) -> PartResult:
     if request.trace_id is None:
         raise JobFailed("the plan part names no stored trace")
     try:
-        trace = load_plan_trace(ctx.storage_url, request.trace_id)
-        checked = check_inputs(request, trace.workload)
+        workload = _stored_trace(ctx.storage_url, request.trace_id)
+        checked = check_inputs(request, workload)
     except (LookupError, PlanError) as exc:  # the trace was deleted since
         raise JobFailed(str(exc)) from exc
     resolved = stored_latency(ctx.storage_url, request.model, get_settings().native_threads)
@@ -63,7 +84,7 @@ def run_part_job(ctx: JobContext) -> PartResult:
         )
     return run_plan_part(
         part,
-        trace.workload,
+        workload,
         checked.windows,
         checked.cold_start,
         resolved.source,
