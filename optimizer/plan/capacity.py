@@ -17,6 +17,10 @@ once per group (`optimizer.sim.max_sustainable_rate`, tune's search and settings
   consecutive requests (the stretch tune screens on; the search only rescales them) with
   the lengths of as many requests drawn, seeded, from the bucket's windows (with
   replacement only when the bucket holds fewer).
+
+`capacity_groups` groups the windows and places the sample; `measure_bucket` searches one
+bucket's capacity, independently of the others (a part of the plan,
+`optimizer.plan.parts`); `measure_capacities` does both in this process.
 """
 
 from __future__ import annotations

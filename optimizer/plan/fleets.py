@@ -12,7 +12,9 @@ The scheduled and reactive fleets change size: a `DynamicReplay` replays them, b
 default the simulator's `optimizer.sim.dynamic.simulate_fleet` (units that join serve
 after a cold start, units that leave drain, the routers see ready units only). Every
 fleet's GPU-hours are those of the units it held (provisioned: starting, serving or
-draining) over the trace's windows.
+draining) over the trace's windows. Here the fleets are sized (`size_static`,
+`scheduled_schedule`) and a replay's figures read (`fleet_from_run`); each replay runs as
+a part of the plan (`optimizer.plan.parts`).
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ def size_static(
     """The static fleet's units and how they were sized (see the module docstring): the
     fewest that meet the target on the busiest window, from the lower bound's count
     there (the largest within --gpus when none does). Its replay on the whole trace is
-    `optimizer.plan.parts.run_fleet_part`."""
+    `optimizer.plan.parts.run_plan_part`."""
     peak = busiest_window(windows, lower)
     window = workload.slice(peak.first, peak.stop)
     evaluator = TraceEvaluator.for_trace(window, latency, settings)
