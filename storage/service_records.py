@@ -91,7 +91,7 @@ class JobInfo:
     project: str
     kind: JobKind
     status: JobStatus
-    params: JobParams  # the kind's request: TuneRequest or PlanRequest
+    params: JobParams  # the kind's request: TuneRequest, PlanRequest or PlanPart
     created_at: datetime
     progress: JobProgress | None = None
     window: WindowSummary | None = None  # the workload resolved when the job was created
