@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 from datetime import UTC, datetime
 
 import numpy as np
@@ -382,18 +383,7 @@ def load_trace_columns(
     if conn.dialect.name == "postgresql":
         arrival, inp, out = _copy_out_core(raw, trace_id)
     else:
-        cur = raw.cursor()
-        cur.execute(
-            "SELECT arrival_s, input_tokens, output_tokens FROM trace_requests"
-            " WHERE trace_id = ? ORDER BY seq",
-            (trace_id,),
-        )
-        rows = cur.fetchall()
-        cur.close()
-        arr = np.array(rows, dtype=np.float64).reshape(-1, 3)
-        arrival = arr[:, 0].copy()
-        inp = arr[:, 1].astype(np.int64)
-        out = arr[:, 2].astype(np.int64)
+        arrival, inp, out = _read_core_sqlite(raw, trace_id)
     hashes, sessions, accept = _load_optional(session, trace_id, len(arrival))
     return TraceColumns(
         arrival_s=arrival,
@@ -403,6 +393,41 @@ def load_trace_columns(
         session_ids=sessions,
         acceptance_length=accept,
     )
+
+
+_CORE_DTYPE = np.dtype([("arrival_s", "<f8"), ("input_tokens", "<i8"), ("output_tokens", "<i8")])
+_READ_BLOCK_ROWS = 65_536  # rows the SQLite driver hands over at once when loading a trace
+
+
+def _read_core_sqlite(raw, trace_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The core columns of a stored trace on SQLite, in seq (arrival) order, written
+    straight into three preallocated arrays a block of rows at a time.
+
+    The sqlite3 driver yields one tuple per row; `np.fromiter` consumes them as they
+    come, so no list of rows exists and memory is the columns plus one block."""
+    cur = raw.cursor()
+    try:
+        cur.execute("SELECT count(*) FROM trace_requests WHERE trace_id = ?", (trace_id,))
+        n = int(cur.fetchone()[0])
+        arrival = np.empty(n, dtype=np.float64)
+        inp = np.empty(n, dtype=np.int64)
+        out = np.empty(n, dtype=np.int64)
+        cur.execute(
+            "SELECT arrival_s, input_tokens, output_tokens FROM trace_requests"
+            " WHERE trace_id = ? ORDER BY seq",
+            (trace_id,),
+        )
+        pos = 0
+        while pos < n:
+            size = min(_READ_BLOCK_ROWS, n - pos)
+            block = np.fromiter(itertools.islice(cur, size), dtype=_CORE_DTYPE, count=size)
+            arrival[pos : pos + size] = block["arrival_s"]
+            inp[pos : pos + size] = block["input_tokens"]
+            out[pos : pos + size] = block["output_tokens"]
+            pos += size
+    finally:
+        cur.close()
+    return arrival, inp, out
 
 
 def _copy_out_core(raw, trace_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
