@@ -2,7 +2,8 @@
 `servetune plan` as subprocesses, on a synthesized week of Azure conversation requests.
 
     .venv/bin/python benchmarks/bench_scale.py [--quick] [--repeats 1] [--database URL]
-        [--slo-ttft-ms 2000] [--slo-tpot-ms 100] [--timeout-s 1800] [--skip-plan]
+        [--slo-ttft-ms 2000] [--slo-tpot-ms 100] [--timeout-s 1800] [--max-rss-mb 8192]
+        [--skip-plan] [--static-replicas N]
 
 1. A database (a temporary SQLite file unless `--database` names one) holding the
    AIConfigurator H100 tables, imported and fitted (`bench_common.prepare_database`), so
@@ -33,7 +34,8 @@
    line says it is not available.
 
 Each figure is the median of `--repeats` runs (RSS: the largest). A run past
-`--timeout-s` is stopped and printed as such (a FAIL). How long it takes: the trace
+`--timeout-s`, or whose RSS passes `--max-rss-mb` (the machine is shared: a run that
+would swallow it is stopped), is printed as stopped (a FAIL). How long it takes: the trace
 steps are seconds (1 M) to about a minute (10 M); each simulate or plan run takes what it
 prints. With the per-token event loop, a 1 M week on 256 replicas steps every output
 token of every request (about 200 M steps), so expect many minutes per run there;
@@ -80,51 +82,68 @@ replica:
 
 @dataclass(frozen=True, slots=True)
 class Measured:
-    """One subprocess: its wall seconds, its own peak RSS (MB), its stdout, and whether
-    it was stopped at the timeout."""
+    """One subprocess: its wall seconds, its own peak RSS (MB), its stdout, and why it
+    was stopped before its end (None: it ran to its end)."""
 
     wall_s: float
     rss_mb: float
     stdout: str
-    timed_out: bool
+    stopped: str | None
 
 
-def measure(cmd: list[str], env: dict[str, str], workdir: Path, timeout_s: float) -> Measured:
-    """Run `cmd` to its end (or `timeout_s`), timing it and reading its peak RSS from
-    `os.wait4` (this child's alone; RUSAGE_CHILDREN would be the largest of all)."""
+def _rss_now_mb(pid: int) -> float:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    found = re.search(r"VmRSS:\s+(\d+) kB", status)
+    return 0.0 if found is None else int(found.group(1)) / 1024.0
+
+
+def measure(
+    cmd: list[str], env: dict[str, str], workdir: Path, timeout_s: float, max_rss_mb: float
+) -> Measured:
+    """Run `cmd` to its end, timing it and reading its peak RSS from `os.wait4` (this
+    child's alone; RUSAGE_CHILDREN would be the largest of all). It is stopped past
+    `timeout_s` or once its RSS passes `max_rss_mb` (the machine is shared)."""
     out_path, err_path = workdir / "out.txt", workdir / "err.txt"
     with out_path.open("w") as out, err_path.open("w") as err:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err)
         deadline = start + timeout_s
-        timed_out = False
+        stopped = None
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
+            rss = _rss_now_mb(proc.pid)
             if time.perf_counter() > deadline:
+                stopped = f"stopped at the {timeout_s:,.0f} s timeout"
+            elif rss > max_rss_mb:
+                stopped = f"stopped at {rss:,.0f} MB RSS (over --max-rss-mb)"
+            if stopped is not None:
+                stopped += f" after {time.perf_counter() - start:,.0f} s"
                 proc.kill()
                 pid, status, usage = os.wait4(proc.pid, 0)
-                timed_out = True
                 break
-            time.sleep(0.05)
+            time.sleep(0.2)
         wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    if proc.returncode != 0 and not timed_out:
+    if proc.returncode != 0 and stopped is None:
         raise SystemExit(f"{' '.join(cmd[:3])} failed ({proc.returncode}):\n"
                          f"{err_path.read_text()[-2000:]}")  # fmt: skip
-    return Measured(wall, usage.ru_maxrss / 1024.0, out_path.read_text(), timed_out)
+    return Measured(wall, usage.ru_maxrss / 1024.0, out_path.read_text(), stopped)
 
 
 def repeat(
-    cmd: list[str], env: dict[str, str], workdir: Path, repeats: int, timeout_s: float
+    cmd: list[str], env: dict[str, str], workdir: Path, args
 ) -> tuple[Measured, float, float]:
-    """`repeats` runs: the last, the median wall and the largest peak RSS (a timed-out
-    run stops the repeats)."""
+    """`args.repeats` runs: the last, the median wall and the largest peak RSS (a
+    stopped run ends the repeats)."""
     runs = []
-    for _ in range(repeats):
-        runs.append(measure(cmd, env, workdir, timeout_s))
-        if runs[-1].timed_out:
+    for _ in range(args.repeats):
+        runs.append(measure(cmd, env, workdir, args.timeout_s, args.max_rss_mb))
+        if runs[-1].stopped:
             break
     return runs[-1], statistics.median(r.wall_s for r in runs), max(r.rss_mb for r in runs)
 
@@ -164,12 +183,12 @@ def bench_plan(env, workdir, trace: int, args) -> int | None:
     cmd = [SERVETUNE, "plan", "--trace", str(trace), "--model", "llama-3.1-8b", "--gpu", "h100",
            "--slo-ttft-ms", str(args.slo_ttft_ms), "--slo-tpot-ms", str(args.slo_tpot_ms),
            "--unit", str(unit), "--json"]  # fmt: skip
-    last, wall, rss = repeat(cmd, env, workdir, args.repeats, args.timeout_s)
-    ok = wall <= TARGET_PLAN_S and not last.timed_out
+    last, wall, rss = repeat(cmd, env, workdir, args)
+    ok = wall <= TARGET_PLAN_S and last.stopped is None
     print(f"\nplan on the 1M week: wall {wall:,.1f} s, peak RSS {rss:,.0f} MB  "
           f"{verdict(ok)} (<= {TARGET_PLAN_S:.0f} s)")  # fmt: skip
-    if last.timed_out:
-        print(f"  stopped after {args.timeout_s:.0f} s")
+    if last.stopped:
+        print(f"  {last.stopped}")
         return None
     plan = json.loads(last.stdout)
     print(f"  lower bound {plan['lower_bound']['gpu_hours']:,.1f} GPU-hours")
@@ -193,11 +212,11 @@ def bench_fleet(env, workdir, week: str, trace: int, replicas: int, label: str, 
     cmd = [SERVETUNE, "simulate", "--trace", str(trace), "--config", str(config),
            "--slo-ttft-ms", str(args.slo_ttft_ms), "--slo-tpot-ms", str(args.slo_tpot_ms),
            "--json"]  # fmt: skip
-    last, wall, rss = repeat(cmd, env, workdir, args.repeats, args.timeout_s)
+    last, wall, rss = repeat(cmd, env, workdir, args)
     name = f"{week} {label} ({replicas} x TP1)"
-    if last.timed_out:
-        print(f"{name:28} stopped after {args.timeout_s:,.0f} s, peak RSS {rss:,.0f} MB so far  "
-              f"{verdict(False)}", flush=True)  # fmt: skip
+    if last.stopped:
+        print(f"{name:28} {last.stopped}, peak RSS {rss:,.0f} MB so far  {verdict(False)}",
+              flush=True)  # fmt: skip
         return
     result = json.loads(last.stdout)
     requests, steps = result["num_requests"], result["phases"]["num_steps"]
@@ -209,10 +228,9 @@ def bench_fleet(env, workdir, week: str, trace: int, replicas: int, label: str, 
         line += f"  {verdict(ok)} ({limits})"
     print(line, flush=True)
     if args.jobs_ok:
-        par, par_wall, par_rss = repeat([*cmd, "--jobs", "2"], env, workdir, args.repeats,
-                                        args.timeout_s)  # fmt: skip
-        if par.timed_out:
-            print(f"{'':28} --jobs 2 stopped after {args.timeout_s:,.0f} s")
+        par, par_wall, par_rss = repeat([*cmd, "--jobs", "2"], env, workdir, args)
+        if par.stopped:
+            print(f"{'':28} --jobs 2 {par.stopped}")
         else:
             print(f"{'':28} --jobs 2: wall {par_wall:,.1f} s, peak RSS {par_rss:,.0f} MB, "
                   f"speed-up {wall / par_wall:.2f}x", flush=True)  # fmt: skip
@@ -226,14 +244,19 @@ def main() -> None:
     ap.add_argument("--slo-ttft-ms", type=float, default=2000.0)
     ap.add_argument("--slo-tpot-ms", type=float, default=100.0)
     ap.add_argument("--timeout-s", type=float, default=1800.0, help="per run")
-    ap.add_argument("--skip-plan", type=int, metavar="REPLICAS",
-                    help="no plan: use this static fleet size for the 1 M week")  # fmt: skip
+    ap.add_argument("--max-rss-mb", type=float, default=8192.0,
+                    help="stop a run whose RSS passes this (the machine is shared)")  # fmt: skip
+    ap.add_argument("--skip-plan", action="store_true", help="no `servetune plan` run")
+    ap.add_argument("--static-replicas", type=int, metavar="N",
+                    help="the static fleet on the 1 M week (default: the plan's)")  # fmt: skip
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         workdir = Path(tmp)
         _, env = prepare_database(args.database, workdir)
         weeks = make_weeks(env, ["1M"] if args.quick else ["1M", "10M"])
-        static = args.skip_plan or bench_plan(env, workdir, weeks["1M"][0], args)
+        static = None if args.skip_plan else bench_plan(env, workdir, weeks["1M"][0], args)
+        if args.static_replicas is not None:
+            static = args.static_replicas
         args.jobs_ok = jobs_available(env)
         print(f"\nsimulate, llama-3.1-8b on H100 TP1 behind round-robin, SLO TTFT "
               f"{args.slo_ttft_ms:g} ms / TPOT {args.slo_tpot_ms:g} ms; median of "
@@ -244,7 +267,7 @@ def main() -> None:
               f"{'steps/s':>11} {'steps':>13} {'attained':>8}")  # fmt: skip
         for week, (trace, requests) in weeks.items():
             if static is None:
-                print(f"{week} static: no size (the plan did not finish)")
+                print(f"{week} static: no size (no plan figure and no --static-replicas)")
             else:
                 scaled = math.ceil(static * requests / weeks["1M"][1])
                 bench_fleet(env, workdir, week, trace, scaled, "static", args)
