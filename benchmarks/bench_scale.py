@@ -21,9 +21,10 @@
    <= 60 s.
 3. `servetune simulate --trace ID --config FLEET --slo-ttft-ms --slo-tpot-ms --json` on
    two fleets of that replica behind round-robin:
-   - static: the plan's static fleet (its peak units, read from the plan's JSON). For
-     the 10 M week it is the 1 M plan's count times the ratio of the two weeks' request
-     counts, rounded up (a plan on the 10 M week is not run: it replays three fleets);
+   - static: the plan's static fleet (its peak units, read from the plan's JSON), or
+     `--static-replicas N`. For the 10 M week it is the 1 M count times the ratio of the
+     two weeks' request counts, rounded up: an estimate (a plan on the 10 M week is not
+     run: it replays three fleets), high where the 1 M fleet is one barely busy unit;
    - 256 x TP1: lightly loaded, where stepping every token costs most.
    Per fleet: requests, wall, peak RSS (the child's own, from `os.wait4`), requests/s,
    steps/s (the `phases.num_steps` of the JSON output; the simulator reports no event
@@ -167,8 +168,9 @@ def make_weeks(env: dict[str, str], names: list[str]) -> dict[str, tuple[int, in
         trace = stored_id(out)
         requests = int(re.search(r"requests\s*│\s*([\d,]+)", out).group(1).replace(",", ""))
         weeks[name] = (trace, requests)
+        made = "already stored" if "already stored" in out else f"synthesized in {wall:.1f} s"
         print(f"{name} week: trace {trace}, {requests:,} requests, mean {WEEKS[name]} req/s "
-              f"(synthesized in {wall:.1f} s)", flush=True)  # fmt: skip
+              f"({made})", flush=True)  # fmt: skip
     return weeks
 
 
