@@ -164,6 +164,10 @@ def simulate(
     ] = 1.0,
     seed: Annotated[int, typer.Option()] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    jump: Annotated[
+        bool,
+        typer.Option(help="advance decode stretches at once (--no-jump: one event per step)"),
+    ] = True,
 ) -> None:
     """Replay a trace under one config and print TTFT, TPOT, ITL, goodput."""
     from optimizer.config import ConfigError
@@ -207,7 +211,7 @@ def simulate(
             replay = replay.time_scaled(time_scale)
     latency, label = resolve_latency(cfg.model, latency_model)
     try:
-        result = run_simulation(replay, cfg, latency, seed=seed, slo=slo)
+        result = run_simulation(replay, cfg, latency, seed=seed, slo=slo, jump=jump)
     except (SimulationError, LookupError, ValueError) as exc:
         fail(str(exc))
     rejected = rejection_note(cfg, replay) if result.num_rejected else None

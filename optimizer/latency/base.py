@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Protocol
 
+import numpy as np
+
 from optimizer.engines import DEFAULT_RELEASE, EngineRelease
 from optimizer.parallel import DENSE_LAYOUT, ExpertLayout
 from optimizer.shapes import DEFAULT_PRECISION, Precision
@@ -113,3 +115,21 @@ def step_pricer(latency: StepLatency, idle: bool = False) -> Callable[[StepLoad]
     if pricer is not None:
         return pricer(idle)
     return idle_step_time(latency) if idle else latency.step_time_s
+
+
+def decode_run_pricer(latency: StepLatency) -> Callable[[int, int, int], np.ndarray]:
+    """(b, kv0, k) -> `step_pricer(latency)`'s prices, in seconds, of k decode-only steps of
+    b one-token decodes attending to kv0, kv0 + b, ..., kv0 + (k - 1) b KV tokens (a decode
+    stretch the simulator advances at once): the model's own `run_pricer()` when it has
+    one (a compiled table's lookups over arrays, the same figures), else one `step_pricer`
+    call per step."""
+    run_pricer = getattr(latency, "run_pricer", None)
+    if run_pricer is not None:
+        return run_pricer()
+    step = step_pricer(latency)
+
+    def price_run(b: int, kv0: int, k: int) -> np.ndarray:
+        loads = (StepLoad(b, b, (), (), b, kv0 + b * i, 1) for i in range(k))
+        return np.fromiter(map(step, loads), np.float64, k)
+
+    return price_run

@@ -233,19 +233,7 @@ class CompiledStepLatency:
         by_batch: dict[int, tuple[float, float, int, int, float, float, float, float]] = {}
 
         def batch_parts(b: int) -> tuple[float, float, int, int, float, float, float, float]:
-            j = b if b < TOKEN_STEP else SMALL_TOKENS + (b + TOKEN_STEP - 1) // TOKEN_STEP
-            ms = dense[j] if j < n_dense else tail(dense, b)
-            ms += head[j] if j < n_head else tail(head, b)
-            scale = 1.0
-            u = log2(b) * ppo if b > 1.0 else 0.0
-            if u >= b_last:
-                scale *= b / b_end
-                u = n_b - 1.000001
-            i = int(u)
-            floor = (eager_s if b > graph_tokens else 0.0) if graph_tokens else -math.inf
-            exposed = base_s + seq_s * b + token_s * b
-            cpu = cpu_base_s + cpu_seq_s * b + cpu_token_s * b
-            parts = (ms, scale, i * n_kv, (i + 1) * n_kv, u - i, floor, exposed, cpu)
+            parts = self._batch_parts(b)
             by_batch[b] = parts
             return parts
 
@@ -323,6 +311,69 @@ class CompiledStepLatency:
             return t
 
         return price
+
+    def _batch_parts(self, b: int) -> tuple[float, float, int, int, float, float, float, float]:
+        """The parts of a decode-only step's price that depend only on its `b` one-token
+        decodes: (token-table ms, size scale, decode-table rows of the batch's two grid
+        points, their interpolation weight, the host floor, exposed overhead, CPU work)."""
+        dense, head = self.dense_ms, self.lm_head_ms
+        ppo, n_kv, n_b = self.ppo, self.n_kv, self.n_b
+        j = b if b < TOKEN_STEP else SMALL_TOKENS + (b + TOKEN_STEP - 1) // TOKEN_STEP
+        ms = dense[j] if j < len(dense) else self._tokens(dense, b)
+        ms += head[j] if j < len(head) else self._tokens(head, b)
+        scale = 1.0
+        u = _log2(b) * ppo if b > 1.0 else 0.0
+        if u >= n_b - 1:
+            scale *= b / 2.0 ** ((n_b - 1) / ppo)
+            u = n_b - 1.000001
+        i = int(u)
+        host = self.host
+        graph_tokens = host.graph_tokens
+        floor = (host.eager_s if b > graph_tokens else 0.0) if graph_tokens else -math.inf
+        o, h = self.overhead, self.hidden
+        exposed = o.base_s + o.per_seq_s * b + o.per_token_s * b
+        cpu = h.base_s + h.per_seq_s * b + h.per_token_s * b
+        return (ms, scale, i * n_kv, (i + 1) * n_kv, u - i, floor, exposed, cpu)
+
+    def run_pricer(self) -> Callable[[int, int, int], np.ndarray]:
+        """(b, kv0, k) -> the steady prices, in seconds, of k decode-only steps of b
+        one-token decodes attending to kv0, kv0 + b, ..., kv0 + (k - 1) b KV tokens (a
+        decode stretch: each step adds one token per sequence). `pricer()`'s decode-only
+        branch over arrays: the same floats (log2 per step with `math.log2`, every other
+        operation elementwise in the same order)."""
+        ppo, n_kv = self.ppo, self.n_kv
+        kv_last, kv_end = n_kv - 1, 2.0 ** ((n_kv - 1) / ppo)
+        h = self.hidden
+        hidden = bool(h.base_s or h.per_seq_s or h.per_token_s)
+        table = np.asarray(self.decode_ms[0])
+        by_batch: dict[int, tuple[float, float, int, int, float, float, float, float]] = {}
+
+        def price_run(b: int, kv0: int, k: int) -> np.ndarray:
+            parts = by_batch.get(b)
+            if parts is None:
+                parts = by_batch[b] = self._batch_parts(b)
+            ms, scale, row0, row1, fu, floor, exposed, cpu = parts
+            y = (kv0 + b * np.arange(k, dtype=np.int64)) / b
+            v = np.fromiter(map(_log2, y.tolist()), np.float64, k) * ppo
+            v[y <= 1.0] = 0.0
+            over = v >= kv_last
+            scales = np.full(k, scale)
+            if over.any():
+                scales[over] = scale * (y[over] / kv_end)
+                v[over] = n_kv - 1.000001
+            kk = v.astype(np.int64)
+            fv = v - kk
+            r0, r1 = row0 + kk, row1 + kk
+            lo = table[r0] + fv * (table[r0 + 1] - table[r0])
+            hi = table[r1] + fv * (table[r1 + 1] - table[r1])
+            t = (ms + scales * (lo + fu * (hi - lo))) * 1e-3
+            t = np.maximum(t, floor)
+            t += exposed
+            if hidden:
+                t = np.maximum(t, cpu)
+            return t
+
+        return price_run
 
     # -- batch path ------------------------------------------------------------------
     def _tokens_np(self, table: np.ndarray, n: np.ndarray) -> np.ndarray:

@@ -293,6 +293,8 @@ class _Autoscaler:
 
     def tick(self, now: float, _payload: object) -> None:
         fleet = self.fleet
+        if self.policy.metric is ScalingMetric.KV_USAGE:
+            fleet.loop.interrupt_all(now)  # the blocks a decode stretch took by now
         count = self.recommend(now)
         if count != len(fleet.starting) + len(fleet.ready):
             fleet.scale_to(count, now)
@@ -327,6 +329,7 @@ def simulate_fleet(
     draft_latency: LatencySource | None = None,
     force_general: bool = False,
     check_invariants: bool = False,
+    jump: bool = True,
 ) -> FleetRun:
     """Replay `workload` on units of `unit` following `fleet` (see the module
     docstring): `initial_units` ready at the first arrival, each unit that joins later
@@ -365,7 +368,7 @@ def simulate_fleet(
         return build_fleet(
             unit, latency, draft_latency, log, seed=seed, longest_request=longest, hashes=hashes,
             block_tokens=block_tokens, force_general=force_general, clamped=clamped,
-            first_index=first_index,
+            first_index=first_index, jump=jump,
         )  # fmt: skip
 
     plans = unit.roles()

@@ -26,6 +26,16 @@ token. So TTFT = prefill queueing + prefill + decode admission + transfer + one
 decode step, and a saturated decode side backpressures the prefill side, whose
 KV stays held.
 
+A decode stretch takes one event (`end_run`): when an instance of the aggregate-decode path
+plans a decode-only step with nothing else to admit, the steps up to the next change of
+its decode set (a finish, a step that would preempt, at most `RUN_STEPS`) are priced at
+once, each step's end the previous end plus its price as the loop would add them, and one
+event ends the last. Whatever touches the instance before that (a request routed to it,
+a KV landing, an autoscaler reading its gauges) cuts the run short (`_interrupt`): the
+steps ended by then are applied, the step under way ends with an event of its own, and
+the instance goes on step by step. The results are the step-by-step loop's
+(`simulate(..., jump=False)`).
+
 A MoE instance with dp ranks steps them in lockstep (`optimizer.sim.ranks`): one STEP
 ENDS event per group step, lasting the slowest rank's priced step.
 
@@ -67,6 +77,10 @@ from optimizer.workload import Workload
 
 __all__ = ["SimulationError", "max_request_tokens", "rejection_note", "simulate"]
 
+RUN_STEPS = 4096  # the most steps one decode stretch advances at once
+# The fewest steps worth a jump: a shorter stretch is stepped (its arrays cost more).
+MIN_RUN_STEPS = 8
+
 
 class ScalingHooks(Protocol):
     """What the loop asks of a fleet that changes size (`optimizer.sim.dynamic`); its
@@ -90,9 +104,9 @@ class _EventLoop:
         "arrival_s", "back_router", "burst", "check", "closed", "disagg", "fe_cost", "fe_free",
         "fleet", "front_router", "heap", "instances", "kv_bytes_per_token", "link_bytes_per_s",
         "link_free", "link_latency_s", "log", "log_alpha", "n", "next_rid", "num_rejected",
-        "num_transfers", "num_warmups", "on_arrival", "on_enter", "on_kv", "on_step_end",
-        "outputs", "prompts", "release", "scaler", "seq", "think_s", "to_wake", "transfer_s",
-        "turnaround_per_token_s", "unmeasured", "warmups_left",
+        "num_transfers", "num_warmups", "on_arrival", "on_enter", "on_kv", "on_run_end",
+        "on_step_end", "outputs", "prompts", "release", "scaler", "seq", "think_s", "to_wake",
+        "transfer_s", "turnaround_per_token_s", "unmeasured", "warmups_left",
     )  # fmt: skip
 
     def __init__(
@@ -135,6 +149,7 @@ class _EventLoop:
         self.on_enter = self.enter
         self.on_step_end = self.end_step
         self.on_kv = self.land_kv
+        self.on_run_end = self.end_run
         self.fe_cost: list[float] | None = None
         self.fe_free = 0.0
         self.release: list[float] | None = None
@@ -207,7 +222,10 @@ class _EventLoop:
                 r.log_alpha = self.log_alpha[rid]
             inst = self.front_router.pick()
             r.instance = inst.index
+            self._interrupt(inst, now)
             inst.add_request(r)
+            if inst.run_ends is not None:  # begun by the step that ended at this instant
+                self._interrupt(inst, now)
             if not inst.busy:
                 # simultaneous arrivals are queued together before the idle instance starts
                 self.to_wake.append(inst)
@@ -238,6 +256,17 @@ class _EventLoop:
                 self._emit(rank, now)
         self._start_group(group, now)
 
+    def end_run(self, now: float, payload: tuple[BaseScheduler, int]) -> None:
+        """A decode stretch's last step ends: its earlier steps are applied at once, the
+        last one as any step (`end_step`); a run cut short since has nothing to do."""
+        inst, gen = payload
+        if gen != inst.run_gen:
+            return
+        ends = inst.run_ends
+        inst.run_ends = None
+        self._apply_run(inst, ends, len(ends) - 2)
+        self.end_step(now, inst.index)
+
     def _emit(self, inst: BaseScheduler, now: float) -> None:
         """Requests `inst` finished in its step: handed off (PD prefill), or their client
         sends its next (closed loop)."""
@@ -252,13 +281,16 @@ class _EventLoop:
     def land_kv(self, now: float, r: SimRequest) -> None:
         """A KV pull lands: the prefill instance frees it, the decode instance computes."""
         prefill = self.instances[r.source]
+        decode = self.instances[r.instance]
+        self._interrupt(prefill, now)
+        self._interrupt(decode, now)
         prefill.release_handoff(r)
         if not prefill.busy:
             if prefill.has_work():
                 self._start(prefill, now)
             elif self.scaler is not None:
                 self.scaler.went_idle(prefill, now)
-        decode = self.instances[r.instance]
+        self._interrupt(decode, now)
         decode.kv_landed(r)
         if not decode.busy:
             self._start(decode, now)
@@ -278,7 +310,70 @@ class _EventLoop:
             return
         inst.busy = True
         inst.step_start = now
+        if inst.price_run is not None:
+            k = inst.plan_run(RUN_STEPS)
+            if k >= MIN_RUN_STEPS:
+                self._begin_run(inst, now, t, k)
+                return
         heappush(self.heap, (now + t, next(self.seq), self.on_step_end, inst.index))
+
+    def _begin_run(self, inst: BaseScheduler, now: float, t: float, k: int) -> None:
+        """`inst` runs a decode stretch of `k` steps from `now`, the first (just planned)
+        priced `t`: price the others at once (clamped at the floor as any step), time them
+        as the loop adds them (each end = the previous end + its price), and end the last
+        with one event."""
+        n = len(inst.decodes)
+        times = np.empty(k + 1)
+        times[0] = now
+        times[1] = t
+        raw = times[2:]
+        raw[:] = inst.price_run(n, inst.kv_sum + n, k - 1)
+        low = raw < inst.floor_s
+        if low.any():
+            raw[low] = inst.floor_s
+            inst.run_clamp = np.cumsum(low)
+        else:
+            inst.run_clamp = None
+        ends = np.cumsum(times)  # sequential sums: the floats `now + t` would give
+        inst.run_ends = ends
+        inst.run_gen += 1
+        heappush(self.heap, (float(ends[k]), next(self.seq), self.on_run_end, (inst, inst.run_gen)))
+
+    def _apply_run(self, inst: BaseScheduler, ends: np.ndarray, j: int) -> None:
+        """Apply the first `j` steps of `inst`'s run (`ends`: its start, then its steps'
+        ends), and count those priced below the floor up to the one under way."""
+        if not j:
+            return
+        inst.apply_run(j, ends[1 : j + 1], np.diff(ends[: j + 1]), float(ends[j]))
+        clamp = inst.run_clamp
+        if clamp is not None:
+            inst.clamped[0] += int(clamp[j - 1])
+
+    def _interrupt(self, inst: BaseScheduler, now: float) -> None:
+        """Something is about to touch `inst` at `now`: cut its decode stretch (if any)
+        short. The steps ended by `now` are applied, the one under way ends with an event
+        of its own and `inst` goes on step by step; a run whose last step ends at `now`
+        ends here, as its event would have (a step ending at the instant the touch comes
+        counts as ended)."""
+        ends = inst.run_ends
+        if ends is None:
+            return
+        inst.run_ends = None
+        inst.run_gen += 1
+        k = len(ends) - 1
+        ended = int(np.searchsorted(ends, now, side="right")) - 1
+        if ended >= k:
+            self._apply_run(inst, ends, k - 1)
+            self.end_step(now, inst.index)
+            return
+        self._apply_run(inst, ends, ended)
+        heappush(self.heap, (float(ends[ended + 1]), next(self.seq), self.on_step_end, inst.index))
+
+    def interrupt_all(self, now: float) -> None:
+        """Bring every instance's state up to `now` (cutting decode stretches short)."""
+        for inst in self.instances:
+            if inst.run_ends is not None:
+                self._interrupt(inst, now)
 
     def _plan(self, inst: BaseScheduler, now: float, idle: bool) -> float | None:
         """`inst`'s next step, with the KV pulls it starts: its price in seconds (as a step
@@ -331,7 +426,10 @@ class _EventLoop:
         r.source = prefill.index
         r.instance = dst.index
         r.remote = True
+        self._interrupt(dst, now)
         dst.add_request(r)
+        if dst.run_ends is not None:
+            self._interrupt(dst, now)
         if not dst.busy:
             self._start(dst, now)
 
@@ -391,6 +489,7 @@ def simulate(
     draft_latency: LatencySource | None = None,
     force_general: bool = False,
     check_invariants: bool = False,
+    jump: bool = True,
 ) -> SimulationResult:
     """Replay `workload` on `config`: pure, deterministic for a seed, process-pool safe.
 
@@ -402,7 +501,9 @@ def simulate(
     clamped and counted (`num_floor_clamped_steps`). `force_general` visits
     every request every step (the reference path the fast path must match);
     `check_invariants` verifies each planned step's limits and KV block
-    accounting (slower; raises `optimizer.sim.scheduler.InvariantError`).
+    accounting (slower; raises `optimizer.sim.scheduler.InvariantError`). `jump`
+    advances decode stretches at once (the module docstring; the same results as
+    without, which steps one engine iteration per event).
     """
     if not isinstance(workload, (Workload, ClosedLoopWorkload)):
         raise SimulationError(f"workload: expected a Workload, got {type(workload).__name__}")
@@ -414,6 +515,7 @@ def simulate(
     fleet = build_fleet(
         config, latency, draft_latency, log, seed=seed, longest_request=longest_request(workload),
         hashes=hashes, block_tokens=block_tokens, force_general=force_general, clamped=clamped,
+        jump=jump,
     )  # fmt: skip
     loop = _EventLoop(workload, config, fleet, log, check_invariants)
     loop.run()

@@ -35,6 +35,7 @@ from optimizer.latency.base import (
     StepLatency,
     StepLoad,
     TableReach,
+    decode_run_pricer,
     step_pricer,
 )
 from optimizer.sim.floor import PROBE_KV_LENGTHS, check_decode_floor
@@ -249,9 +250,12 @@ def build_fleet(
     force_general: bool,
     clamped: list[int],
     first_index: int = 0,
+    jump: bool = True,
 ) -> Fleet:
     """The instances of `config`, indexed from `first_index` (a dynamic fleet builds each
-    unit as it joins, after the instances of the units before it)."""
+    unit as it joins, after the instances of the units before it). With `jump`, instances
+    of the aggregate-decode path outside a rank group advance decode stretches at once
+    (`price_run`: their steady decode-only prices, unclamped)."""
     shape = config.shape
     spec = config.speculation
     release = config.engine_release
@@ -289,6 +293,7 @@ def build_fleet(
             _make_price(step, target, draft, spec.draft_relative_cost, num_spec, floor_s, clamped)
             for step in (step_pricer(target), step_pricer(target, idle=True))
         )
+        run_price = decode_run_pricer(target) if jump and icfg.dp == 1 and not num_spec else None
         limits.append(request_limit(config, plan))
         for k in range(plan.count * icfg.dp):
             index = first_index + len(front) + len(back)
@@ -323,6 +328,9 @@ def build_fleet(
                 align_eagle=bool(num_spec) and spec.method is SpecMethod.EAGLE,
                 decode_price=decode_only(target),
             )
+            if run_price is not None and isinstance(inst, AggregateDecodeScheduler):
+                inst.price_run = run_price
+                inst.clamped = clamped
             side = back if plan.role is Role.DECODE else front
             side.append(inst)
             targets.append(target)

@@ -10,9 +10,20 @@ multiple of the block size, so new-block demand is a per-phase counter
 O(requests that join, finish or are preempted). The set's blocks are taken from
 the pool in aggregate (`KVBlockPool.allocate`); a request leaving the set
 (preempted or finished) gets its explicit state back (`KVBlockPool.settle`).
+
+A decode stretch runs in one jump: between two changes of the decode set (a join, a
+finish, a preemption) a decode-only step with nothing else to admit is followed by steps
+that differ only in the KV tokens they attend to (`kv_sum` grows by the set's size) and
+the blocks they take (the per-phase demand). `plan_run` says how many such steps follow
+from the one just planned, and `apply_run` applies the first j of them at once, exactly
+as j rounds of `complete` and `schedule` would; the event loop prices and times them.
 """
 
 from __future__ import annotations
+
+from heapq import heappop, heappush
+
+import numpy as np
 
 from optimizer.latency.base import StepLoad
 from optimizer.sim.kv_blocks import blocks_for
@@ -21,7 +32,20 @@ from optimizer.sim.scheduler import BaseScheduler
 
 
 class AggregateDecodeScheduler(BaseScheduler):
-    __slots__ = ("decodes", "finish_at", "kv_sum", "partial", "phase_count")
+    __slots__ = (
+        "decodes",
+        "finish_at",
+        "finish_steps",
+        "kv_sum",
+        "partial",
+        "phase_count",
+        "run_clamp",
+        "run_first",
+        "run_gen",
+        "run_kv0",
+        "run_need",
+        "run_used0",
+    )
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
@@ -31,6 +55,17 @@ class AggregateDecodeScheduler(BaseScheduler):
         self.phase_count = [0] * bs  # decodes needing a new block at step S, by S % bs
         self.kv_sum = 0  # KV tokens the decode set attends to this step
         self.finish_at: dict[int, list[SimRequest]] = {}
+        self.finish_steps: list[int] = []  # a heap of the keys of `finish_at`
+        # A decode stretch under way (`plan_run`): its first step, KV tokens and blocks
+        # used at that step, the blocks the later steps take (cumulative), the cumulative
+        # count of its steps priced below the floor (None: none), and a generation
+        # number that retires the loop's event of a run cut short.
+        self.run_first = 0
+        self.run_kv0 = 0
+        self.run_used0 = 0
+        self.run_need: np.ndarray | None = None
+        self.run_clamp: np.ndarray | None = None
+        self.run_gen = 0
 
     @property
     def num_running(self) -> int:
@@ -108,6 +143,7 @@ class AggregateDecodeScheduler(BaseScheduler):
         bucket = self.finish_at.get(finish)
         if bucket is None:
             self.finish_at[finish] = [r]
+            heappush(self.finish_steps, finish)
         else:
             bucket.append(r)
         self.decodes[r.rid] = r
@@ -132,6 +168,61 @@ class AggregateDecodeScheduler(BaseScheduler):
         self.step_nseqs = n_dec + len(chunks)
         self.step_kv_q1 = kv
         return StepLoad(n_dec + tokens, self.step_nseqs, pq, pkv, n_dec, kv, 1)
+
+    # ------------------------------------------------------------------ decode stretches
+
+    def plan_run(self, max_steps: int) -> int:
+        """Steps, from the one just planned on (it included, at most `max_steps`), that run
+        the same decode set with nothing else to do: 1 when the step just planned is not
+        decode-only or something waits to be admitted; else up to the first finish, and
+        short of the first step whose new blocks the pool no longer has (that one
+        preempts). Above 1 it records the run for `apply_run`."""
+        n = len(self.decodes)
+        if not n or self.chunks or self.partial is not None or self.waiting or self.ready:
+            return 1
+        first = self.step_no
+        finishes = self.finish_steps
+        while finishes[0] < first:  # keys of steps already completed
+            heappop(finishes)
+        k = min(finishes[0] - first + 1, max_steps)
+        if k <= 1:
+            return 1
+        pool = self.pool
+        phases = (np.arange(first + 1, first + k, dtype=np.int64)) % pool.block_size
+        need = np.cumsum(np.array(self.phase_count, dtype=np.int64)[phases])
+        free = pool.num_free
+        if need[-1] > free:
+            k = int(np.argmax(need > free)) + 1
+            if k <= 1:
+                return 1
+            need = need[: k - 1]
+        self.run_first = first
+        self.run_kv0 = self.kv_sum
+        self.run_used0 = pool.num_used
+        self.run_need = need
+        return k
+
+    def apply_run(self, j: int, ends: np.ndarray, durs: np.ndarray, start_s: float) -> None:
+        """Apply the first `j` (>= 1) steps of the run `plan_run` recorded, which ended at
+        `ends` after `durs` (arrays of j), and plan the next, which starts at `start_s`:
+        what `complete` and `schedule` would do j times (no request joins, finishes or is
+        preempted on the way)."""
+        n = len(self.decodes)
+        kv0, need = self.run_kv0, self.run_need
+        kv_q1 = kv0 + n * np.arange(j, dtype=np.int64)
+        used = np.empty(j, dtype=np.int64)
+        used[0] = self.run_used0
+        used[1:] = self.run_used0 + need[: j - 1]
+        self.steps.add_run(ends, durs, n, used, kv_q1)
+        self.log.tokens_emitted += n * j
+        self.kv_sum = kv0 + n * j
+        take = int(need[j - 1])
+        if take:
+            self.pool.allocate(take)
+        self.step_no = self.run_first + j
+        self.step_nseqs = n
+        self.step_kv_q1 = self.kv_sum
+        self.step_start = start_s
 
     # ------------------------------------------------------------------ completion
 

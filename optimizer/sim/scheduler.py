@@ -40,6 +40,8 @@ from collections import deque
 from collections.abc import Callable
 from random import Random
 
+import numpy as np
+
 from optimizer.latency.base import StepLoad
 from optimizer.sim.kv_blocks import KVBlockPool
 from optimizer.sim.kv_cache import PrefixCache
@@ -65,6 +67,7 @@ class BaseScheduler(ABC):
         "busy",
         "chunked",
         "chunks",
+        "clamped",
         "done",
         "floor_s",
         "group",
@@ -81,10 +84,12 @@ class BaseScheduler(ABC):
         "prefix",
         "price",
         "price_idle",
+        "price_run",
         "pulls",
         "ready",
         "rng",
         "role",
+        "run_ends",
         "step_kv_q1",
         "step_no",
         "step_nseqs",
@@ -154,6 +159,13 @@ class BaseScheduler(ABC):
         # ... of a step that starts on an idle instance (async scheduling: nothing to
         # overlap its CPU work with)
         self.price_idle = price if price_idle is None else price_idle
+        # The decode-stretch jump (`AggregateDecodeScheduler.plan_run`, driven by the event
+        # loop): (b, kv0, k) -> k steady decode-only prices, None where it does not apply;
+        # the run's step boundaries while one is under way (None otherwise); the fleet's
+        # count of steps clamped at the floor.
+        self.price_run: Callable[[int, int, int], np.ndarray] | None = None
+        self.run_ends: np.ndarray | None = None
+        self.clamped: list[int] | None = None
         # vLLM v0 (no chunked prefill): prompts get steps of their own, and a prompt is
         # admitted only while 1% of the blocks stay free (its block manager's watermark).
         self.prefill_first = prefill_first
