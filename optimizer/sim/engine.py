@@ -546,6 +546,21 @@ def longest_request(workload: Workload | ClosedLoopWorkload) -> int:
     return int((workload.input_tokens + workload.output_tokens).max())
 
 
+def instance_records(loop: _EventLoop) -> list[InstanceRecord]:
+    """What the result needs of each instance of a finished run (plain, picklable data)."""
+    records = []
+    for inst in loop.instances:
+        prefix = inst.prefix
+        ratio = None
+        if prefix is not None and prefix.num_lookup_tokens:
+            ratio = prefix.num_hit_tokens / prefix.num_lookup_tokens
+        records.append(InstanceRecord(
+            inst.role, inst.index, inst.tp, inst.pool.num_blocks, inst.steps.summary(),
+            inst.num_preemptions, ratio, inst.pool.num_used,
+        ))  # fmt: skip
+    return records
+
+
 def run_result(
     workload: Workload | ClosedLoopWorkload,
     config: ServingConfig,
@@ -557,19 +572,9 @@ def run_result(
 ) -> SimulationResult:
     """The result of a finished run: each instance's record (`targets[i]`: instance i's
     target-model latency) and the requests' figures."""
-    records = []
-    for inst in loop.instances:
-        prefix = inst.prefix
-        ratio = None
-        if prefix is not None and prefix.num_lookup_tokens:
-            ratio = prefix.num_hit_tokens / prefix.num_lookup_tokens
-        records.append(InstanceRecord(
-            inst.role, inst.index, inst.tp, inst.pool.num_blocks, inst.steps.summary(),
-            inst.num_preemptions, ratio, inst.pool.num_used,
-        ))  # fmt: skip
     return build_result(
         loop.log,
-        records,
+        instance_records(loop),
         first_measured=workload.num_warmups if isinstance(workload, ClosedLoopWorkload) else 0,
         input_tokens=workload.input_tokens,
         output_tokens=workload.output_tokens,

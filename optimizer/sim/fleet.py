@@ -237,6 +237,11 @@ class Fleet:
         return self.front + self.back
 
 
+def instance_rng(seed: int, index: int) -> Random:
+    """The random generator of instance `index` of a fleet run with `seed`."""
+    return Random(seed * 1_000_003 + index)
+
+
 def build_fleet(
     config: ServingConfig,
     latency: LatencySource,
@@ -316,7 +321,7 @@ def build_fleet(
                 num_blocks=plan.kv_blocks,
                 state_blocks=plan.state_blocks,
                 log=log,
-                rng=Random(seed * 1_000_003 + index),
+                rng=instance_rng(seed, index),
                 prefix=prefix,
                 hashes=hashes,
                 tp=icfg.tp,
