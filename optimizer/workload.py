@@ -154,6 +154,14 @@ class Workload:
             name=f"{self.name}{suffix}" if self.name else "",
         )
 
+    def subset(self, idx: np.ndarray) -> Workload:
+        """The requests at indices `idx` (increasing), at their own arrival times."""
+        idx = np.asarray(idx, dtype=np.int64)
+        if idx.size == 0 or idx[0] < 0 or idx[-1] >= len(self) or np.any(np.diff(idx) <= 0):
+            raise WorkloadError(f"subset: expected increasing indices in [0, {len(self)}), "
+                                f"got {idx.size} of them")  # fmt: skip
+        return self._select(idx, self.arrival_s[idx], "")
+
     def time_scaled(self, factor: float) -> Workload:
         """Multiply every arrival time by `factor` (< 1 compresses: a higher rate)."""
         if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):

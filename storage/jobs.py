@@ -14,8 +14,15 @@ Jobs are of kinds (`JobKind`): each kind's request and progress are stored as th
 kind's own documents (`_PARAMS`, `_PROGRESS`) and read back as its types; a finished
 job's result lives where its kind keeps it (`finish_job`: a tuning job's `TuneOutcome`
 in the row's `result`, with its recommendation; a plan job's `FleetPlan` in `plans`,
-linked by `job_id`). Lookups and lists may name a kind: a job of another kind is then
-not found, as another project's is.
+linked by `job_id`; a plan part's `PartResult` in the row's `result`).
+
+A job may be a part of another (`parent_id`): a plan job queues its pieces as
+`plan_part` jobs (`enqueue_job(..., parent_id=)`), which any worker claims as it claims
+any job, and the plan job's own worker may claim only its parts (`claim_job(...,
+parent_id=)`) while it waits for them (`job_parts`).
+
+Lookups and lists may name a kind: a job of another kind is then not found, as another
+project's is.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from optimizer.plan import FleetPlan, PlanProgress, PlanRequest
+from optimizer.plan import FleetPlan, PartResult, PlanPart, PlanProgress, PlanRequest
 from optimizer.search import TuneOutcome, TuneProgress, TuneRequest
 from storage.codec import from_json, to_json
 from storage.listing import count_rows, page_rows
@@ -48,10 +55,18 @@ from storage.service_records import (
 _PARAMS: dict[JobKind, type[JobParams]] = {
     JobKind.TUNING: TuneRequest,
     JobKind.PLAN: PlanRequest,
+    JobKind.PLAN_PART: PlanPart,
 }
 _PROGRESS: dict[JobKind, type[JobProgress]] = {
     JobKind.TUNING: TuneProgress,
     JobKind.PLAN: PlanProgress,
+    JobKind.PLAN_PART: PlanProgress,
+}
+# Each kind's answer, as `finish_job` takes it.
+_OUTCOMES: dict[JobKind, type] = {
+    JobKind.TUNING: TuneOutcome,
+    JobKind.PLAN: FleetPlan,
+    JobKind.PLAN_PART: PartResult,
 }
 
 
@@ -113,9 +128,10 @@ def enqueue_job(
     schedule_id: int | None = None,
     trigger_reason: str | None = None,
     kind: JobKind | None = None,
+    parent_id: int | None = None,
 ) -> JobInfo:
     """Queue a job of the kind `params` asks for (`kind_of`; `kind`, when given, must be
-    that one)."""
+    that one), as a part of job `parent_id` when given."""
     asked = kind_of(params)
     if kind is not None and kind is not asked:
         raise ValueError(f"a {kind.label} takes a {_PARAMS[kind].__name__}, not {asked.label}'s")
@@ -130,6 +146,7 @@ def enqueue_job(
         cancel_requested=False,
         schedule_id=schedule_id,
         trigger_reason=trigger_reason,
+        parent_id=parent_id,
     )
     session.add(row)
     session.flush()
@@ -244,13 +261,17 @@ def claim_job(
     lease_s: float,
     max_attempts: int = 3,
     now: datetime | None = None,
+    parent_id: int | None = None,
 ) -> ClaimedJob | None:
-    """Take the oldest runnable job (queued, or running with an expired lease)."""
+    """Take the oldest runnable job (queued, or running with an expired lease); only the
+    parts of job `parent_id` when given."""
     now = now or datetime.now(UTC)
     runnable = sa.or_(
         JobRow.status == str(JobStatus.QUEUED),
         sa.and_(JobRow.status == str(JobStatus.RUNNING), JobRow.lease_expires_at < now),
     )
+    if parent_id is not None:
+        runnable = sa.and_(JobRow.parent_id == parent_id, runnable)
     while True:
         row = session.scalar(
             sa.select(JobRow)
@@ -316,25 +337,28 @@ def finish_job(
     claim: ClaimedJob,
     *,
     status: JobStatus,
-    outcome: TuneOutcome | FleetPlan | None = None,
+    outcome: TuneOutcome | FleetPlan | PartResult | None = None,
     error: str | None = None,
 ) -> bool:
     """Record the end of a job if the lease is still ours, with its result where its kind
     keeps it: a tuning job's outcome in the row (a cancelled job's partial one too) and
     its recommendation; a succeeded plan job's plan in `plans`, linked to the job (a plan
-    is whole or nothing: a cancelled or failed plan job stores none)."""
+    is whole or nothing: a cancelled or failed plan job stores none); a succeeded plan
+    part's result in the row."""
     if not status.finished:
         raise ValueError(f"finish_job needs a final status, got {status}")
-    expected = {JobKind.TUNING: TuneOutcome, JobKind.PLAN: FleetPlan}[claim.job.kind]
+    expected = _OUTCOMES[claim.job.kind]
     if outcome is not None and not isinstance(outcome, expected):
         raise TypeError(f"a {claim.job.kind.label}'s result is a {expected.__name__}")
     tuned = outcome if isinstance(outcome, TuneOutcome) else None
+    part = outcome if isinstance(outcome, PartResult) else None
+    stored = tuned or (part if status is JobStatus.SUCCEEDED else None)
     done = session.execute(
         sa.update(JobRow)
         .where(_held(claim))
         .values(
             status=str(status),
-            result=None if tuned is None else to_json(tuned),
+            result=None if stored is None else to_json(stored),
             error=error,
             finished_at=datetime.now(UTC),
             lease_expires_at=None,
@@ -347,6 +371,59 @@ def finish_job(
     if status is JobStatus.SUCCEEDED and isinstance(outcome, FleetPlan):
         save_plan(session, outcome, project=claim.job.project, job_id=claim.job.id)
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class JobPart:
+    """A part of a job (a plan part of a plan job) as its parent waits on it."""
+
+    id: int
+    status: JobStatus
+    params: PlanPart
+    result: PartResult | None  # once it succeeded
+    error: str | None
+    worker: str | None  # the worker that holds or last held its lease (None: not claimed)
+    attempts: int
+
+
+def job_parts(session: Session, parent_id: int) -> list[JobPart]:
+    """The parts of job `parent_id`, in the order they were queued."""
+    rows = session.scalars(
+        sa.select(JobRow).where(JobRow.parent_id == parent_id).order_by(JobRow.id)
+    )
+    out = []
+    for row in rows:
+        if row.kind != JobKind.PLAN_PART:
+            raise ValueError(f"job {row.id}, a part of job {parent_id}, is a {row.kind} job")
+        status = JobStatus(row.status)
+        result = None
+        if status is JobStatus.SUCCEEDED and row.result is not None:
+            result = from_json(PartResult, row.result)
+        out.append(
+            JobPart(
+                id=row.id,
+                status=status,
+                params=from_json(PlanPart, row.params),
+                result=result,
+                error=row.error,
+                worker=row.lease_owner,
+                attempts=row.attempts,
+            )
+        )
+    return out
+
+
+def cancel_parts(session: Session, parent_id: int) -> int:
+    """Cancel the unfinished parts of job `parent_id` (`request_cancel` on each); how many."""
+    ids = session.scalars(
+        sa.select(JobRow.id).where(
+            JobRow.parent_id == parent_id,
+            JobRow.status.in_([str(JobStatus.QUEUED), str(JobStatus.RUNNING)]),
+        )
+    ).all()
+    for job_id in ids:
+        request_cancel(session, job_id)
+    return len(ids)
 
 
 def get_result(session: Session, job_id: int, *, project: str | None = None) -> JobResult:

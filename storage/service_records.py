@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from optimizer.config import ServingConfig
-from optimizer.plan import PlanProgress, PlanRequest
+from optimizer.plan import PlanPart, PlanProgress, PlanRequest
 from optimizer.search import Recommendation, TuneProgress, TuneRequest
 
 
@@ -53,10 +53,12 @@ class Principal:
 class JobKind(StrEnum):
     """What a job does; its params and progress are that kind's own types
     (`JobParams`, `JobProgress`), and its result is stored where that kind keeps it: a
-    tuning job's `TuneOutcome` in the job row, a plan job's `FleetPlan` in `plans`."""
+    tuning job's `TuneOutcome` in the job row, a plan job's `FleetPlan` in `plans`, a
+    plan part's `FleetReplay` (one fleet of its parent plan job) in the job row."""
 
     TUNING = "tuning"
     PLAN = "plan"
+    PLAN_PART = "plan_part"
 
     @property
     def label(self) -> str:
@@ -65,8 +67,9 @@ class JobKind(StrEnum):
 
 
 # A job's request and what it reports while running, by kind (a tuning job's are the
-# search's `TuneRequest` and `TuneProgress`, a plan job's `PlanRequest` and `PlanProgress`).
-JobParams = TuneRequest | PlanRequest
+# search's `TuneRequest` and `TuneProgress`, a plan job's `PlanRequest` and `PlanProgress`,
+# a plan part's `PlanPart` and `PlanProgress`).
+JobParams = TuneRequest | PlanRequest | PlanPart
 JobProgress = TuneProgress | PlanProgress
 
 
@@ -88,7 +91,7 @@ class JobInfo:
     project: str
     kind: JobKind
     status: JobStatus
-    params: JobParams  # the kind's request: TuneRequest or PlanRequest
+    params: JobParams  # the kind's request: TuneRequest, PlanRequest or PlanPart
     created_at: datetime
     progress: JobProgress | None = None
     window: WindowSummary | None = None  # the workload resolved when the job was created

@@ -3,14 +3,19 @@
 Bulk paths: SQLite uses `executemany` on the raw connection inside the
 session's transaction, `_BULK_ROWS` rows at a time (the driver binds Python values,
 so only one block of them exists at once); PostgreSQL uses `COPY ... FROM STDIN`
-(CSV written by polars, a block at a time) and `COPY (SELECT ...) TO STDOUT`. Both
-stay inside the caller's transaction, so a failure leaves nothing behind.
+(CSV written by polars, a block at a time). Both stay inside the caller's
+transaction, so a failure leaves nothing behind.
+
+Loads read a trace in arrival (seq) order straight into numpy columns: on SQLite the
+driver's rows are consumed by `np.fromiter` a block at a time into preallocated
+arrays (no list of rows); on PostgreSQL the server packs each column into one bytea.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 from datetime import UTC, datetime
 
 import numpy as np
@@ -380,20 +385,9 @@ def load_trace_columns(
     conn = session.connection()
     raw = conn.connection.driver_connection
     if conn.dialect.name == "postgresql":
-        arrival, inp, out = _copy_out_core(raw, trace_id)
+        arrival, inp, out = _read_core_postgresql(raw, trace_id)
     else:
-        cur = raw.cursor()
-        cur.execute(
-            "SELECT arrival_s, input_tokens, output_tokens FROM trace_requests"
-            " WHERE trace_id = ? ORDER BY seq",
-            (trace_id,),
-        )
-        rows = cur.fetchall()
-        cur.close()
-        arr = np.array(rows, dtype=np.float64).reshape(-1, 3)
-        arrival = arr[:, 0].copy()
-        inp = arr[:, 1].astype(np.int64)
-        out = arr[:, 2].astype(np.int64)
+        arrival, inp, out = _read_core_sqlite(raw, trace_id)
     hashes, sessions, accept = _load_optional(session, trace_id, len(arrival))
     return TraceColumns(
         arrival_s=arrival,
@@ -405,35 +399,60 @@ def load_trace_columns(
     )
 
 
-def _copy_out_core(raw, trace_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    import polars as pl
+_CORE_DTYPE = np.dtype([("arrival_s", "<f8"), ("input_tokens", "<i8"), ("output_tokens", "<i8")])
+_READ_BLOCK_ROWS = 65_536  # rows the SQLite driver hands over at once when loading a trace
 
-    buf = io.BytesIO()
-    sql = (
-        "COPY (SELECT arrival_s, input_tokens, output_tokens FROM trace_requests"
-        f" WHERE trace_id = {int(trace_id)} ORDER BY seq) TO STDOUT (FORMAT csv)"
-    )
-    with raw.cursor() as cur, cur.copy(sql) as cp:
-        for chunk in cp:
-            buf.write(chunk)
-    if buf.tell() == 0:
-        empty = np.zeros(0)
-        return empty, empty.astype(np.int64), empty.astype(np.int64)
-    buf.seek(0)
-    df = pl.read_csv(
-        buf,
-        has_header=False,
-        new_columns=["arrival_s", "input_tokens", "output_tokens"],
-        schema_overrides={
-            "arrival_s": pl.Float64,
-            "input_tokens": pl.Int64,
-            "output_tokens": pl.Int64,
-        },
-    )
+
+def _read_core_sqlite(raw, trace_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The core columns of a stored trace on SQLite, in seq (arrival) order, written
+    straight into three preallocated arrays a block of rows at a time.
+
+    The sqlite3 driver yields one tuple per row; `np.fromiter` consumes them as they
+    come, so no list of rows exists and memory is the columns plus one block."""
+    cur = raw.cursor()
+    try:
+        cur.execute("SELECT count(*) FROM trace_requests WHERE trace_id = ?", (trace_id,))
+        n = int(cur.fetchone()[0])
+        arrival = np.empty(n, dtype=np.float64)
+        inp = np.empty(n, dtype=np.int64)
+        out = np.empty(n, dtype=np.int64)
+        cur.execute(
+            "SELECT arrival_s, input_tokens, output_tokens FROM trace_requests"
+            " WHERE trace_id = ? ORDER BY seq",
+            (trace_id,),
+        )
+        pos = 0
+        while pos < n:
+            size = min(_READ_BLOCK_ROWS, n - pos)
+            block = np.fromiter(itertools.islice(cur, size), dtype=_CORE_DTYPE, count=size)
+            arrival[pos : pos + size] = block["arrival_s"]
+            inp[pos : pos + size] = block["input_tokens"]
+            out[pos : pos + size] = block["output_tokens"]
+            pos += size
+    finally:
+        cur.close()
+    return arrival, inp, out
+
+
+def _read_core_postgresql(raw, trace_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The core columns of a stored trace on PostgreSQL, in seq (arrival) order: the
+    server packs each column into one bytea of its binary send form (`float8send`,
+    `int4send`: big-endian, exact), read back with `np.frombuffer`. One row of three
+    values crosses the wire, never one per request (a column of the 50 M-row limit is
+    400 MB, under bytea's 1 GB)."""
+    row = raw.execute(
+        "SELECT string_agg(float8send(arrival_s), ''::bytea ORDER BY seq),"
+        " string_agg(int4send(input_tokens), ''::bytea ORDER BY seq),"
+        " string_agg(int4send(output_tokens), ''::bytea ORDER BY seq)"
+        " FROM trace_requests WHERE trace_id = %s",
+        (trace_id,),
+        binary=True,
+    ).fetchone()
+    arrival, inp, out = (b"" if v is None else v for v in row)
     return (
-        df["arrival_s"].to_numpy(),
-        df["input_tokens"].to_numpy(),
-        df["output_tokens"].to_numpy(),
+        np.frombuffer(arrival, dtype=">f8").astype(np.float64),
+        np.frombuffer(inp, dtype=">i4").astype(np.int64),
+        np.frombuffer(out, dtype=">i4").astype(np.int64),
     )
 
 

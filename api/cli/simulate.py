@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from api.cli.common import LatencyModelOption, console, fail, session, trace_source
+from api.cli.common import (
+    LatencyModelOption,
+    console,
+    err_console,
+    fail,
+    session,
+    trace_source,
+)
 
 if TYPE_CHECKING:
     from optimizer.config import ServingConfig
@@ -163,6 +170,13 @@ def simulate(
         float, typer.Option(help="multiply inter-arrival times (0.5 = twice the rate)")
     ] = 1.0,
     seed: Annotated[int, typer.Option()] = 0,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            help="processes for the replicas of a round-robin colocated fleet (the same "
+            "per-request results; other fleets run in one process, and say why)"
+        ),
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
     jump: Annotated[
         bool,
@@ -173,6 +187,7 @@ def simulate(
     from optimizer.config import ConfigError
     from optimizer.sim import SLO, SimulationError, rejection_note
     from optimizer.sim import simulate as run_simulation
+    from optimizer.sim.parallel import serial_reason, simulate_parallel
 
     cfg = load_config(config)
     if model is not None:
@@ -209,9 +224,19 @@ def simulate(
         replay = load_workload(trace)
         if time_scale != 1.0:
             replay = replay.time_scaled(time_scale)
+    if jobs < 1:
+        fail(f"--jobs: expected a whole number of processes >= 1, got {jobs}")
+    serial = serial_reason(replay, cfg)
+    if jobs > 1 and serial is not None:
+        err_console.print(f"[yellow]--jobs {jobs}: this fleet runs in one process ({serial})[/]")
     latency, label = resolve_latency(cfg.model, latency_model)
     try:
-        result = run_simulation(replay, cfg, latency, seed=seed, slo=slo, jump=jump)
+        if jobs > 1 and serial is None:
+            result = simulate_parallel(
+                replay, cfg, latency, jobs=jobs, seed=seed, slo=slo, jump=jump
+            )
+        else:
+            result = run_simulation(replay, cfg, latency, seed=seed, slo=slo, jump=jump)
     except (SimulationError, LookupError, ValueError) as exc:
         fail(str(exc))
     rejected = rejection_note(cfg, replay) if result.num_rejected else None
@@ -219,6 +244,8 @@ def simulate(
         out = result_json(result, cfg)
         out["rejected_because"] = rejected
         out["latency"] = label
+        out["processes"] = jobs if jobs > 1 and serial is None else 1
+        out["one_process_because"] = serial if jobs > 1 else None
         out["priced_as"] = cfg.engine_release.label
         typer.echo(json.dumps(out, indent=2))
         return

@@ -32,6 +32,7 @@ from optimizer.config import ConfigError, ServingConfig
 from optimizer.latency.base import LatencySource
 from optimizer.plan import (
     FleetPlan,
+    PartRunner,
     PlanError,
     PlanRequest,
     UnitChoice,
@@ -56,6 +57,7 @@ __all__ = [
     "load_plan_trace",
     "make_plan",
     "parse_plan_request",
+    "priced_label",
     "run_plan",
     "stored_unit",
 ]
@@ -237,10 +239,12 @@ def make_plan(
     project: str = DEFAULT_PROJECT,
     latency: LatencySource | None = None,
     num_threads: int = 1,
+    run_parts: PartRunner | None = None,
     on_step: Callable[[str], None] = lambda _m: None,
 ) -> FleetPlan:
     """Make the plan (see the module docstring) without storing it: its request names
-    `trace.trace_id` (None for a trace file not stored yet). Raises `PlanError` for bad
+    `trace.trace_id` (None for a trace file not stored yet). `run_parts` runs its parts
+    (`build_plan`; by default in this process). Raises `PlanError` for bad
     input."""
     from storage.db import make_engine, session_scope, upgrade_database
 
@@ -268,7 +272,7 @@ def make_plan(
         on_step("screening units of the default space on the busiest window")
         unit = screen_unit(request, trace.workload, checked.busiest_by_rate, source)
     # priced as tune prices: the latency models, run by the unit's engine release
-    info = LatencyInfo(f"{label}; priced as {unit.config.engine_release.label}", estimate)
+    info = LatencyInfo(priced_label(label, unit.config), estimate)
     return build_plan(
         request,
         trace.workload,
@@ -278,7 +282,14 @@ def make_plan(
         info,
         on_step=on_step,
         synthetic=trace.synthetic,
+        run_parts=run_parts,
     )
+
+
+def priced_label(label: str, unit: ServingConfig) -> str:
+    """How a plan names what priced it: the latency source's label and the engine
+    release the unit runs (the latency models are run by it)."""
+    return f"{label}; priced as {unit.engine_release.label}"
 
 
 def run_plan(

@@ -11,6 +11,12 @@ over), and the executor must return promptly (a partial tuning outcome is fine) 
 are run again with `ctx.resumed` True and the last reported progress in
 `ctx.job.progress`; the tuning executor resumes the Optuna study named
 `ctx.study_name` in the RDB storage at `ctx.storage_url`.
+
+A job may queue parts of itself as jobs (a plan job its capacity searches and fleet
+replays): any worker of
+the pool runs them, and while it waits the job's own worker runs them too
+(`ctx.run_part()`: claim one runnable part of this job and run it here, under its own
+lease), so a pool of one worker never waits on itself.
 """
 
 from __future__ import annotations
@@ -19,12 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from optimizer.plan import FleetPlan
+from optimizer.plan import FleetPlan, PartResult
 from optimizer.search import TuneOutcome
 from storage.service_records import JobInfo, JobProgress
 
 # What an executor returns: its kind's answer.
-JobOutcome = TuneOutcome | FleetPlan
+JobOutcome = TuneOutcome | FleetPlan | PartResult
 
 
 class JobFailed(RuntimeError):
@@ -43,6 +49,10 @@ class JobContext:
     resumed: bool  # True when an earlier attempt of this job died mid-run
     report: Callable[[JobProgress], None]
     should_stop: Callable[[], bool]
+    cancel_requested: Callable[[], bool]  # True once the job's cancel was seen
+    # Claim one runnable part of this job and run it in this worker; False when none was.
+    run_part: Callable[[], bool]
+    poll_s: float  # how often to look again while waiting on parts others run
 
 
 class Executor(Protocol):

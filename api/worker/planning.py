@@ -4,10 +4,12 @@ The job's params are the plan's own `PlanRequest`, checked on its stored trace w
 was queued; a stream's plan runs on the upload it resolved then (the job's window), a
 schedule's on the window's trace it was pinned to. Each step of the plan is reported
 (`PlanProgress`), and a cancel is honoured between steps (a plan has no partial answer:
-nothing is stored). A refusal the plan finds (a peak beyond the GPU budget, a unit that
-cannot hold the longest request) fails the job with the plan's message; the worker then
-stores nothing else. The plan itself is stored by `storage.jobs.finish_job`, linked to
-the job, in the transaction that marks it succeeded.
+nothing is stored). Its capacity searches and fleet replays run as part jobs that any
+worker of the pool may run (`api.worker.plan_parts`). A refusal the plan finds (a peak
+beyond the GPU budget, a unit that cannot hold the longest request) fails the job with
+the plan's message; the worker then stores nothing else. The plan itself is stored by
+`storage.jobs.finish_job`, linked to the job, in the transaction that marks it
+succeeded.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import replace
 from api.services.planning import load_plan_trace, make_plan
 from api.settings import get_settings
 from api.worker.context import JobContext, JobFailed, JobStopped
+from api.worker.plan_parts import pool_parts
 from optimizer.plan import FleetPlan, PlanError, PlanProgress, PlanRequest
 
 
@@ -56,6 +59,7 @@ def run_planning(ctx: JobContext) -> FleetPlan:
             database_url=ctx.storage_url,
             project=ctx.job.project,
             num_threads=settings.native_threads,
+            run_parts=pool_parts(ctx, step),
             on_step=step,
         )
     except LookupError as exc:  # the trace was deleted since the job was queued

@@ -101,6 +101,21 @@ class Worker:
         self.execute(claim)
         return True
 
+    def run_part_of(self, parent_id: int) -> bool:
+        """Claim one runnable part of job `parent_id` and run it; False when none was."""
+        with session_scope(self.engine) as session:
+            claim = claim_job(
+                session,
+                worker=self.name,
+                lease_s=self.options.lease_s,
+                max_attempts=self.options.max_attempts,
+                parent_id=parent_id,
+            )
+        if claim is None:
+            return False
+        self.execute(claim)
+        return True
+
     def _heartbeat(self, claim: ClaimedJob, lease: _Lease) -> None:
         while not lease.done.wait(self.options.poll_s):
             try:
@@ -135,6 +150,9 @@ class Worker:
             resumed=claim.attempt > 1,
             report=lambda progress: self._report(claim, lease, progress),
             should_stop=lease.should_stop,
+            cancel_requested=lease.cancelled.is_set,
+            run_part=lambda: self.run_part_of(job.id),
+            poll_s=self.options.poll_s,
         )
         outcome: JobOutcome | None = None
         error: str | None = None

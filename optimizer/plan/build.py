@@ -6,23 +6,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from optimizer.config import ServingConfig
 from optimizer.latency.base import LatencySource
-from optimizer.plan.capacity import measure_capacities
+from optimizer.plan.capacity import capacity_groups
 from optimizer.plan.errors import PlanError
 from optimizer.plan.fleets import (
     DynamicReplay,
     FleetKind,
-    FleetReplay,
     reactive_note,
-    replay_dynamic,
     scheduled_note,
     scheduled_schedule,
-    static_fleet,
+    size_static,
 )
 from optimizer.plan.lower_bound import lower_bound
 from optimizer.plan.outcome import FleetPlan, TraceSummary, ordering_text
+from optimizer.plan.parts import (
+    CapacityPart,
+    FleetPart,
+    PartResult,
+    PartRunner,
+    PlanPart,
+    run_plan_part,
+)
 from optimizer.plan.policy import reactive_policy
 from optimizer.plan.request import PlanRequest
 from optimizer.plan.unit import UnitChoice
@@ -76,6 +83,21 @@ def _check_fits(unit: ServingConfig, workload: Workload) -> None:
         )
 
 
+def _answers(part: PlanPart, result: PartResult) -> bool:
+    if part.capacity is not None:
+        return result.bucket is not None and result.bucket.index == part.capacity.bucket
+    assert part.fleet is not None
+    return result.fleet is not None and result.fleet.kind is part.fleet.kind
+
+
+def _results(run: PartRunner, parts: tuple[PlanPart, ...]) -> tuple[PartResult, ...]:
+    """`run`'s results of `parts`, checked to answer each part in order."""
+    results = run(parts)
+    if len(results) != len(parts) or not all(map(_answers, parts, results)):
+        raise ValueError(f"the part runner did not answer {[p.describe() for p in parts]} in order")
+    return results
+
+
 def build_plan(
     request: PlanRequest,
     workload: Workload,
@@ -86,46 +108,55 @@ def build_plan(
     *,
     dynamic: DynamicReplay = simulate_fleet,
     synthetic: bool = False,
+    run_parts: PartRunner | None = None,
     on_step: Callable[[str], None] = lambda _m: None,
 ) -> FleetPlan:
     """The plan of `request` on `workload` with `unit` (see the package docstring).
     `dynamic` replays the scheduled and reactive fleets (the simulator's fleets that
-    change size). Raises `PlanError` for a unit that
-    cannot hold the trace's longest request, a length mix no unit sustains, or a peak
-    beyond the GPU budget."""
+    change size); `run_parts` runs the plan's parts, the capacity searches and then the
+    fleets' replays (`optimizer.plan.parts`: by default in this process, in order; the
+    worker pool runs them as jobs). Raises `PlanError` for a unit that cannot hold the
+    trace's longest request, a length mix no unit sustains, or a peak beyond the GPU
+    budget."""
     config = request.priced(unit.config)
     _check_fits(config, workload)
     settings = request.eval_settings()
     windows, cold = checked.windows, checked.cold_start
-    bucketing = measure_capacities(workload, windows, config, latency, settings, on_step=on_step)
+    part = partial(PlanPart, request, config, latency_info.label)
+
+    def in_process(parts: tuple[PlanPart, ...]) -> tuple[PartResult, ...]:
+        results = []
+        for p in parts:
+            if p.capacity is not None:
+                on_step(f"capacity of length-mix bucket {p.capacity.bucket + 1}/{len(parts)}")
+            else:
+                on_step(f"{p.describe()} on the whole trace")
+            results.append(run_plan_part(p, workload, windows, cold, latency, settings, dynamic))
+        return tuple(results)
+
+    run = run_parts or in_process
+    groups = capacity_groups(workload, windows, settings)
+    buckets = _results(
+        run, tuple(part(capacity=CapacityPart(b, groups)) for b in range(groups.num_buckets))
+    )
+    bucketing = groups.bucketing(workload, tuple(r.bucket for r in buckets if r.bucket is not None))
     lower = lower_bound(
         windows, bucketing, config.num_gpus, config.price_per_hour(), request.gpu_budget
     )
-    on_step("sizing the static fleet on the busiest window and replaying the whole trace")
-    static = static_fleet(workload, windows, config, lower, latency, settings)
-    policy, basis = reactive_policy(windows, bucketing, lower, static.peak_units, cold)
-    on_step("replaying the scheduled fleet")
-    for_fleets = (dynamic, workload, windows, config)
-    scheduled = replay_dynamic(
-        FleetKind.SCHEDULED,
-        *for_fleets,
-        scheduled_schedule(windows, lower, cold.total_s),
-        cold,
-        latency,
-        settings,
-        scheduled_note(cold),
+    on_step("sizing the static fleet on the busiest window")
+    static_units, static_note = size_static(workload, windows, config, lower, latency, settings)
+    policy, basis = reactive_policy(windows, bucketing, lower, static_units, cold)
+    fleet_parts = (
+        FleetPart(FleetKind.STATIC, static_note, static_units=static_units),
+        FleetPart(
+            FleetKind.SCHEDULED,
+            scheduled_note(cold),
+            schedule=scheduled_schedule(windows, lower, cold.total_s),
+        ),
+        FleetPart(FleetKind.REACTIVE, reactive_note(policy), policy=policy),
     )
-    on_step("replaying the reactive fleet")
-    reactive = replay_dynamic(
-        FleetKind.REACTIVE,
-        *for_fleets,
-        policy,
-        cold,
-        latency,
-        settings,
-        reactive_note(policy),
-    )
-    fleets: tuple[FleetReplay, ...] = (static, scheduled, reactive)
+    replays = _results(run, tuple(part(fleet=f) for f in fleet_parts))
+    fleets = tuple(r.fleet for r in replays if r.fleet is not None)
     trace = TraceSummary(
         workload.name, len(workload), workload.duration_s, workload.mean_rate, synthetic
     )

@@ -17,6 +17,10 @@ once per group (`optimizer.sim.max_sustainable_rate`, tune's search and settings
   consecutive requests (the stretch tune screens on; the search only rescales them) with
   the lengths of as many requests drawn, seeded, from the bucket's windows (with
   replacement only when the bucket holds fewer).
+
+`capacity_groups` groups the windows and places the sample; `measure_bucket` searches one
+bucket's capacity, independently of the others (a part of the plan,
+`optimizer.plan.parts`); `measure_capacities` does both in this process.
 """
 
 from __future__ import annotations
@@ -158,6 +162,96 @@ def bucket_sample(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class CapacityGroups:
+    """The windows grouped by mix (`group_windows`) and the sample every bucket's capacity
+    is searched on: the arrivals of requests `sample_first` to `sample_first +
+    sample_requests` (the trace's busiest stretch), rescaled by the search."""
+
+    ratio: float
+    bucket_of: tuple[int | None, ...]
+    sample_first: int
+    sample_requests: int
+
+    @property
+    def num_buckets(self) -> int:
+        return max((b for b in self.bucket_of if b is not None), default=-1) + 1
+
+    def members(self, bucket: int) -> tuple[int, ...]:
+        return tuple(i for i, x in enumerate(self.bucket_of) if x == bucket)
+
+    def bucketing(self, workload: Workload, buckets: tuple[LengthBucket, ...]) -> Bucketing:
+        """The `Bucketing` of these groups with each bucket's measured capacity."""
+        if tuple(b.index for b in buckets) != tuple(range(self.num_buckets)):
+            raise ValueError(
+                f"expected the {self.num_buckets} buckets' capacities in order, got buckets "
+                f"{[b.index for b in buckets]}"
+            )
+        arrival = workload.arrival_s
+        return Bucketing(
+            ratio=self.ratio,
+            min_window_requests=MIN_WINDOW_REQUESTS,
+            sample_requests=self.sample_requests,
+            sample_start_s=float(arrival[self.sample_first] - arrival[0]),
+            buckets=buckets,
+            bucket_of=self.bucket_of,
+        )
+
+
+def capacity_groups(
+    workload: Workload, windows: tuple[PlanWindow, ...], settings: EvalSettings
+) -> CapacityGroups:
+    """How `measure_capacities` groups the windows and where its sample lies."""
+    width, bucket_of = group_windows(windows)
+    n = min(settings.screen_requests or len(workload), len(workload))
+    start = busiest_start(workload.arrival_s, n) or 0
+    return CapacityGroups(width, bucket_of, start, n)
+
+
+def measure_bucket(
+    workload: Workload,
+    windows: tuple[PlanWindow, ...],
+    groups: CapacityGroups,
+    bucket: int,
+    unit: ServingConfig,
+    latency: LatencySource,
+    settings: EvalSettings,
+) -> LengthBucket:
+    """One bucket's capacity (see the module docstring); independent of the others."""
+    arrival = workload.arrival_s
+    first, n = groups.sample_first, groups.sample_requests
+    times = arrival[first : first + n] - arrival[first]
+    members = groups.members(bucket)
+    sample = bucket_sample(workload, windows, members, times, settings.seed + bucket)
+    cap = max_sustainable_rate(
+        sample,
+        unit,
+        latency,
+        settings.slo,
+        attainment=settings.attainment,
+        seed=settings.seed,
+        rel_tol=settings.rel_tol,
+        max_simulations=settings.max_simulations,
+    )
+    res = cap.result
+    e2e = res.e2e_s[~np.isnan(res.e2e_s)]
+    concurrency = cap.request_rate * float(e2e.mean()) if e2e.size and cap.rate_scale else 0.0
+    count = sum(windows[i].num_requests for i in members)
+    return LengthBucket(
+        index=bucket,
+        windows=members,
+        num_requests=count,
+        mean_input_tokens=_mean(workload.input_tokens, windows, members, count),
+        mean_output_tokens=_mean(workload.output_tokens, windows, members, count),
+        capacity_rps=cap.request_rate,
+        attainment=cap.attainment,
+        concurrency=concurrency,
+        kv_usage=_kv_usage(res),
+        bounded=cap.bounded,
+        num_simulations=cap.num_simulations,
+    )
+
+
 def measure_capacities(
     workload: Workload,
     windows: tuple[PlanWindow, ...],
@@ -168,55 +262,13 @@ def measure_capacities(
     on_step: Callable[[str], None] = lambda _m: None,
 ) -> Bucketing:
     """The windows grouped by mix and the unit's capacity for each group (see the module
-    docstring)."""
-    width, bucket_of = group_windows(windows)
-    num_buckets = max((b for b in bucket_of if b is not None), default=-1) + 1
-    arrival = workload.arrival_s
-    n = min(settings.screen_requests or len(workload), len(workload))
-    start = busiest_start(arrival, n) or 0
-    times = arrival[start : start + n] - arrival[start]
+    docstring), in this process."""
+    groups = capacity_groups(workload, windows, settings)
     buckets = []
-    for b in range(num_buckets):
-        members = tuple(i for i, x in enumerate(bucket_of) if x == b)
-        on_step(f"capacity of length-mix bucket {b + 1}/{num_buckets}")
-        sample = bucket_sample(workload, windows, members, times, settings.seed + b)
-        cap = max_sustainable_rate(
-            sample,
-            unit,
-            latency,
-            settings.slo,
-            attainment=settings.attainment,
-            seed=settings.seed,
-            rel_tol=settings.rel_tol,
-            max_simulations=settings.max_simulations,
-        )
-        res = cap.result
-        e2e = res.e2e_s[~np.isnan(res.e2e_s)]
-        concurrency = cap.request_rate * float(e2e.mean()) if e2e.size and cap.rate_scale else 0.0
-        count = sum(windows[i].num_requests for i in members)
-        buckets.append(
-            LengthBucket(
-                index=b,
-                windows=members,
-                num_requests=count,
-                mean_input_tokens=_mean(workload.input_tokens, windows, members, count),
-                mean_output_tokens=_mean(workload.output_tokens, windows, members, count),
-                capacity_rps=cap.request_rate,
-                attainment=cap.attainment,
-                concurrency=concurrency,
-                kv_usage=_kv_usage(res),
-                bounded=cap.bounded,
-                num_simulations=cap.num_simulations,
-            )
-        )
-    return Bucketing(
-        ratio=width,
-        min_window_requests=MIN_WINDOW_REQUESTS,
-        sample_requests=n,
-        sample_start_s=float(arrival[start] - arrival[0]),
-        buckets=tuple(buckets),
-        bucket_of=bucket_of,
-    )
+    for b in range(groups.num_buckets):
+        on_step(f"capacity of length-mix bucket {b + 1}/{groups.num_buckets}")
+        buckets.append(measure_bucket(workload, windows, groups, b, unit, latency, settings))
+    return groups.bucketing(workload, tuple(buckets))
 
 
 def _mean(

@@ -12,7 +12,9 @@ The scheduled and reactive fleets change size: a `DynamicReplay` replays them, b
 default the simulator's `optimizer.sim.dynamic.simulate_fleet` (units that join serve
 after a cold start, units that leave drain, the routers see ready units only). Every
 fleet's GPU-hours are those of the units it held (provisioned: starting, serving or
-draining) over the trace's windows.
+draining) over the trace's windows. Here the fleets are sized (`size_static`,
+`scheduled_schedule`) and a replay's figures read (`fleet_from_run`); each replay runs as
+a part of the plan (`optimizer.plan.parts`).
 """
 
 from __future__ import annotations
@@ -28,9 +30,8 @@ from optimizer.latency.base import LatencySource
 from optimizer.plan.lower_bound import LowerBound
 from optimizer.plan.windows import PlanWindow
 from optimizer.search.evaluation import EvalSettings
-from optimizer.search.sizing import fleet_of
 from optimizer.search.trace_evaluator import TraceEvaluator
-from optimizer.sim import SLO, simulate
+from optimizer.sim import SLO
 from optimizer.sim.scaling import AutoscalerPolicy, ColdStart, FleetRun, ReplicaSchedule
 from optimizer.workload import Workload
 
@@ -129,16 +130,18 @@ def busiest_window(windows: tuple[PlanWindow, ...], lower: LowerBound) -> PlanWi
     return max(windows, key=lambda w: (lower.units[w.index], w.rate))
 
 
-def static_fleet(
+def size_static(
     workload: Workload,
     windows: tuple[PlanWindow, ...],
     unit: ServingConfig,
     lower: LowerBound,
     latency: LatencySource,
     settings: EvalSettings,
-) -> FleetReplay:
-    """The static fleet (see the module docstring): sized on the busiest window from the
-    lower bound's count there, replayed on the whole trace."""
+) -> tuple[int, str]:
+    """The static fleet's units and how they were sized (see the module docstring): the
+    fewest that meet the target on the busiest window, from the lower bound's count
+    there (the largest within --gpus when none does). Its replay on the whole trace is
+    `optimizer.plan.parts.run_plan_part`."""
     peak = busiest_window(windows, lower)
     window = workload.slice(peak.first, peak.stop)
     evaluator = TraceEvaluator.for_trace(window, latency, settings)
@@ -152,9 +155,7 @@ def static_fleet(
         f"{evaluator.evaluated.peak_rate:,.2f} req/s), where it {held} the target; replayed "
         "on the whole trace"
     )
-    result = simulate(workload, fleet_of(unit, n), latency, seed=settings.seed, slo=settings.slo)
-    run = FleetRun(result, ReplicaSchedule.constant(n), ReplicaSchedule.constant(n), 0)
-    return fleet_from_run(FleetKind.STATIC, run, windows, unit, settings, note)
+    return n, note
 
 
 def scheduled_schedule(

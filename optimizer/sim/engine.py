@@ -48,6 +48,8 @@ vLLM rejects them: no latencies (NaN), counted as SLO misses and in
 from __future__ import annotations
 
 import itertools
+import math
+from array import array
 from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import Any, Protocol
@@ -62,7 +64,6 @@ from optimizer.sim.fleet import (
     Router,
     SimulationError,
     build_fleet,
-    decode_only,
     log_alphas,
     max_request_tokens,
     rejection_note,
@@ -108,7 +109,7 @@ class _EventLoop:
         "link_free", "link_latency_s", "log", "log_alpha", "n", "next_rid", "num_rejected",
         "num_transfers", "num_warmups", "on_arrival", "on_enter", "on_kv", "on_run_end",
         "on_step_end", "outputs", "prompts", "release", "scaler", "seq", "think_s", "to_wake",
-        "transfer_s", "turnaround_per_token_s", "warmups_left",
+        "transfer_s", "turnaround_per_token_s", "unmeasured", "warmups_left",
     )  # fmt: skip
 
     def __init__(
@@ -125,12 +126,14 @@ class _EventLoop:
         self.check = check
         self.closed = isinstance(workload, ClosedLoopWorkload)
         self.n = len(workload)
-        self.prompts = workload.input_tokens.tolist()
-        self.outputs = workload.output_tokens.tolist()
+        self.prompts = _ints(workload.input_tokens)
+        self.outputs = _ints(workload.output_tokens)
         self.disagg = config.mode is ServingMode.DISAGGREGATED
         self.front_router = Router(fleet.front_units, config.routing)
         self.back_router = Router(fleet.back_units, config.routing)
-        self.log_alpha = log_alphas(workload, config) if config.speculation.enabled else None
+        self.log_alpha = (
+            _floats(log_alphas(workload, config)) if config.speculation.enabled else None
+        )
         self.kv_bytes_per_token = config.shape.kv_bytes_per_token(
             config.prefill.tp if self.disagg and config.prefill else 1
         )
@@ -154,6 +157,7 @@ class _EventLoop:
         self.fe_free = 0.0
         self.release: list[float] | None = None
         self.num_warmups = self.warmups_left = self.burst = 0
+        self.unmeasured = False
         self.turnaround_per_token_s = 0.0
         if self.closed:
             assert isinstance(workload, ClosedLoopWorkload)
@@ -161,10 +165,12 @@ class _EventLoop:
             self.think_s = workload.think_time_s
             self.turnaround_per_token_s = workload.turnaround_per_output_token_s
             if workload.release_s is not None:
-                self.release = workload.release_s.tolist()
+                self.release = _floats(workload.release_s)
             if not workload.frontend.is_zero:
                 self.fe_cost = workload.frontend.costs_s(workload.input_tokens)
             self.num_warmups = self.warmups_left = workload.num_warmups
+            if self.num_warmups:  # nothing measured until the first measured request is sent
+                self._measure_from(math.inf)
             self.burst = min(workload.num_clients, self.n - self.num_warmups)
             first = self.num_warmups or self.n
             self.next_rid = min(workload.num_clients, first)
@@ -172,7 +178,7 @@ class _EventLoop:
                 start = self.release[rid] if self.release is not None else 0.0
                 heappush(self.heap, (start, next(self.seq), self.on_arrival, rid))
         else:
-            self.arrival_s = workload.arrival_s.tolist()
+            self.arrival_s = _floats(workload.arrival_s)
             self.think_s = 0.0
             self.next_rid = 0
             if self.n:
@@ -194,6 +200,8 @@ class _EventLoop:
         if not self.closed and rid + 1 < self.n:
             heappush(heap, (self.arrival_s[rid + 1], next(self.seq), self.on_arrival, rid + 1))
         self.log.arrival_s[rid] = now
+        if self.unmeasured and rid >= self.num_warmups:
+            self._measure_from(now)
         if self.fe_cost is not None:
             t = (now if now > self.fe_free else self.fe_free) + self.fe_cost[rid]
             self.fe_free = t
@@ -459,6 +467,14 @@ class _EventLoop:
         if self.next_rid < self.n:
             self._send(t)
 
+    def _measure_from(self, t: float) -> None:
+        """Closed loop with warm-ups: steps and ITL gaps count only when they end after
+        `t` (inf until the first measured request is sent, then its send time)."""
+        self.unmeasured = t == math.inf
+        self.log.measure_from(t)
+        for inst in self.instances:
+            inst.steps.measure_from(t)
+
     def _send(self, t: float) -> None:
         if self.release is not None and self.release[self.next_rid] > t:
             t = self.release[self.next_rid]
@@ -509,6 +525,16 @@ def simulate(
     return run_result(workload, config, loop, fleet.targets, config.num_gpus, clamped[0], slo)
 
 
+def _ints(values: np.ndarray) -> array:
+    """Per-request integers as a compact array (fast indexing, 8 bytes a value)."""
+    return array("q", np.ascontiguousarray(values, dtype=np.int64).tobytes())
+
+
+def _floats(values: np.ndarray | list[float]) -> array:
+    """Per-request floats as a compact array (fast indexing, 8 bytes a value)."""
+    return array("d", np.ascontiguousarray(values, dtype=np.float64).tobytes())
+
+
 def prefix_hashes(
     workload: Workload | ClosedLoopWorkload, config: ServingConfig
 ) -> tuple[list[list[int]] | None, int]:
@@ -523,6 +549,21 @@ def longest_request(workload: Workload | ClosedLoopWorkload) -> int:
     return int((workload.input_tokens + workload.output_tokens).max())
 
 
+def instance_records(loop: _EventLoop) -> list[InstanceRecord]:
+    """What the result needs of each instance of a finished run (plain, picklable data)."""
+    records = []
+    for inst in loop.instances:
+        prefix = inst.prefix
+        ratio = None
+        if prefix is not None and prefix.num_lookup_tokens:
+            ratio = prefix.num_hit_tokens / prefix.num_lookup_tokens
+        records.append(InstanceRecord(
+            inst.role, inst.index, inst.tp, inst.pool.num_blocks, inst.steps.summary(),
+            inst.num_preemptions, ratio, inst.pool.num_used,
+        ))  # fmt: skip
+    return records
+
+
 def run_result(
     workload: Workload | ClosedLoopWorkload,
     config: ServingConfig,
@@ -534,19 +575,9 @@ def run_result(
 ) -> SimulationResult:
     """The result of a finished run: each instance's record (`targets[i]`: instance i's
     target-model latency) and the requests' figures."""
-    records = []
-    for inst, target in zip(loop.instances, targets, strict=True):
-        prefix = inst.prefix
-        ratio = None
-        if prefix is not None and prefix.num_lookup_tokens:
-            ratio = prefix.num_hit_tokens / prefix.num_lookup_tokens
-        records.append(InstanceRecord(
-            inst.role, inst.index, inst.tp, inst.pool.num_blocks, inst.steps,
-            inst.num_preemptions, ratio, decode_only(target), inst.pool.num_used,
-        ))  # fmt: skip
     return build_result(
         loop.log,
-        records,
+        instance_records(loop),
         first_measured=workload.num_warmups if isinstance(workload, ClosedLoopWorkload) else 0,
         input_tokens=workload.input_tokens,
         output_tokens=workload.output_tokens,

@@ -237,6 +237,11 @@ class Fleet:
         return self.front + self.back
 
 
+def instance_rng(seed: int, index: int) -> Random:
+    """The random generator of instance `index` of a fleet run with `seed`."""
+    return Random(seed * 1_000_003 + index)
+
+
 def build_fleet(
     config: ServingConfig,
     latency: LatencySource,
@@ -316,7 +321,7 @@ def build_fleet(
                 num_blocks=plan.kv_blocks,
                 state_blocks=plan.state_blocks,
                 log=log,
-                rng=Random(seed * 1_000_003 + index),
+                rng=instance_rng(seed, index),
                 prefix=prefix,
                 hashes=hashes,
                 tp=icfg.tp,
@@ -326,6 +331,7 @@ def build_fleet(
                 async_admission=release.generation.async_scheduling,
                 align_block=align,
                 align_eagle=bool(num_spec) and spec.method is SpecMethod.EAGLE,
+                decode_price=decode_only(target),
             )
             if run_price is not None and isinstance(inst, AggregateDecodeScheduler):
                 inst.price_run = run_price

@@ -1,27 +1,33 @@
 """What a simulation measured: per-request latencies, percentiles, SLO goodput.
 
-Recording happens in two cheap logs filled by the hot loop: `RunLog` (per
-request, indexed by request id) and one `StepLog` per instance (per step:
-end time, duration, decode count, ...). `build_result` turns them into a
+Recording happens in compact logs filled by the hot loop: `RunLog` (per request,
+typed columns indexed by request id, and the run's ITL histogram) and one
+`StepStats` per instance (`optimizer.sim.step_stats`: the steps' aggregates, in
+memory that does not grow with steps). `build_result` turns them into a
 `SimulationResult` with numpy arrays after the loop.
 
-ITL is exact without storing a gap per token: between steps of a busy
+TTFT, TPOT, E2E, queueing and SLO attainment are exact (per request). ITL is
+kept in a `LogHistogram` without a gap per token: between steps of a busy
 instance every decoding sequence's gap equals the step's duration, so a step
 contributes its duration with weight = number of such sequences. Gaps that are
 not one step long (the first decode token after a PD transfer, the first token
-after a preemption) are stored individually; with speculation the extra tokens
-of a step arrive together and count as gaps of 0 (DOMAIN.md §2).
-Percentiles are nearest-rank throughout.
+after a preemption) are added one by one; with speculation the extra tokens of a
+step arrive together and count as gaps of 0 (DOMAIN.md §2), exactly. ITL
+percentiles are then within the histogram's `RELATIVE_ERROR` (0.5%) of the exact
+nearest-rank ones; its mean and max are exact. Percentiles are nearest-rank
+throughout.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+
+from optimizer.sim.histogram import LogHistogram
+from optimizer.sim.step_stats import StepSummary
 
 _SERIES_POINTS = 500
 
@@ -75,61 +81,55 @@ class Percentiles:
 
 
 class RunLog:
-    """Per-request outcomes, written by instances (lists indexed by request id)."""
+    """Per-request outcomes, written by instances (typed columns indexed by request id),
+    the run's ITL histogram and the output tokens emitted.
 
-    __slots__ = ("arrival_s", "finish_s", "first_sched_s", "first_token_s", "itl_gaps",
-                 "num_preemptions", "num_zero_gaps", "tokens_emitted")  # fmt: skip
+    ITL samples count from `from_s` on (a closed loop's warm-up is left out: the loop
+    sets it with `measure_from`); -inf measures from the start."""
+
+    __slots__ = ("arrival_s", "finish_s", "first_sched_s", "first_token_s", "from_s", "itl",
+                 "num_preemptions", "tokens_emitted")  # fmt: skip
 
     def __init__(self, num_requests: int) -> None:
-        nan = math.nan
-        self.arrival_s = [nan] * num_requests
-        self.first_token_s = [nan] * num_requests
-        self.finish_s = [nan] * num_requests
-        self.first_sched_s = [nan] * num_requests
-        self.num_preemptions = [0] * num_requests
-        self.itl_gaps: list[float] = []
-        self.num_zero_gaps = 0  # speculative tokens that arrived with another (ITL gaps of 0)
+        if num_requests < 0:
+            raise ValueError(f"RunLog: num_requests must be >= 0, got {num_requests}")
+        nan = array("d", [math.nan])
+        self.arrival_s = nan * num_requests
+        self.first_token_s = nan * num_requests
+        self.finish_s = nan * num_requests
+        self.first_sched_s = nan * num_requests
+        self.num_preemptions = array("q", [0]) * num_requests
+        self.itl = LogHistogram()
         self.tokens_emitted = 0
-
-
-class StepLog:
-    """One row per step of one instance (compact typed arrays, one per column).
-
-    The scheduler appends to the columns directly after each step (a method call
-    per step is measurable in the hot loop)."""
-
-    __slots__ = ("dur", "end", "kv_q1", "kv_used", "n_dec", "n_seqs")
-
-    def __init__(self) -> None:
-        self.end = array("d")
-        self.dur = array("d")
-        self.n_dec = array("q")
-        self.n_seqs = array("q")
-        self.kv_used = array("q")
-        self.kv_q1 = array("q")
+        self.from_s = -math.inf
 
     def __len__(self) -> int:
-        return len(self.end)
+        return len(self.arrival_s)
 
-    def add_run(
-        self,
-        ends: np.ndarray,
-        durs: np.ndarray,
-        n_dec: int,
-        kv_used: np.ndarray,
-        kv_q1: np.ndarray,
-    ) -> None:
-        """Rows of k decode-only steps of `n_dec` sequences at once (a decode stretch):
-        their end times and durations (s), KV blocks used and KV tokens attended, each
-        an array of k."""
-        k = len(ends)
-        self.end.frombytes(np.ascontiguousarray(ends, dtype=np.float64).tobytes())
-        self.dur.frombytes(np.ascontiguousarray(durs, dtype=np.float64).tobytes())
-        counts = array("q", [n_dec]) * k
-        self.n_dec.extend(counts)
-        self.n_seqs.extend(counts)
-        self.kv_used.frombytes(np.ascontiguousarray(kv_used, dtype=np.int64).tobytes())
-        self.kv_q1.frombytes(np.ascontiguousarray(kv_q1, dtype=np.int64).tobytes())
+    def measure_from(self, t: float) -> None:
+        """Count ITL gaps that end after `t` only."""
+        self.from_s = t
+
+    def column(self, name: str) -> np.ndarray:
+        """One per-request column as a numpy array over the log's own memory (no copy:
+        writing to it writes the log)."""
+        col = getattr(self, name)
+        return np.frombuffer(col, dtype=np.int64 if col.typecode == "q" else np.float64)
+
+    def scatter(self, part: RunLog, rids: np.ndarray) -> None:
+        """Place `part` (a run of some of the requests, its request i being this run's
+        `rids[i]`) into this log: its columns at `rids`, its ITL histogram and emitted
+        tokens added to this run's."""
+        rids = np.asarray(rids, dtype=np.int64)
+        if rids.shape != (len(part),):
+            raise ValueError(f"RunLog.scatter: {rids.size} request ids for a part of "
+                             f"{len(part)} requests")  # fmt: skip
+        if rids.size and not (rids.min() >= 0 and rids.max() < len(self)):
+            raise ValueError(f"RunLog.scatter: request ids must be in [0, {len(self)})")
+        for name in ("arrival_s", "first_token_s", "finish_s", "first_sched_s", "num_preemptions"):
+            self.column(name)[rids] = part.column(name)
+        self.itl.merge(part.itl)
+        self.tokens_emitted += part.tokens_emitted
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,9 +199,12 @@ class SimulationResult:
     kv_transfer_s: float = 0.0  # total link time of PD KV transfers
     latency_is_estimate: bool = False  # some role was priced by a roofline, not measurements
     num_tokens_emitted: int = 0  # output tokens the instances produced (conservation check)
-    # ITL gaps (s) and how many tokens waited each one: `itl` is their weighted percentiles
+    # ITL gaps (s) and how many tokens waited each one, as the histogram's bucket values
+    # (`itl_hist.representatives()`): `itl` is their weighted percentiles, within the
+    # histogram's error (its mean and max exact)
     itl_gaps_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     itl_gap_weights: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    itl_hist: LogHistogram = field(default_factory=LogHistogram)
 
     @property
     def num_completed(self) -> int:
@@ -230,16 +233,15 @@ class SimulationResult:
 
 @dataclass(frozen=True, slots=True)
 class InstanceRecord:
-    """What `build_result` needs from each instance after the loop."""
+    """What `build_result` needs from each instance after the loop (plain data)."""
 
     role: str
     index: int
     tp: int
     kv_blocks: int
-    steps: StepLog
+    steps: StepSummary
     num_preemptions: int
     prefix_hit_ratio: float | None
-    decode_only_time: Callable[[int, int], float]
     leaked_blocks: int = 0
 
 
@@ -247,27 +249,6 @@ def _per_s(count: float, makespan_s: float) -> float:
     """`count` per second of a run; 0 for a run in which no request finished (no step
     beats the decode floor, so a run with a finished request lasts some time)."""
     return count / makespan_s if makespan_s > 0 else 0.0
-
-
-def _series(steps: StepLog, kv_blocks: int, horizon: float) -> tuple[np.ndarray, ...]:
-    end = np.frombuffer(steps.end, dtype=np.float64)
-    dur = np.frombuffer(steps.dur, dtype=np.float64)
-    edges = np.linspace(0.0, horizon, _SERIES_POINTS + 1)
-    if end.size == 0:
-        zeros = np.zeros(_SERIES_POINTS)
-        return edges[:-1], zeros, zeros
-    b = np.clip(np.searchsorted(edges, end - dur, side="right") - 1, 0, _SERIES_POINTS - 1)
-    w = np.bincount(b, weights=dur, minlength=_SERIES_POINTS)
-    seqs = np.bincount(
-        b, weights=dur * np.frombuffer(steps.n_seqs, dtype=np.int64), minlength=_SERIES_POINTS
-    )
-    kv = np.bincount(
-        b, weights=dur * np.frombuffer(steps.kv_used, dtype=np.int64), minlength=_SERIES_POINTS
-    )
-    with np.errstate(invalid="ignore", divide="ignore"):
-        batch = np.where(w > 0, seqs / w, 0.0)
-        util = np.where(w > 0, kv / w / max(kv_blocks, 1), 0.0)
-    return edges[:-1], batch, util
 
 
 def build_result(
@@ -285,74 +266,67 @@ def build_result(
     kv_transfer_s: float = 0.0,
     latency_is_estimate: bool = False,
 ) -> SimulationResult:
-    # A benchmark's warm-up requests (the first `first_measured`) are left out, and so are
-    # the steps that ended before the first measured request was sent.
+    # A benchmark's warm-up requests (the first `first_measured`) are left out; so are
+    # the steps and ITL gaps that ended before the first measured request was sent (the
+    # loop set `from_s` of the log and of each instance's `StepStats` then).
     w = first_measured
-    arrival = np.asarray(log.arrival_s)[w:]
-    first = np.asarray(log.first_token_s)[w:]
-    finish = np.asarray(log.finish_s)[w:]
+    arrival = log.column("arrival_s")[w:]
+    first = log.column("first_token_s")[w:]
+    finish = log.column("finish_s")[w:]
     ttft = first - arrival
     e2e = finish - arrival
     out = np.asarray(output_tokens, dtype=np.int64)[w:]
     input_tokens = np.asarray(input_tokens)[w:]
-    window_start = float(np.nanmin(arrival)) if w and np.any(arrival == arrival) else -math.inf
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
-    queueing = np.asarray(log.first_sched_s)[w:] - arrival
+    queueing = log.column("first_sched_s")[w:] - arrival
     finished = finish == finish  # a rejected request never finishes (NaN)
     makespan = float(np.nanmax(finish) - np.nanmin(arrival)) if finished.any() else 0.0
     total_out = int(out.sum())
     # Throughput is what was delivered: the finished requests and their output tokens.
     num_done, done_out = int(finished.sum()), int(out[finished].sum())
 
-    itl_vals = [np.asarray(log.itl_gaps, dtype=np.float64), np.zeros(1)]
-    itl_w = [np.ones(len(log.itl_gaps)), np.full(1, float(log.num_zero_gaps))]
-    ph = dict.fromkeys(("pre", "dec", "mix"), 0.0)
+    horizon = makespan + float(np.nanmin(arrival)) if np.any(arrival == arrival) else 0.0
+    ph = dict.fromkeys(("pre", "dec", "mix", "stall"), 0.0)
     counts = dict.fromkeys(("pre", "dec", "mix", "mixtok", "spike"), 0)
-    stall = 0.0
     summaries = []
     for rec in records:
         s = rec.steps
-        measured = np.frombuffer(s.end, dtype=np.float64) > window_start
-        dur = np.frombuffer(s.dur, dtype=np.float64)[measured]
-        n_dec = np.frombuffer(s.n_dec, dtype=np.int64)[measured]
-        n_seqs = np.frombuffer(s.n_seqs, dtype=np.int64)[measured]
-        itl_vals.append(dur)
-        itl_w.append(n_dec.astype(np.float64))  # each decoding sequence waited the step
-        pre, dec = n_dec == 0, n_seqs == n_dec
-        mix = ~pre & ~dec
-        ph["pre"] += float(dur[pre].sum()) * rec.tp
-        ph["dec"] += float(dur[dec].sum()) * rec.tp
-        ph["mix"] += float(dur[mix].sum()) * rec.tp
-        counts["pre"] += int(pre.sum())
-        counts["dec"] += int(dec.sum())
-        counts["mix"] += int(mix.sum())
-        kv_q1 = np.frombuffer(s.kv_q1, dtype=np.int64)[measured]
-        for i in np.flatnonzero(mix):
-            base = rec.decode_only_time(int(n_dec[i]), int(kv_q1[i]))
-            stall += max(float(dur[i]) - base, 0.0) * int(n_dec[i])
-            counts["mixtok"] += int(n_dec[i])
-            if dur[i] > 2.0 * base:
-                counts["spike"] += int(n_dec[i])
-        t_s, batch, util = _series(s, rec.kv_blocks, makespan + float(np.nanmin(arrival)))
+        ph["pre"] += s.prefill_only_s * rec.tp
+        ph["dec"] += s.decode_only_s * rec.tp
+        ph["mix"] += s.mixed_s * rec.tp
+        ph["stall"] += s.prefill_stall_token_s
+        counts["pre"] += s.num_prefill_only_steps
+        counts["dec"] += s.num_decode_only_steps
+        counts["mix"] += s.num_mixed_steps
+        counts["mixtok"] += s.decode_tokens_in_mixed_steps
+        counts["spike"] += s.itl_spike_tokens
+        t_s, batch, util = s.series(horizon, rec.kv_blocks, _SERIES_POINTS)
         summaries.append(
             InstanceSummary(
                 rec.role,
                 rec.index,
                 rec.tp,
-                len(s),
-                float(dur.sum()),
+                s.num_steps,
+                s.busy_s,
                 rec.num_preemptions,
                 rec.kv_blocks,
                 rec.prefix_hit_ratio,
                 t_s,
                 batch,
                 util,
-                int(np.frombuffer(s.kv_used, dtype=np.int64).max(initial=0)),
+                s.peak_kv_used_blocks,
                 rec.leaked_blocks,
             )
         )
-    itl_gaps, itl_weights = np.concatenate(itl_vals), np.concatenate(itl_w)
+    itl_gaps, itl_weights = log.itl.representatives()
+    itl = Percentiles(
+        log.itl.mean,
+        log.itl.percentile(0.50),
+        log.itl.percentile(0.90),
+        log.itl.percentile(0.99),
+        log.itl.max if log.itl.total > 0 else math.nan,
+    )
     phases = PhaseBreakdown(
         num_steps=counts["pre"] + counts["dec"] + counts["mix"],
         prefill_only_gpu_s=ph["pre"],
@@ -362,7 +336,7 @@ def build_result(
         num_decode_only_steps=counts["dec"],
         num_mixed_steps=counts["mix"],
         decode_tokens_in_mixed_steps=counts["mixtok"],
-        prefill_stall_token_s=stall,
+        prefill_stall_token_s=ph["stall"],
         itl_spike_tokens=counts["spike"],
         num_preemptions=sum(r.num_preemptions for r in records),
     )
@@ -376,10 +350,10 @@ def build_result(
         tpot_s=tpot,
         e2e_s=e2e,
         queueing_s=queueing,
-        num_preemptions=np.asarray(log.num_preemptions, dtype=np.int64)[w:],
+        num_preemptions=log.column("num_preemptions")[w:],
         ttft=Percentiles.of(ttft),
         tpot=Percentiles.of(tpot),
-        itl=Percentiles.of(itl_gaps, itl_weights),
+        itl=itl,
         e2e=Percentiles.of(e2e),
         queueing=Percentiles.of(queueing),
         makespan_s=makespan,
@@ -397,6 +371,7 @@ def build_result(
         num_tokens_emitted=log.tokens_emitted,
         itl_gaps_s=itl_gaps,
         itl_gap_weights=itl_weights,
+        itl_hist=log.itl,
     )
     if slo is None:
         return result

@@ -140,8 +140,8 @@ class PerRequestScheduler(BaseScheduler):
         log = self.log
         log.tokens_emitted += emitted
         zeros = emitted - n_dec  # tokens that arrived with another (ITL gaps of 0)
-        if zeros:
-            log.num_zero_gaps += zeros
+        if zeros and t > log.from_s:
+            log.itl.add(0.0, zeros)
         return n_dec
 
     def _held_blocks(self) -> int:

@@ -25,7 +25,7 @@ A Gated DeltaNet (or Mamba) hybrid with prefix caching (`align_block` > 0) cuts 
 chunks where the recurrent state can be cached, as vLLM's `mamba_cache_mode` "align"
 does (`aligned_chunk`), so many prompts take two steps.
 
-Both record the same per-step log (`StepLog`) and per-request results; a
+Both record the same per-step figures (`StepStats`) and per-request results; a
 property test checks they agree. `optimizer.sim.fleet.make_scheduler` picks one. The engine drives
 either through `schedule(now) -> StepLoad | None` and `complete(t)`;
 `check_invariants(load)` (a debug aid, `simulate(..., check_invariants=True)`)
@@ -45,8 +45,9 @@ import numpy as np
 from optimizer.latency.base import StepLoad
 from optimizer.sim.kv_blocks import KVBlockPool
 from optimizer.sim.kv_cache import PrefixCache
-from optimizer.sim.metrics import RunLog, StepLog
+from optimizer.sim.metrics import RunLog
 from optimizer.sim.request import SimRequest
+from optimizer.sim.step_stats import StepStats
 
 
 class InvariantError(AssertionError):
@@ -124,6 +125,7 @@ class BaseScheduler(ABC):
         async_admission: bool = False,
         align_block: int = 0,
         align_eagle: bool = False,
+        decode_price: Callable[[int, int], float] | None = None,
     ) -> None:
         self.role = role
         self.index = index
@@ -149,7 +151,9 @@ class BaseScheduler(ABC):
         self.busy = False
         self.num_preemptions = 0
         self.outstanding = 0
-        self.steps = StepLog()
+        # (sequences, KV tokens) -> seconds of a decode-only step: mixed steps are compared
+        # with it (prefill stall, ITL spikes)
+        self.steps = StepStats(log.itl, decode_price, log.from_s)
         self.group = None  # the RankGroup (optimizer.sim.ranks) of a MoE instance's dp ranks
         self.tp = tp
         self.floor_s = floor_s
@@ -343,13 +347,8 @@ class BaseScheduler(ABC):
         """Apply the step that ends at `t`: emit tokens, finish requests."""
         n_dec = self._complete(t)
         pool = self.pool
-        steps = self.steps
-        steps.end.append(t)
-        steps.dur.append(t - self.step_start)
-        steps.n_dec.append(n_dec)
-        steps.n_seqs.append(self.step_nseqs)
-        steps.kv_used.append(pool.num_blocks - pool.num_free)
-        steps.kv_q1.append(self.step_kv_q1)
+        self.steps.add(t, t - self.step_start, n_dec, self.step_nseqs,
+                       pool.num_blocks - pool.num_free, self.step_kv_q1)  # fmt: skip
         self.step_no += 1
 
     @abstractmethod
@@ -365,7 +364,8 @@ class BaseScheduler(ABC):
                 return
             self.log.first_token_s[r.rid] = t
         else:  # resumed after preemption
-            self.log.itl_gaps.append(t - r.last_token_s)
+            if t > self.log.from_s:
+                self.log.itl.add(t - r.last_token_s)
             r.recomputing = False
         r.num_generated += 1
         r.last_token_s = t

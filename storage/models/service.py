@@ -33,6 +33,8 @@ class JobRow(Base):
         Index("ix_jobs_project_status_id", "project", "status", "id"),
         # each kind's list (migration 0170)
         Index("ix_jobs_project_kind_id", "project", "kind", "id"),
+        # a plan job's parts (migration 0180)
+        Index("ix_jobs_parent_id", "parent_id", "id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -53,6 +55,8 @@ class JobRow(Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     schedule_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     trigger_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The job this one is a part of (a plan part's plan job); None for a job of its own.
+    parent_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class ScheduleRow(Base):

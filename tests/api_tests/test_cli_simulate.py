@@ -88,3 +88,28 @@ def test_simulate_a_closed_loop_claims_no_out_of_step_range(
     data, text = _closed_loop(runner, tmp_path / "short.yaml", 256)
     assert "out_of_step" not in data and data["ttft_s"]["mean"] > 0
     assert "note:" not in text and "out of step" not in text
+
+
+def test_simulate_jobs_gives_the_serial_figures(
+    cli_db: str, runner: CliRunner, tmp_path: Path
+) -> None:
+    """Three round-robin replicas in two processes print the serial run's figures; a
+    fleet that cannot be split says why and runs in one process."""
+    trace = _trace(tmp_path / "t.csv", n=60)
+    config = tmp_path / "three.yaml"
+    config.write_text(CONFIG.read_text().replace("num_replicas: 1", "num_replicas: 3"))
+    base = ["simulate", "--trace", str(trace), "--config", str(config), "--json",
+            "--slo-ttft-ms", "200", "--slo-tpot-ms", "20"]  # fmt: skip
+    serial = runner.invoke(app, base)
+    parallel = runner.invoke(app, [*base, "--jobs", "2"])
+    assert serial.exit_code == 0 and parallel.exit_code == 0, parallel.output
+    one, two = json.loads(serial.output), json.loads(parallel.output)
+    assert (one["processes"], two["processes"]) == (1, 2)
+    for key in ("ttft_s", "tpot_s", "e2e_s", "slo_attainment", "num_completed"):
+        assert two[key] == one[key], key
+    alone = runner.invoke(app, ["simulate", "--trace", str(trace), "--config", str(CONFIG),
+                                "--jobs", "2", "--json"])  # fmt: skip
+    assert alone.exit_code == 0, alone.output
+    assert json.loads(alone.stdout)["one_process_because"] == "one replica"
+    bad = runner.invoke(app, [*base, "--jobs", "0"])
+    assert bad.exit_code != 0 and "--jobs: expected a whole number" in bad.output

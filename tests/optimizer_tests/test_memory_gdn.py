@@ -65,7 +65,7 @@ def test_short_contexts_run_as_many_sequences_as_the_state_allows():
     wl = Workload(np.zeros(12), np.full(12, 16), np.full(12, 8))
     res = simulate(wl, cfg, SingleLatencySource(LinearLatency(base_s=C)), check_invariants=True)
     (stats,) = res.instances
-    assert stats.series_batch_size.max() == 5
+    assert stats.series_batch_size.max() == pytest.approx(5, rel=1e-12)  # a mean of 5s
     assert stats.peak_kv_used_blocks == 5 * (2 + 197)
     assert res.num_completed == 12 and res.num_preemptions.sum() == 0
     # Waves of 5, 5 and 2: each wave's first token comes one step after the last wave ends

@@ -108,7 +108,11 @@ def test_fast_decode_path_matches_the_general_path(case):
     np.testing.assert_allclose(fast.ttft_s, slow.ttft_s, rtol=1e-12)
     np.testing.assert_allclose(fast.e2e_s, slow.e2e_s, rtol=1e-12)
     np.testing.assert_array_equal(fast.num_preemptions, slow.num_preemptions)
-    assert fast.itl == slow.itl
+    # The same gaps, summed in another order: the mean may differ in its last bits.
+    for name in ("mean", "p50", "p90", "p99", "max"):
+        assert getattr(fast.itl, name) == pytest.approx(
+            getattr(slow.itl, name), rel=1e-12, nan_ok=True
+        )
 
 
 def test_fast_path_keeps_admission_order_when_a_decode_joins_after_a_prefill():

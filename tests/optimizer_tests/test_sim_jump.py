@@ -7,7 +7,6 @@ decode-run pricers give the floats of the per-step pricers."""
 from __future__ import annotations
 
 import hashlib
-from array import array
 from dataclasses import replace
 
 import numpy as np
@@ -26,7 +25,6 @@ from optimizer.latency.table import TableGrid
 from optimizer.shapes import get_shape
 from optimizer.sim import SLO, dynamic, engine, simulate
 from optimizer.sim.dynamic import simulate_fleet
-from optimizer.sim.metrics import StepLog
 from optimizer.sim.scaling import AutoscalerPolicy, ColdStart, ReplicaSchedule, ScalingMetric
 from optimizer.workload import Workload
 from tests.factories import instance_with_blocks
@@ -70,7 +68,8 @@ def assert_same(off, on) -> None:
     done = ~np.isnan(off.e2e_s)
     assert off.num_tokens_emitted >= int(off.output_tokens[done].sum())
     assert on.num_floor_clamped_steps == off.num_floor_clamped_steps
-    assert on.phases == off.phases
+    for name in off.phases.__dataclass_fields__:  # float sums, in another order
+        assert getattr(on.phases, name) == pytest.approx(getattr(off.phases, name), rel=1e-12)
     assert [i.peak_kv_used_blocks for i in on.instances] == [
         i.peak_kv_used_blocks for i in off.instances
     ]
@@ -130,23 +129,6 @@ def test_a_model_without_a_run_pricer_is_priced_step_by_step():
     got = decode_run_pricer(lat)(5, 50, 4)
     want = [lat.step_time_s(StepLoad(5, 5, (), (), 5, 50 + 5 * i)) for i in range(4)]
     assert got.tolist() == want
-
-
-def test_a_run_of_rows_equals_the_rows_appended_one_by_one():
-    one, bulk = StepLog(), StepLog()
-    ends, durs = np.array([1.0, 1.5, 2.25]), np.array([1.0, 0.5, 0.75])
-    used, kv = np.array([4, 4, 5]), np.array([30, 33, 36])
-    for i in range(3):
-        one.end.append(ends[i])
-        one.dur.append(durs[i])
-        one.n_dec.append(3)
-        one.n_seqs.append(3)
-        one.kv_used.append(int(used[i]))
-        one.kv_q1.append(int(kv[i]))
-    bulk.add_run(ends, durs, 3, used, kv)
-    for col in StepLog.__slots__:
-        assert getattr(bulk, col) == getattr(one, col), col
-    assert bulk.n_dec == array("q", [3, 3, 3])
 
 
 # ---------------------------------------------------------------------- jump off

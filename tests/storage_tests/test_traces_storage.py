@@ -62,6 +62,27 @@ def test_round_trip_plain_columns(engine) -> None:
     assert stored.created_at.tzinfo is not None
 
 
+def test_load_reads_columns_block_by_block_in_arrival_order(engine, monkeypatch) -> None:
+    # Blocks of 7 rows over 50: the last block is short, and a second trace stored
+    # before this one must not leak into it.
+    import storage.traces as traces
+    from optimizer.workload import Workload
+
+    monkeypatch.setattr(traces, "_READ_BLOCK_ROWS", 7)
+    _store(engine, make_columns(9, seed=3), content_hash="other")
+    cols = make_columns(50, seed=4)
+    info, _ = _store(engine, cols)
+    with session_scope(engine) as s:
+        back = load_trace_columns(s, info.id)
+    assert back.arrival_s.dtype == np.float64 and back.input_tokens.dtype == np.int64
+    assert back.output_tokens.dtype == np.int64 and len(back.arrival_s) == 50
+    np.testing.assert_array_equal(back.arrival_s, cols.arrival_s)
+    np.testing.assert_array_equal(back.input_tokens, cols.input_tokens)
+    np.testing.assert_array_equal(back.output_tokens, cols.output_tokens)
+    workload = Workload.from_columns(back, name="blocks")  # refuses unsorted arrivals
+    assert workload.total_output_tokens == int(cols.output_tokens.sum())
+
+
 def test_round_trip_optional_columns(engine) -> None:
     cols = make_columns(7, seed=2, hashes=True)
     info, _ = _store(engine, cols)
