@@ -38,9 +38,10 @@ Each figure is the median of `--repeats` runs (RSS: the largest). A run past
 `--timeout-s`, or whose RSS passes `--max-rss-mb` (the machine is shared: a run that
 would swallow it is stopped), is printed as stopped (a FAIL). How long it takes: the trace
 steps are seconds (1 M) to about a minute (10 M); each simulate or plan run takes what it
-prints. With the per-token event loop, a 1 M week on 256 replicas steps every output
-token of every request (about 200 M steps), so expect many minutes per run there;
-the 10 M week is then out of reach (the issue measured 6.5 KB of RSS per request).
+prints. Measured on this 2-core machine (shared with a CI run), the 1 M week:
+static 1 x TP1 160 s / 269 MB (74 M steps), 256 x TP1 140 s / 317 MB (211 M steps, 105 s
+at --jobs 2); the 10 M week scales about tenfold in time (beyond the 5 min target) while
+RSS stays far under 2 GB.
 Left out: PostgreSQL (the trace's load from it is measured by hand, not here), the
 reactive and scheduled fleets on their own (the plan replays them), `--jobs` above 2,
 and a quiet machine: it runs beside whatever else runs.
