@@ -132,3 +132,21 @@ def make_sim_scheduler(*, general: bool = False, num_requests: int = 8, **kw):
     args.update(kw)
     cls = PerRequestScheduler if general else AggregateDecodeScheduler
     return cls(**args)
+
+
+def azure_workload(shared_data, name: str = "conv"):
+    """The shared Azure 2023 trace `name` (conv or code) as a `Workload`, in arrival order
+    from 0 s."""
+    import polars as pl
+
+    from optimizer.workload import Workload
+
+    path = shared_data / "traces" / "azure2023" / f"AzureLLMInferenceTrace_{name}.csv"
+    df = pl.read_csv(path, schema_overrides={"TIMESTAMP": pl.Utf8})
+    ts = df["TIMESTAMP"].str.to_datetime("%Y-%m-%d %H:%M:%S%.f").dt.epoch("us").to_numpy()
+    order = np.argsort(ts, kind="stable")
+    return Workload(
+        (ts[order] - ts[order][0]) / 1e6,
+        df["ContextTokens"].to_numpy()[order],
+        df["GeneratedTokens"].to_numpy()[order],
+    )

@@ -10,7 +10,6 @@ import hashlib
 from dataclasses import replace
 
 import numpy as np
-import polars as pl
 import pytest
 
 from optimizer.closed_loop_workload import ClosedLoopWorkload
@@ -27,7 +26,7 @@ from optimizer.sim import SLO, dynamic, engine, simulate
 from optimizer.sim.dynamic import simulate_fleet
 from optimizer.sim.scaling import AutoscalerPolicy, ColdStart, ReplicaSchedule, ScalingMetric
 from optimizer.workload import Workload
-from tests.factories import instance_with_blocks
+from tests.factories import azure_workload, instance_with_blocks
 
 MODEL = "llama-3.1-8b"
 LINEAR = SingleLatencySource(LinearLatency(7e-3, 27e-6, 39e-9, 1e-9))
@@ -275,15 +274,7 @@ def test_a_scheduled_fleet():
 def test_azure_traces_give_the_same_results(shared_data, name, gates, monkeypatch):
     monkeypatch.setattr(engine, "MIN_RUN_STEPS", gates[0])
     monkeypatch.setattr(engine, "ARRIVAL_GAP_STEPS", gates[1])
-    path = shared_data / "traces" / "azure2023" / f"AzureLLMInferenceTrace_{name}.csv"
-    df = pl.read_csv(path, schema_overrides={"TIMESTAMP": pl.Utf8})
-    ts = df["TIMESTAMP"].str.to_datetime("%Y-%m-%d %H:%M:%S%.f").dt.epoch("us").to_numpy()
-    order = np.argsort(ts, kind="stable")
-    wl = Workload(
-        (ts[order] - ts[order][0]) / 1e6,
-        df["ContextTokens"].to_numpy()[order],
-        df["GeneratedTokens"].to_numpy()[order],
-    )
+    wl = azure_workload(shared_data, name)
     cfg = ServingConfig.colocated(MODEL, H100, num_replicas=2)
     off = simulate(wl, cfg, ROOFLINE, jump=False)
     on = simulate(wl, cfg, ROOFLINE)

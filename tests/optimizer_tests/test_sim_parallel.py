@@ -4,7 +4,6 @@ run's per-request results; fleets that cannot be split are refused with the reas
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 import pytest
 
 from optimizer.closed_loop_workload import ClosedLoopWorkload
@@ -16,6 +15,7 @@ from optimizer.shapes import get_shape
 from optimizer.sim import SLO, SimulationError, simulate
 from optimizer.sim.parallel import replica_of_request, serial_reason, simulate_parallel
 from optimizer.workload import Workload
+from tests.factories import azure_workload
 
 MODEL = "llama-3.1-8b"
 ROOFLINE = SingleLatencySource(compile_roofline(get_shape(MODEL), get_accelerator("h100"), 1))
@@ -60,15 +60,7 @@ def test_parallel_equals_serial_with_rejections_and_preemptions():
 
 @pytest.mark.shared_data
 def test_parallel_equals_serial_on_the_azure_conv_trace(shared_data):
-    path = shared_data / "traces" / "azure2023" / "AzureLLMInferenceTrace_conv.csv"
-    df = pl.read_csv(path, schema_overrides={"TIMESTAMP": pl.Utf8})
-    ts = df["TIMESTAMP"].str.to_datetime("%Y-%m-%d %H:%M:%S%.f").dt.epoch("us").to_numpy()
-    order = np.argsort(ts, kind="stable")
-    wl = Workload(
-        (ts[order] - ts[order][0]) / 1e6,
-        df["ContextTokens"].to_numpy()[order],
-        df["GeneratedTokens"].to_numpy()[order],
-    )
+    wl = azure_workload(shared_data, "conv")
     cfg = ServingConfig.colocated(MODEL, H100, num_replicas=4)
     serial = simulate(wl, cfg, ROOFLINE, slo=SLO_)
     par = simulate_parallel(wl, cfg, ROOFLINE, jobs=2, slo=SLO_)
