@@ -89,20 +89,14 @@ class Worker:
         """Fire due schedules, then run at most one job; True when a job ran."""
         if self.options.run_schedules:
             fire_due_schedules(self.engine)
-        with session_scope(self.engine) as session:
-            claim = claim_job(
-                session,
-                worker=self.name,
-                lease_s=self.options.lease_s,
-                max_attempts=self.options.max_attempts,
-            )
-        if claim is None:
-            return False
-        self.execute(claim)
-        return True
+        return self._claim_and_run(None)
 
     def run_part_of(self, parent_id: int) -> bool:
         """Claim one runnable part of job `parent_id` and run it; False when none was."""
+        return self._claim_and_run(parent_id)
+
+    def _claim_and_run(self, parent_id: int | None) -> bool:
+        """Claim one runnable job (a part of `parent_id`, when given) and run it."""
         with session_scope(self.engine) as session:
             claim = claim_job(
                 session,
