@@ -293,7 +293,6 @@ class _EventLoop:
                 self._start(prefill, now)
             elif self.scaler is not None:
                 self.scaler.went_idle(prefill, now)
-        self._interrupt(decode, now)
         decode.kv_landed(r)
         if not decode.busy:
             self._start(decode, now)
