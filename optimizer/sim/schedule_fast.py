@@ -209,11 +209,7 @@ class AggregateDecodeScheduler(BaseScheduler):
         preempted on the way)."""
         n = len(self.decodes)
         kv0, need = self.run_kv0, self.run_need
-        kv_q1 = kv0 + n * np.arange(j, dtype=np.int64)
-        used = np.empty(j, dtype=np.int64)
-        used[0] = self.run_used0
-        used[1:] = self.run_used0 + need[: j - 1]
-        self.steps.add_run(ends, durs, n, used, kv_q1)
+        self.steps.add_run(ends, durs, n, self.run_used0, need)
         self.log.tokens_emitted += n * j
         self.kv_sum = kv0 + n * j
         take = int(need[j - 1])

@@ -5,9 +5,10 @@ steps at once) and keeps only aggregates: step count, busy seconds, the phase
 breakdown, the peak KV use, the steps' ITL samples (into the run's `LogHistogram`:
 a step's duration weighted by the sequences that decoded in it) and a time series of
 batch size and KV use in `SERIES_BINS` bins from t = 0, whose width doubles (pairs
-merge) when a step starts past the last bin. Steps are buffered in small typed arrays
-and absorbed in bulk with numpy every `CHUNK_STEPS` steps, so a step costs what an
-append costs.
+merge) when a step starts past the last bin. Steps are buffered and absorbed in bulk
+with numpy: single steps in small typed arrays (every `CHUNK_STEPS` steps), decode runs
+in preallocated numpy columns of `RUN_BUFFER_STEPS` rows (a run costs a few slice
+copies, not a pass of its own), so a step costs what an append costs.
 
 Measurement starts at `from_s` (steps ending at or before it count only in the step
 count, the peak KV and the series), as a benchmark's warm-up is left out. After the
@@ -26,6 +27,7 @@ import numpy as np
 from optimizer.sim.histogram import LogHistogram
 
 CHUNK_STEPS = 4096
+RUN_BUFFER_STEPS = 1 << 16
 SERIES_BINS = 1024
 _FIRST_BIN_S = 2.0**-10  # a power of two: merged bins stay exact multiples
 
@@ -90,8 +92,9 @@ class StepStats:
     __slots__ = (
         "bin_s", "busy_s", "dec_s", "decode_price", "dur", "end", "from_s", "itl", "kv_q1",
         "kv_used", "mixed_s", "n_dec", "n_seqs", "num_decode", "num_mixed", "num_mixed_tokens",
-        "num_prefill", "num_spike_tokens", "num_steps", "peak_kv", "pre_s", "series_busy",
-        "series_kv", "series_seqs", "stall_token_s",
+        "num_prefill", "num_spike_tokens", "num_steps", "peak_kv", "pre_s", "run_dur",
+        "run_end", "run_fill", "run_n", "run_used", "series_busy", "series_kv", "series_seqs",
+        "stall_token_s",
     )  # fmt: skip
 
     def __init__(
@@ -109,6 +112,11 @@ class StepStats:
         self.n_seqs = array("q")
         self.kv_used = array("q")
         self.kv_q1 = array("q")
+        self.run_end = np.empty(RUN_BUFFER_STEPS)
+        self.run_dur = np.empty(RUN_BUFFER_STEPS)
+        self.run_n = np.empty(RUN_BUFFER_STEPS, dtype=np.int64)
+        self.run_used = np.empty(RUN_BUFFER_STEPS, dtype=np.int64)
+        self.run_fill = 0
         self.num_steps = 0
         self.busy_s = self.pre_s = self.dec_s = self.mixed_s = self.stall_token_s = 0.0
         self.num_prefill = self.num_decode = self.num_mixed = 0
@@ -134,23 +142,35 @@ class StepStats:
             self.flush()
 
     def add_run(
-        self,
-        ends: np.ndarray,
-        durs: np.ndarray,
-        n_dec: int,
-        kv_used: np.ndarray,
-        kv_q1: np.ndarray,
+        self, ends: np.ndarray, durs: np.ndarray, n_dec: int, used0: int, need: np.ndarray
     ) -> None:
-        """k decode-only steps of the same `n_dec` sequences (arrays of length k)."""
-        ends = np.asarray(ends, dtype=np.float64)
-        k = ends.size
-        dec = np.full(k, n_dec, dtype=np.int64)
-        durs = np.asarray(durs, dtype=np.float64)
-        kv_used, kv_q1 = np.asarray(kv_used, dtype=np.int64), np.asarray(kv_q1, dtype=np.int64)
-        if not durs.shape == kv_used.shape == kv_q1.shape == (k,):
-            raise ValueError(f"StepStats.add_run: {k} step ends but {durs.size} durations, "
-                             f"{kv_used.size} KV uses and {kv_q1.size} KV lengths")  # fmt: skip
-        self._absorb(ends, durs, dec, dec, kv_used, kv_q1)
+        """k decode-only steps of the same `n_dec` sequences, which ended at `ends` after
+        `durs` (arrays of k): the first held `used0` KV blocks after it, the i-th (i >= 1)
+        `used0 + need[i - 1]` (`need`: at least k - 1 block counts)."""
+        k = ends.shape[0]
+        if durs.shape != (k,) or need.shape[0] < k - 1:
+            raise ValueError(
+                f"StepStats.add_run: {k} step ends but {durs.shape[0]} durations and "
+                f"{need.shape[0]} block counts (expected {k} and >= {k - 1})"
+            )
+        a = self.run_fill
+        if a + k > RUN_BUFFER_STEPS:
+            self.flush()
+            a = 0
+            if k > RUN_BUFFER_STEPS:  # too long to buffer: absorbed at once
+                used = np.empty(k, dtype=np.int64)
+                used[0] = used0
+                np.add(need[: k - 1], used0, out=used[1:])
+                dec = np.full(k, n_dec, dtype=np.int64)
+                self._absorb(ends, durs, dec, dec, used, np.zeros(k, dtype=np.int64))
+                return
+        b = a + k
+        self.run_end[a:b] = ends
+        self.run_dur[a:b] = durs
+        self.run_n[a:b] = n_dec
+        self.run_used[a] = used0
+        np.add(need[: k - 1], used0, out=self.run_used[a + 1 : b])
+        self.run_fill = b
 
     def measure_from(self, t: float) -> None:
         """Count in the measured figures only the steps that end after `t` from now on."""
@@ -159,13 +179,18 @@ class StepStats:
 
     def flush(self) -> None:
         """Absorb the buffered steps into the aggregates."""
-        if not self.end:
-            return
-        cols = [np.array(c) for c in (self.end, self.dur, self.n_dec, self.n_seqs,
-                                      self.kv_used, self.kv_q1)]  # fmt: skip
-        for c in (self.end, self.dur, self.n_dec, self.n_seqs, self.kv_used, self.kv_q1):
-            del c[:]
-        self._absorb(*cols)
+        if self.end:
+            cols = [np.array(c) for c in (self.end, self.dur, self.n_dec, self.n_seqs,
+                                          self.kv_used, self.kv_q1)]  # fmt: skip
+            for c in (self.end, self.dur, self.n_dec, self.n_seqs, self.kv_used, self.kv_q1):
+                del c[:]
+            self._absorb(*cols)
+        k = self.run_fill
+        if k:
+            self.run_fill = 0
+            dec = self.run_n[:k]  # decode-only: kv_q1 matters only for mixed steps
+            no_kv = np.zeros(k, dtype=np.int64)
+            self._absorb(self.run_end[:k], self.run_dur[:k], dec, dec, self.run_used[:k], no_kv)
 
     def _absorb(
         self,

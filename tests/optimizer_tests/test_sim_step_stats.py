@@ -11,7 +11,7 @@ import pytest
 
 from optimizer.sim.histogram import LogHistogram
 from optimizer.sim.metrics import RunLog
-from optimizer.sim.step_stats import CHUNK_STEPS, SERIES_BINS, StepStats
+from optimizer.sim.step_stats import CHUNK_STEPS, RUN_BUFFER_STEPS, SERIES_BINS, StepStats
 
 
 def _price(n: int, kv: int) -> float:
@@ -61,26 +61,29 @@ def test_steps_before_measuring_count_only_in_steps_peak_and_series() -> None:
     assert s.series_busy_s.sum() == pytest.approx(1.5)
 
 
-def test_a_run_of_decode_steps_equals_the_steps_one_by_one() -> None:
+@pytest.mark.parametrize("k", [CHUNK_STEPS + 77, RUN_BUFFER_STEPS + 77])
+def test_a_run_of_decode_steps_equals_the_steps_one_by_one(k: int) -> None:
+    """Past a flush of the single steps' buffer, and past the runs' buffer (absorbed at
+    once); a short run buffered before it is flushed first."""
     rng = np.random.default_rng(0)
-    k = CHUNK_STEPS + 77  # past a flush of the buffered steps
-    durs = rng.uniform(0.005, 0.02, k)
+    durs = rng.uniform(0.005, 0.02, k + 5)
     ends = 3.0 + np.cumsum(durs)
-    kv_used = np.arange(k) // 16 + 10
-    kv_q1 = np.arange(k) * 5 + 1000
+    kv_used = np.arange(k + 5) // 16 + 10
     one, bulk = LogHistogram(), LogHistogram()
     a, b = StepStats(one, _price), StepStats(bulk, _price)
-    for i in range(k):
-        a.add(float(ends[i]), float(durs[i]), 5, 5, int(kv_used[i]), int(kv_q1[i]))
-    b.add_run(ends, durs, 5, kv_used, kv_q1)
+    for i in range(k + 5):
+        a.add(float(ends[i]), float(durs[i]), 5, 5, int(kv_used[i]), 0)
+    b.add_run(ends[:5], durs[:5], 5, 10, kv_used[1:5] - 10)
+    b.add_run(ends[5:], durs[5:], 5, int(kv_used[5]), kv_used[6:] - kv_used[5])
     sa, sb = a.summary(), b.summary()
     assert (sa.num_steps, sa.num_decode_only_steps, sa.peak_kv_used_blocks) == (
         sb.num_steps, sb.num_decode_only_steps, sb.peak_kv_used_blocks)  # fmt: skip
     assert sa.busy_s == pytest.approx(sb.busy_s, rel=1e-12)
-    assert np.array_equal(one.counts, bulk.counts) and one.total == bulk.total == 5.0 * k
+    assert np.array_equal(one.counts, bulk.counts) and one.total == bulk.total == 5.0 * (k + 5)
     np.testing.assert_allclose(sa.series_seqs_s, sb.series_seqs_s, rtol=1e-12)
+    np.testing.assert_allclose(sa.series_kv_s, sb.series_kv_s, rtol=1e-12)
     with pytest.raises(ValueError, match="add_run"):
-        b.add_run(ends, durs[:-1], 5, kv_used, kv_q1)
+        b.add_run(ends, durs[:-1], 5, 10, kv_used)
 
 
 def test_the_series_stays_bounded_and_keeps_its_mean() -> None:
