@@ -355,10 +355,13 @@ class CompiledStepLatency:
             ms, scale, row0, row1, fu, floor, exposed, cpu = parts
             y = (kv0 + b * np.arange(k, dtype=np.int64)) / b
             v = np.fromiter(map(_log2, y.tolist()), np.float64, k) * ppo
-            v[y <= 1.0] = 0.0
-            over = v >= kv_last
-            scales = np.full(k, scale)
-            if over.any():
+            # y grows along the run: only a prefix can be <= 1, only a suffix past the grid
+            if y[0] <= 1.0:
+                v[y <= 1.0] = 0.0
+            scales: float | np.ndarray = scale
+            if v[-1] >= kv_last:
+                over = v >= kv_last
+                scales = np.full(k, scale)
                 scales[over] = scale * (y[over] / kv_end)
                 v[over] = n_kv - 1.000001
             kk = v.astype(np.int64)
@@ -367,7 +370,8 @@ class CompiledStepLatency:
             lo = table[r0] + fv * (table[r0 + 1] - table[r0])
             hi = table[r1] + fv * (table[r1 + 1] - table[r1])
             t = (ms + scales * (lo + fu * (hi - lo))) * 1e-3
-            t = np.maximum(t, floor)
+            if floor > -math.inf:
+                np.maximum(t, floor, out=t)
             t += exposed
             if hidden:
                 t = np.maximum(t, cpu)

@@ -346,7 +346,8 @@ class _EventLoop:
         ends), and count those priced below the floor up to the one under way."""
         if not j:
             return
-        inst.apply_run(j, ends[1 : j + 1], np.diff(ends[: j + 1]), float(ends[j]))
+        done = ends[1 : j + 1]
+        inst.apply_run(j, done, done - ends[:j], float(ends[j]))
         clamp = inst.run_clamp
         if clamp is not None:
             inst.clamped[0] += int(clamp[j - 1])
