@@ -117,6 +117,15 @@ def plan(
         int, typer.Option(help="seeded units screened besides vLLM's defaults (no --unit)")
     ] = 8,
     seed: Annotated[int, typer.Option()] = 0,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="processes: the fleets' replays (and the capacity searches) run side by "
+            "side, a lone static fleet's replicas split when its router allows (as "
+            "simulate --jobs)",
+        ),
+    ] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
     out: Annotated[
         Path | None, typer.Option(help="folder for plan.json, plan.png, plan.html, keda.yaml")
@@ -167,6 +176,7 @@ def plan(
             source,
             database_url=settings.database_url,
             num_threads=settings.native_threads,
+            jobs=jobs,
             on_step=step,
         )
     except PlanError as exc:

@@ -240,12 +240,13 @@ def make_plan(
     latency: LatencySource | None = None,
     num_threads: int = 1,
     run_parts: PartRunner | None = None,
+    jobs: int = 1,
     on_step: Callable[[str], None] = lambda _m: None,
 ) -> FleetPlan:
     """Make the plan (see the module docstring) without storing it: its request names
     `trace.trace_id` (None for a trace file not stored yet). `run_parts` runs its parts
-    (`build_plan`; by default in this process). Raises `PlanError` for bad
-    input."""
+    (`build_plan`; by default in this process, over `jobs` forked processes). Raises
+    `PlanError` for bad input."""
     from storage.db import make_engine, session_scope, upgrade_database
 
     upgrade_database(database_url)
@@ -283,6 +284,7 @@ def make_plan(
         on_step=on_step,
         synthetic=trace.synthetic,
         run_parts=run_parts,
+        jobs=jobs,
     )
 
 
@@ -299,6 +301,7 @@ def run_plan(
     database_url: str,
     latency: LatencySource | None = None,
     num_threads: int = 1,
+    jobs: int = 1,
     on_step: Callable[[str], None] = lambda _m: None,
 ) -> tuple[FleetPlan, int]:
     """Make the plan (`make_plan`), store it (with its trace file, when it was one) and
@@ -313,6 +316,7 @@ def run_plan(
         database_url=database_url,
         latency=latency,
         num_threads=num_threads,
+        jobs=jobs,
         on_step=on_step,
     )
     engine = make_engine(database_url)

@@ -5,7 +5,7 @@ fleets and the reactive policy."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from optimizer.config import ServingConfig
@@ -15,6 +15,7 @@ from optimizer.plan.errors import PlanError
 from optimizer.plan.fleets import (
     DynamicReplay,
     FleetKind,
+    FleetReplay,
     reactive_note,
     scheduled_note,
     scheduled_schedule,
@@ -29,6 +30,7 @@ from optimizer.plan.parts import (
     PartRunner,
     PlanPart,
     run_plan_part,
+    run_plan_parts,
 )
 from optimizer.plan.policy import reactive_policy
 from optimizer.plan.request import PlanRequest
@@ -98,6 +100,41 @@ def _results(run: PartRunner, parts: tuple[PlanPart, ...]) -> tuple[PartResult, 
     return results
 
 
+def _replay_fleets(
+    run: PartRunner, part: Callable[..., PlanPart], fleets: tuple[FleetPart, ...]
+) -> tuple[FleetReplay, ...]:
+    """Each fleet replayed on the whole trace. A fleet that can never change size and has
+    the units of one replayed before it is that fleet (`FleetPart.fixed_units`): its
+    replay stands for it, not run again."""
+    first: dict[int, int] = {}  # fixed units -> the fleet replayed for them
+    alias: list[int | None] = []
+    for i, f in enumerate(fleets):
+        n = f.fixed_units
+        alias.append(first.get(n) if n is not None else None)
+        if n is not None:
+            first.setdefault(n, i)
+    todo = [i for i, a in enumerate(alias) if a is None]
+    replays = _results(run, tuple(part(fleet=fleets[i]) for i in todo))
+    done = {i: r.fleet for i, r in zip(todo, replays, strict=True)}
+    out = []
+    for i, f in enumerate(fleets):
+        a = alias[i]
+        if a is None:
+            replay = done[i]
+        else:
+            n = f.fixed_units
+            replay = replace(
+                done[a],
+                kind=f.kind,
+                note=f"{f.note}; it holds {n} unit{'s' if n != 1 else ''} throughout, as the "
+                f"{fleets[a].kind.value} fleet does: the {fleets[a].kind.value} fleet's replay "
+                "stands for it",
+            )
+        assert replay is not None
+        out.append(replay)
+    return tuple(out)
+
+
 def build_plan(
     request: PlanRequest,
     workload: Workload,
@@ -109,15 +146,16 @@ def build_plan(
     dynamic: DynamicReplay = simulate_fleet,
     synthetic: bool = False,
     run_parts: PartRunner | None = None,
+    jobs: int = 1,
     on_step: Callable[[str], None] = lambda _m: None,
 ) -> FleetPlan:
     """The plan of `request` on `workload` with `unit` (see the package docstring).
     `dynamic` replays the scheduled and reactive fleets (the simulator's fleets that
     change size); `run_parts` runs the plan's parts, the capacity searches and then the
-    fleets' replays (`optimizer.plan.parts`: by default in this process, in order; the
-    worker pool runs them as jobs). Raises `PlanError` for a unit that cannot hold the
-    trace's longest request, a length mix no unit sustains, or a peak beyond the GPU
-    budget."""
+    fleets' replays (`optimizer.plan.parts`: by default in this process, in order, or
+    over `jobs` forked processes; the worker pool runs them as jobs). Raises `PlanError`
+    for a unit that cannot hold the trace's longest request, a length mix no unit
+    sustains, or a peak beyond the GPU budget."""
     config = request.priced(unit.config)
     _check_fits(config, workload)
     settings = request.eval_settings()
@@ -125,13 +163,18 @@ def build_plan(
     part = partial(PlanPart, request, config, latency_info.label)
 
     def in_process(parts: tuple[PlanPart, ...]) -> tuple[PartResult, ...]:
+        inputs = (workload, windows, cold, latency, settings, dynamic)
+        if jobs > 1 and len(parts) > 1:
+            what = ", ".join(p.describe() for p in parts)
+            on_step(f"{what} in {min(jobs, len(parts))} processes")
+            return run_plan_parts(parts, *inputs, jobs=jobs)
         results = []
         for p in parts:
             if p.capacity is not None:
                 on_step(f"capacity of length-mix bucket {p.capacity.bucket + 1}/{len(parts)}")
             else:
                 on_step(f"{p.describe()} on the whole trace")
-            results.append(run_plan_part(p, workload, windows, cold, latency, settings, dynamic))
+            results.append(run_plan_part(p, *inputs, jobs=jobs))
         return tuple(results)
 
     run = run_parts or in_process
@@ -155,8 +198,7 @@ def build_plan(
         ),
         FleetPart(FleetKind.REACTIVE, reactive_note(policy), policy=policy),
     )
-    replays = _results(run, tuple(part(fleet=f) for f in fleet_parts))
-    fleets = tuple(r.fleet for r in replays if r.fleet is not None)
+    fleets = _replay_fleets(run, part, fleet_parts)
     trace = TraceSummary(
         workload.name, len(workload), workload.duration_s, workload.mean_rate, synthetic
     )

@@ -18,6 +18,7 @@ simulations on the same inputs.
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,7 @@ from optimizer.plan.windows import PlanWindow
 from optimizer.search.evaluation import EvalSettings
 from optimizer.search.sizing import fleet_of
 from optimizer.sim import simulate
+from optimizer.sim.parallel import serial_reason, simulate_parallel
 from optimizer.sim.scaling import AutoscalerPolicy, ColdStart, FleetRun, ReplicaSchedule
 from optimizer.workload import Workload
 
@@ -80,6 +82,21 @@ class FleetPart:
             )
         if self.static_units is not None and self.static_units < 1:
             raise PlanError(f"plan part: static_units {self.static_units}, expected >= 1")
+
+    @property
+    def fixed_units(self) -> int | None:
+        """The units of a fleet that can never change size (a static fleet, a schedule of
+        one count, an autoscaler whose min equals its max), else None. Such a fleet is
+        the static fleet of that many units, replayed alike (`simulate_fleet` replays a
+        constant fleet as `simulate` replays the static one)."""
+        if self.static_units is not None:
+            return self.static_units
+        if self.schedule is not None:
+            counts = set(self.schedule.counts)
+            return counts.pop() if len(counts) == 1 else None
+        assert self.policy is not None
+        p = self.policy
+        return p.min_replicas if p.min_replicas == p.max_replicas else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +169,14 @@ def run_plan_part(
     latency: LatencySource,
     settings: EvalSettings,
     dynamic: DynamicReplay,
+    *,
+    jobs: int = 1,
 ) -> PartResult:
     """The part run on `workload` (the plan's whole trace, cut into `windows`): a
-    bucket's capacity by `measure_bucket`, a static fleet by `optimizer.sim.simulate`,
-    the fleets that change size by `dynamic`."""
+    bucket's capacity by `measure_bucket`, a static fleet by `optimizer.sim.simulate`
+    (its replicas over `jobs` forked processes when its router allows it:
+    `optimizer.sim.parallel`, the same per-request results), the fleets that change size
+    by `dynamic`."""
     unit = part.unit
     if part.capacity is not None:
         c = part.capacity
@@ -167,7 +188,11 @@ def run_plan_part(
     if fleet.static_units is not None:
         n = fleet.static_units
         seed, slo = settings.seed, settings.slo
-        result = simulate(workload, fleet_of(unit, n), latency, seed=seed, slo=slo)
+        config = fleet_of(unit, n)
+        if jobs > 1 and serial_reason(workload, config) is None:
+            result = simulate_parallel(workload, config, latency, jobs=jobs, seed=seed, slo=slo)
+        else:
+            result = simulate(workload, config, latency, seed=seed, slo=slo)
         run = FleetRun(result, ReplicaSchedule.constant(n), ReplicaSchedule.constant(n), 0)
         return PartResult(
             fleet=fleet_from_run(FleetKind.STATIC, run, windows, unit, settings, fleet.note)
@@ -187,3 +212,43 @@ def run_plan_part(
         fleet.note,
     )
     return PartResult(fleet=replay)
+
+
+# Set in the parent before forking; the workers read it (never pickled).
+_STAGE: tuple | None = None
+
+
+def _run_forked(i: int) -> PartResult:
+    assert _STAGE is not None
+    parts, *inputs = _STAGE
+    return run_plan_part(parts[i], *inputs)
+
+
+def run_plan_parts(
+    parts: tuple[PlanPart, ...],
+    workload: Workload,
+    windows: tuple[PlanWindow, ...],
+    cold_start: ColdStart,
+    latency: LatencySource,
+    settings: EvalSettings,
+    dynamic: DynamicReplay,
+    *,
+    jobs: int = 1,
+) -> tuple[PartResult, ...]:
+    """`run_plan_part` on each of a stage's `parts`, their results in order: over up to
+    `jobs` forked processes (Linux; each inherits the trace and the latency tables
+    instead of pickling them, and takes the next part when it is done), in this process
+    when `jobs` is 1 or the stage has one part (which then spreads its own replicas over
+    `jobs`)."""
+    global _STAGE
+    if not (isinstance(jobs, int) and jobs >= 1):
+        raise PlanError(f"--jobs: expected a whole number of processes >= 1, got {jobs!r}")
+    inputs = (workload, windows, cold_start, latency, settings, dynamic)
+    if jobs == 1 or len(parts) == 1:
+        return tuple(run_plan_part(p, *inputs, jobs=jobs) for p in parts)
+    _STAGE = (parts, *inputs)
+    try:
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(parts))) as pool:
+            return tuple(pool.map(_run_forked, range(len(parts)), chunksize=1))
+    finally:
+        _STAGE = None

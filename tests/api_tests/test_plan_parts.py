@@ -34,11 +34,6 @@ REPO = Path(__file__).resolve().parents[2]
 UNIT = ServingConfig.from_dict(
     yaml.safe_load((REPO / "examples" / "colocated-h100.yaml").read_text())
 )
-FLEETS = [
-    "the static fleet's replay",
-    "the scheduled fleet's replay",
-    "the reactive fleet's replay",
-]
 
 
 def _request(trace_id: int) -> PlanRequest:
@@ -57,12 +52,13 @@ def _request(trace_id: int) -> PlanRequest:
 
 
 def _queue_plan(url: str, tmp_path: Path) -> tuple[int, PlanRequest]:
-    """A stored trace (600 requests, ~5 min) and a plan job on it: (job id, request)."""
+    """A stored trace (6,000 requests, ~4 min at 20, then 60, then 20 req/s: its three
+    fleets differ) and a plan job on it: (job id, request)."""
     upgrade_database(url)
     engine = make_engine(url)
     try:
         with session_scope(engine) as s:
-            tid = ingest_trace(s, _trace_csv(tmp_path / "day.csv", 600, 2.0)).trace.id
+            tid = ingest_trace(s, _trace_csv(tmp_path / "day.csv", 6000, 20.0)).trace.id
             request = _request(tid)
             return enqueue_job(s, project="p", params=request).id, request
     finally:
@@ -114,11 +110,18 @@ def test_one_worker_runs_the_parts_and_makes_the_in_process_plan(
     assert job.status is JobStatus.SUCCEEDED, job.error
     buckets = stored.bucketing.buckets
     capacities = [f"length-mix bucket {b.index + 1}'s capacity" for b in buckets]
-    assert [p.params.describe() for p in parts] == capacities + FLEETS
+    # A fleet that holds the static fleet's units throughout is not replayed again.
+    static = stored.fleets[0]
+    stands_for = [f for f in stored.fleets if "replay stands for it" in f.note]
+    assert all(f.schedule == static.schedule and f.kind is not static.kind for f in stands_for)
+    replayed = [f for f in stored.fleets if f not in stands_for]
+    assert [p.params.describe() for p in parts] == capacities + [
+        f"the {f.kind.value} fleet's replay" for f in replayed
+    ]
     assert all(p.status is JobStatus.SUCCEEDED and p.worker == "solo" for p in parts)
     results = [p.result for p in parts]
     assert tuple(r.bucket for r in results[: len(buckets)]) == buckets
-    assert tuple(r.fleet for r in results[len(buckets) :]) == stored.fleets
+    assert tuple(r.fleet for r in results[len(buckets) :]) == tuple(replayed)
     # The same plan, figure for figure, as the in-process path's.
     assert stored.to_dict() == _in_process(db_url, request).to_dict()
 

@@ -27,6 +27,7 @@ from optimizer.plan import (
 )
 from optimizer.plan.fleets import busiest_window, scheduled_schedule
 from optimizer.plan.lower_bound import LowerBound
+from optimizer.plan.parts import FleetPart, PlanPart, run_plan_parts
 from optimizer.plan.report import attainment_series, plan_html, write_png
 from optimizer.plan.windows import PlanWindow
 from optimizer.search.outcome import LatencyInfo
@@ -241,6 +242,52 @@ def test_a_dynamic_replay_fills_the_scheduled_and_reactive_fleets(trace):
         assert f.gpu_hours == pytest.approx(f.peak_units * plan.windows[-1].end_s / 3600)
         assert f.attainment is not None and f.worst_window is not None
     assert "not yet simulated" not in plan.ordering
+
+
+def test_fleets_that_never_change_size_are_the_static_fleets_replay_not_run_again():
+    """A flat 1 req/s that one unit holds: the schedule is one unit throughout and the
+    autoscaler's min equals its max, so neither is replayed (no dynamic replay runs); the
+    static fleet's replay stands for them, and it is what replaying them gives."""
+    flat = synthetic_workload(
+        1200, 1.0, input_lengths=FixedLength(400), output_lengths=FixedLength(40), seed=9
+    )
+    calls = []
+
+    def replay(workload, unit, latency, **kw):
+        calls.append(kw["fleet"])
+        return simulate_fleet(workload, unit, latency, **kw)
+
+    request = _request()
+    plan = _plan(request, flat, dynamic=replay)
+    assert calls == []
+    static = plan.fleet(FleetKind.STATIC)
+    assert static.schedule == ReplicaSchedule.constant(1) and plan.policy.max_replicas == 1
+    slo = request.eval_settings().slo
+    for kind, fleet in ((FleetKind.SCHEDULED, plan.fleet(FleetKind.SCHEDULED).schedule),
+                        (FleetKind.REACTIVE, plan.policy)):  # fmt: skip
+        f = plan.fleet(kind)
+        assert "the static fleet's replay stands for it" in f.note
+        run = simulate_fleet(flat, UNIT, LAT, fleet=fleet, initial_units=1,
+                             cold_start=plan.cold_start, seed=0, slo=slo)  # fmt: skip
+        assert run.result.attainment(slo) == f.attainment == static.attainment
+        assert run.provisioned == f.schedule and run.num_cold_starts == f.num_cold_starts == 0
+        assert f.window_attainment == static.window_attainment
+        assert f.gpu_hours == static.gpu_hours
+
+
+def test_a_plan_over_two_processes_is_the_plan_in_one(plan, trace):
+    """--jobs 2: the capacity searches, then the fleets' replays, side by side in forked
+    processes (the static fleet, 2 units behind round-robin, alone splits its replicas)."""
+    assert len(plan.bucketing.buckets) == 2 and len({f.schedule for f in plan.fleets}) == 3
+    assert _plan(_request(), trace, jobs=2).to_dict() == plan.to_dict()
+    lone = FleetPart(FleetKind.STATIC, "two units", static_units=2)
+    part = PlanPart(_request(), UNIT, "linear", fleet=lone)
+    checked = check_inputs(_request(), trace)
+    inputs = (trace, checked.windows, checked.cold_start, LAT, _request().eval_settings())
+    one, two = (run_plan_parts((part,), *inputs, simulate_fleet, jobs=j)[0].fleet for j in (1, 2))
+    assert one == two
+    with pytest.raises(PlanError, match="--jobs"):
+        run_plan_parts((part,), *inputs, simulate_fleet, jobs=0)
 
 
 def test_bad_input_is_refused_before_any_simulation(trace):
