@@ -61,6 +61,14 @@ def fit(
     ] = None,
 ) -> None:
     """Fit per-operator models and the per-iteration overhead, evaluate, store."""
+    fit_profile_run(profile, name=name, model=model, max_iter=max_iter)
+
+
+def fit_profile_run(
+    profile: int, *, name: str | None = None, model: str | None = None, max_iter: int | None = None
+) -> LatencyModelInfo:
+    """`latency fit`'s work (also run by `profile import --aiconfigurator`): fit, store,
+    print the stored model and its hold-out errors; exits through `fail` on an error."""
     from api.cli.common import engine
     from api.services.latency import fit_and_store
     from api.settings import get_settings
@@ -89,6 +97,7 @@ def fit(
         f"{info.accelerator}, {len(info.features)} operators)"
     )
     console.print(metrics_table(info))
+    return info
 
 
 @app.command("list")

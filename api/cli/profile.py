@@ -136,19 +136,48 @@ def run(
 
 @app.command("import")
 def import_(
-    path: Annotated[Path, typer.Argument(help="AIConfigurator GPU folder or Vidur CSV/folder")],
-    format: Annotated[ImportFormat, typer.Option("--format", help="source format")],
+    path: Annotated[
+        Path | None,
+        typer.Argument(help="AIConfigurator GPU folder or Vidur CSV/folder (or --aiconfigurator)"),
+    ] = None,
+    format: Annotated[
+        ImportFormat | None, typer.Option("--format", help="source format of PATH")
+    ] = None,
     gpu: Annotated[
         str | None,
         typer.Option(
-            help="accelerator of the files whose path names none (h100_sxm/, a100_dgx/ ...)"
+            help="with PATH: accelerator of the files whose path names none (h100_sxm/, "
+            "a100_dgx/ ...); with --aiconfigurator: h100, h200, b200 ... or all"
         ),
     ] = None,
     name: Annotated[str | None, typer.Option(help="name to store (default: source:path)")] = None,
+    aiconfigurator: Annotated[
+        bool,
+        typer.Option(
+            "--aiconfigurator",
+            help="import the tables of the installed aiconfigurator-core "
+            "(pip install 'servetune[aic]') and fit a latency model on each",
+        ),
+    ] = False,
+    engine: Annotated[
+        str | None,
+        typer.Option(help="with --aiconfigurator: whose tables, vllm (default), sglang or trtllm"),
+    ] = None,
 ) -> None:
     """Import public GPU kernel measurements into a stored profile run."""
     from profiler.importers import ProfileImportError, import_profile
 
+    if aiconfigurator:
+        if path is not None or format is not None:
+            fail("PATH/--format and --aiconfigurator are mutually exclusive: pass one source")
+        _import_aiconfigurator_package(gpu, engine or "vllm", name)
+        return
+    if path is None:
+        fail("pass PATH --format FORMAT, or --aiconfigurator --gpu NAME (NAME or all)")
+    if format is None:
+        fail("--format is required with PATH (aiconfigurator or vidur)")
+    if engine is not None:
+        fail("--engine applies to --aiconfigurator only")
     try:
         imported = import_profile(path, format, gpu)  # checks that `path` exists
     except ProfileImportError as exc:
@@ -166,6 +195,53 @@ def import_(
         f"stored profile run [bold]{stored.id}[/] ({stored.accelerator}): "
         f"{stored.num_samples:,} samples"
     )
+
+
+def _import_aiconfigurator_package(gpu: str | None, engine: str, name: str | None) -> None:
+    """`profile import --aiconfigurator`: each chosen system of the installed package is
+    imported, stored and fitted (as `latency fit --profile ID`), one after the other."""
+    from api.cli.latency import fit_profile_run
+    from profiler.importers import ProfileImportError
+    from profiler.importers.aiconfigurator_package import (
+        ALL,
+        choose_systems,
+        describe_systems,
+        import_system,
+        locate_package,
+    )
+
+    try:
+        package = locate_package()
+        if gpu is None:
+            fail(f"--aiconfigurator needs --gpu NAME or --gpu {ALL}. {describe_systems(package)}")
+        chosen, skipped = choose_systems(package, gpu, engine)
+    except ProfileImportError as exc:
+        fail(str(exc))
+    if name is not None and len(chosen) > 1:
+        fail(f"--name names one profile run; --gpu {ALL} imports {len(chosen)}")
+    for s in skipped:
+        console.print(f"skipped {s.system}: {s.reason}")
+    if not chosen:
+        fail(f"{package.label}: no system holds {engine} tables servetune can import")
+    for choice in chosen:
+        with console.status(f"importing {package.label} {choice.system} ({engine})"):
+            try:
+                imported = import_system(package, choice, engine)
+            except ProfileImportError as exc:
+                fail(str(exc))
+        stored = _store(
+            name or f"{package.label}: {choice.system} {engine}",
+            imported.source,
+            imported.accelerator,
+            imported.device,
+            imported.samples,
+        )
+        del imported  # one system's samples in memory at a time
+        console.print(
+            f"stored profile run [bold]{stored.id}[/] ({stored.accelerator}): "
+            f"{stored.num_samples:,} samples from {package.label} {choice.system} ({engine})"
+        )
+        fit_profile_run(stored.id)
 
 
 @app.command("list")

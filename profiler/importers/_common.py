@@ -23,6 +23,18 @@ class ProfileImportError(ValueError):
     """A profile file or folder is missing, unreadable or lacks expected columns."""
 
 
+# Files no importer ever opens, whatever folder they lie in: aiconfigurator-core ships
+# `systems/silicon_sample.csv` (end-to-end serving measurements), which servetune keeps
+# as its external check, so no price may be learnt from it.
+NEVER_READ = frozenset({"silicon_sample.csv"})
+
+
+def refuse_never_read(path: Path) -> None:
+    """Raise ProfileImportError before anything opens a file named in NEVER_READ."""
+    if Path(path).name in NEVER_READ:
+        raise ProfileImportError(f"{path}: never read (servetune's external check)")
+
+
 @dataclass(frozen=True, slots=True)
 class ImportedProfile:
     source: str  # the ImportFormat value
@@ -38,6 +50,7 @@ def require_columns(df: pl.DataFrame, columns: Iterable[str], where: Path) -> No
 
 
 def read_parquet(path: Path, columns: Iterable[str]) -> pl.DataFrame:
+    refuse_never_read(path)
     try:
         df = pl.read_parquet(path)
     except Exception as exc:
@@ -47,6 +60,7 @@ def read_parquet(path: Path, columns: Iterable[str]) -> pl.DataFrame:
 
 
 def read_csv(path: Path) -> pl.DataFrame:
+    refuse_never_read(path)
     try:
         return pl.read_csv(path, infer_schema_length=10_000)
     except Exception as exc:

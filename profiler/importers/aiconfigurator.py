@@ -50,6 +50,11 @@ FP8 checkpoints and `--kv-cache-dtype fp8`):
   NCCL (the two tables agree on large messages: 0.881 and 0.885 ms for 2^27 elements on
   two H100s).
 
+Engines: `engine` (default "vllm") picks the <engine> folder of the GEMM and attention
+tables (SGLang's and TensorRT-LLM's have the same columns). vLLM's own tables (its
+all-reduce, the fused MoE layer, the EP all-to-all, the MLA block) are read for "vllm"
+only: their filters name vLLM's kernels. NCCL's tables serve every engine.
+
 Mapping: KV length attended = isl + step (context: step = cached prefix;
 generation: isl = 1, step = tokens already in the cache). Head counts are per
 GPU, as measured.
@@ -117,8 +122,10 @@ def _newest(root: Path, table: str) -> Path:
     return dirs[0] / table
 
 
-def _read_spec(folder: Path) -> dict:
-    spec_path = folder / f"{folder.name}.yaml"
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+def _read_spec(spec_path: Path) -> dict:
     if not spec_path.is_file():
         return {}
     try:
@@ -233,26 +240,38 @@ def _vllm_all_reduce_samples(root: Path) -> list[KernelSample]:
     ]
 
 
-def import_aiconfigurator(folder: Path, gpu: str | None = None) -> ImportedProfile:
-    """Import one AIConfigurator GPU folder (GEMM, attention and, if present, NCCL, vLLM's
-    all-reduce, the fused MoE layer, the EP all-to-all and the MLA block)."""
+def import_aiconfigurator(
+    folder: Path,
+    gpu: str | None = None,
+    *,
+    engine: str = "vllm",
+    spec_path: Path | None = None,
+) -> ImportedProfile:
+    """Import one AIConfigurator GPU folder (GEMM, attention and, if present, NCCL and,
+    for vLLM, its all-reduce, the fused MoE layer, the EP all-to-all and the MLA block).
+
+    `spec_path` is the system spec YAML (default: `<folder>/<folder name>.yaml`, as the
+    shared copy lays it out; the package keeps it beside the data folder)."""
+    if engine not in ENGINES:
+        raise ProfileImportError(f"engine {engine!r}: expected one of {list(ENGINES)}")
     if not folder.is_dir():
         raise ProfileImportError(
             f"{folder}: expected an AIConfigurator GPU folder (e.g. .../aiconfigurator/h100_sxm)"
         )
     accelerator = accelerator_name([folder.name], gpu, folder)
-    spec = _read_spec(folder)
-    gemm_path = _newest(folder / "gemm" / "vllm", "gemm_perf.parquet")
+    spec = _read_spec(spec_path or folder / f"{folder.name}.yaml")
+    gemm_path = _newest(folder / "gemm" / engine, "gemm_perf.parquet")
     samples = _gemm_samples(gemm_path)
-    ctx_path = _newest(folder / "attention" / "vllm", "context_attention_perf.parquet")
-    gen_path = _newest(folder / "attention" / "vllm", "generation_attention_perf.parquet")
+    ctx_path = _newest(folder / "attention" / engine, "context_attention_perf.parquet")
+    gen_path = _newest(folder / "attention" / engine, "generation_attention_perf.parquet")
     samples += _attention_samples(ctx_path, OpKind.PREFILL_ATTN)
     samples += _attention_samples(gen_path, OpKind.DECODE_ATTN)
     samples += _nccl_samples(folder / "comm" / "nccl", spec)
-    samples += _vllm_all_reduce_samples(folder / "comm" / "vllm")
-    samples += moe_samples(folder)
-    samples += moe_a2a_samples(folder)
-    samples += mla_samples(folder)
+    if engine == "vllm":
+        samples += _vllm_all_reduce_samples(folder / "comm" / "vllm")
+        samples += moe_samples(folder)
+        samples += moe_a2a_samples(folder)
+        samples += mla_samples(folder)
     if not samples:
         raise ProfileImportError(f"{folder}: no bf16/fp16 or fp8 rows found in the tables")
     device_name = str(read_parquet(gemm_path, ("device",))["device"][0])

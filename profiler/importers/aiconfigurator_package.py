@@ -1,0 +1,177 @@
+"""AIConfigurator's tables as the `aiconfigurator-core` wheel ships them (the `aic` extra).
+
+The installed package is found without being imported: `importlib.util.find_spec`
+names its folder and `importlib.metadata` its version; none of its code runs. Layout
+read (aiconfigurator-core 0.12.0):
+
+  aiconfigurator_core/systems/<system>.yaml                         system spec
+  aiconfigurator_core/systems/data/<system>/<op>/<engine>/<ver>/    tables, as in the
+                                    shared copy's <system>/ folders (`aiconfigurator`)
+
+Never read: `systems/silicon_sample.csv` (end-to-end serving measurements, servetune's
+external check; `_common.NEVER_READ` refuses it by name wherever it lies).
+
+servetune accelerators map onto systems by SYSTEMS; a system without a servetune
+preset (gb200, h100_pcie, a30, ...) is not imported.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from profiler.importers._common import ImportedProfile, ProfileImportError
+from profiler.importers.aiconfigurator import ENGINES, import_aiconfigurator
+
+PACKAGE = "aiconfigurator_core"  # the import name, located but never imported
+DISTRIBUTION = "aiconfigurator-core"
+INSTALL_HINT = "pip install 'servetune[aic]'"
+ALL = "all"
+
+# servetune accelerator preset -> the package's system folder. The package's other
+# systems are other parts (h100_pcie, gb200's Grace-coupled B200, l4, ...) whose figures
+# no servetune preset states.
+SYSTEMS = {
+    "a100": "a100_sxm",
+    "h100": "h100_sxm",
+    "h200": "h200_sxm",
+    "b200": "b200_sxm",
+    "b300": "b300_sxm",
+    "l40s": "l40s",
+}
+_ACCELERATORS = {system: name for name, system in SYSTEMS.items()}
+# Tables a system must hold for an engine to be imported (importer's required ones).
+_REQUIRED = (
+    ("gemm", "gemm_perf.parquet"),
+    ("attention", "context_attention_perf.parquet"),
+    ("attention", "generation_attention_perf.parquet"),
+)
+
+
+class PackageNotInstalled(ProfileImportError):
+    """aiconfigurator-core is not installed in this environment."""
+
+
+@dataclass(frozen=True, slots=True)
+class AicPackage:
+    """Where an installed aiconfigurator-core keeps its systems, and its version."""
+
+    version: str
+    systems_dir: Path  # .../aiconfigurator_core/systems
+
+    @property
+    def label(self) -> str:
+        return f"{DISTRIBUTION} {self.version}"
+
+    def systems(self) -> list[str]:
+        """The system folders under systems/data (folders only: no file is opened)."""
+        data = self.systems_dir / "data"
+        return sorted(d.name for d in data.iterdir() if d.is_dir())
+
+    def folder(self, system: str) -> Path:
+        return self.systems_dir / "data" / system
+
+    def spec_path(self, system: str) -> Path:
+        return self.systems_dir / f"{system}.yaml"
+
+    def has_engine(self, system: str, engine: str) -> bool:
+        """Whether the system holds the engine's GEMM and attention tables."""
+        root = self.folder(system)
+        return all(_holds(root / op / engine, table) for op, table in _REQUIRED)
+
+
+def _holds(folder: Path, table: str) -> bool:
+    """Whether a version folder under `folder` holds `table`."""
+    return folder.is_dir() and any((v / table).is_file() for v in folder.iterdir())
+
+
+@dataclass(frozen=True, slots=True)
+class SystemChoice:
+    accelerator: str  # servetune preset, e.g. "h100"
+    system: str  # the package's folder, e.g. "h100_sxm"
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedSystem:
+    system: str
+    reason: str
+
+
+def locate_package() -> AicPackage:
+    """The installed package's systems folder and version, found without importing it.
+
+    Raises PackageNotInstalled naming the extra to install."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise PackageNotInstalled(
+            f"{DISTRIBUTION} is not installed (it ships NVIDIA's measured kernel tables): "
+            f"{INSTALL_HINT}"
+        )
+    for location in spec.submodule_search_locations:
+        systems = Path(location) / "systems"
+        if (systems / "data").is_dir():
+            try:
+                version = importlib.metadata.version(DISTRIBUTION)
+            except importlib.metadata.PackageNotFoundError:
+                version = "unknown version"
+            return AicPackage(version, systems)
+    raise ProfileImportError(
+        f"{DISTRIBUTION} at {list(spec.submodule_search_locations)} has no systems/data "
+        "folder; reinstall it: " + INSTALL_HINT
+    )
+
+
+def describe_systems(package: AicPackage) -> str:
+    """The package's systems and the servetune accelerators mapped onto them."""
+    present = package.systems()
+    pairs = [f"{name} ({system})" for name, system in SYSTEMS.items() if system in present]
+    return f"{package.label} holds {', '.join(present)}; servetune imports {', '.join(pairs)}"
+
+
+def choose_systems(
+    package: AicPackage, gpu: str, engine: str
+) -> tuple[list[SystemChoice], list[SkippedSystem]]:
+    """The systems `gpu` names (a servetune accelerator, a system folder, or "all") that
+    hold `engine`'s tables, and for "all" the systems skipped with why.
+
+    Raises ProfileImportError for an unknown engine or GPU, or a GPU whose system lacks
+    the engine's tables."""
+    if engine not in ENGINES:
+        raise ProfileImportError(f"--engine {engine!r}: expected one of {list(ENGINES)}")
+    present = package.systems()
+    key = gpu.lower()
+    if key == ALL:
+        chosen: list[SystemChoice] = []
+        skipped: list[SkippedSystem] = []
+        for system in present:
+            accelerator = _ACCELERATORS.get(system)
+            if accelerator is None:
+                skipped.append(SkippedSystem(system, "no servetune accelerator preset"))
+            elif not package.has_engine(system, engine):
+                skipped.append(SkippedSystem(system, f"no {engine} GEMM and attention tables"))
+            else:
+                chosen.append(SystemChoice(accelerator, system))
+        return chosen, skipped
+    system = SYSTEMS.get(key, key if key in _ACCELERATORS else None)
+    if system is None or system not in present:
+        raise ProfileImportError(
+            f"--gpu {gpu!r}: {package.label} has no system for it. {describe_systems(package)}"
+        )
+    if not package.has_engine(system, engine):
+        raise ProfileImportError(
+            f"--gpu {gpu!r}: {package.label}'s {system} holds no {engine} GEMM and attention "
+            f"tables; try another --engine ({', '.join(ENGINES)})"
+        )
+    return [SystemChoice(_ACCELERATORS[system], system)], []
+
+
+def import_system(package: AicPackage, choice: SystemChoice, engine: str) -> ImportedProfile:
+    """One system's tables for `engine`, through the folder importer."""
+    return import_aiconfigurator(
+        package.folder(choice.system),
+        choice.accelerator,
+        engine=engine,
+        spec_path=package.spec_path(choice.system),
+    )
