@@ -3,6 +3,9 @@
 - `shared_data` (fixture): the path of ../shared/data; tests using it skip with a
   visible reason when it is absent, and fail instead when
   SERVETUNE_REQUIRE_SHARED_DATA=1 (CI).
+- `aic_package` (fixture): the installed aiconfigurator-core (the `aic` extra), located
+  without importing it; tests using it skip with a visible reason when it is absent,
+  and fail instead when SERVETUNE_REQUIRE_AIC=1.
 - `cli_db`, `runner` (fixtures): the CLI on a fresh SQLite file, and typer's CliRunner
   (api_tests and the profiler's end-to-end observe test drive the CLI).
 - `db_url` (fixture, parametrised over sqlite and postgresql): PostgreSQL tests
@@ -56,6 +59,17 @@ def shared_data() -> Path:
     if not (SHARED_DATA / "traces").is_dir():
         _unavailable(f"shared data folder {SHARED_DATA}", "SERVETUNE_REQUIRE_SHARED_DATA")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def aic_package():
+    """The installed aiconfigurator-core's systems folder and version (an AicPackage)."""
+    from profiler.importers.aiconfigurator_package import PackageNotInstalled, locate_package
+
+    try:
+        return locate_package()
+    except PackageNotInstalled:
+        _unavailable("aiconfigurator-core (pip install 'servetune[aic]')", "SERVETUNE_REQUIRE_AIC")
 
 
 _pg_checked: dict[str, str | None] = {}

@@ -150,13 +150,19 @@ def import_(
             "a100_dgx/ ...); with --aiconfigurator: h100, h200, b200 ... or all"
         ),
     ] = None,
-    name: Annotated[str | None, typer.Option(help="name to store (default: source:path)")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            help="name to store (default: source:path; with --aiconfigurator: the package, "
+            "its version, the system and engine)"
+        ),
+    ] = None,
     aiconfigurator: Annotated[
         bool,
         typer.Option(
             "--aiconfigurator",
             help="import the tables of the installed aiconfigurator-core "
-            "(pip install 'servetune[aic]') and fit a latency model on each",
+            "(pip install 'servetune\\[aic]') and fit a latency model on each",
         ),
     ] = False,
     engine: Annotated[
@@ -200,6 +206,8 @@ def import_(
 def _import_aiconfigurator_package(gpu: str | None, engine: str, name: str | None) -> None:
     """`profile import --aiconfigurator`: each chosen system of the installed package is
     imported, stored and fitted (as `latency fit --profile ID`), one after the other."""
+    from rich.markup import escape
+
     from api.cli.latency import fit_profile_run
     from profiler.importers import ProfileImportError
     from profiler.importers.aiconfigurator_package import (
@@ -216,7 +224,7 @@ def _import_aiconfigurator_package(gpu: str | None, engine: str, name: str | Non
             fail(f"--aiconfigurator needs --gpu NAME or --gpu {ALL}. {describe_systems(package)}")
         chosen, skipped = choose_systems(package, gpu, engine)
     except ProfileImportError as exc:
-        fail(str(exc))
+        fail(escape(str(exc)))  # the install hint's [aic] is not markup
     if name is not None and len(chosen) > 1:
         fail(f"--name names one profile run; --gpu {ALL} imports {len(chosen)}")
     for s in skipped:
@@ -228,7 +236,7 @@ def _import_aiconfigurator_package(gpu: str | None, engine: str, name: str | Non
             try:
                 imported = import_system(package, choice, engine)
             except ProfileImportError as exc:
-                fail(str(exc))
+                fail(escape(str(exc)))
         stored = _store(
             name or f"{package.label}: {choice.system} {engine}",
             imported.source,

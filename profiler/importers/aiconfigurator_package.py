@@ -147,7 +147,9 @@ def choose_systems(
         skipped: list[SkippedSystem] = []
         for system in present:
             accelerator = _ACCELERATORS.get(system)
-            if accelerator is None:
+            if not any(d.is_dir() for d in package.folder(system).iterdir()):
+                skipped.append(SkippedSystem(system, "no tables (an empty folder)"))
+            elif accelerator is None:
                 skipped.append(SkippedSystem(system, "no servetune accelerator preset"))
             elif not package.has_engine(system, engine):
                 skipped.append(SkippedSystem(system, f"no {engine} GEMM and attention tables"))
