@@ -31,7 +31,14 @@ from api.services.planning import load_plan_trace, priced_label
 from api.services.tuning import stored_latency
 from api.settings import get_settings
 from api.worker.context import JobContext, JobFailed, JobStopped
-from optimizer.plan import PartResult, PartRunner, PlanError, PlanPart, run_plan_part
+from optimizer.plan import (
+    PartInputs,
+    PartResult,
+    PartRunner,
+    PlanError,
+    PlanPart,
+    run_plan_part,
+)
 from optimizer.plan.build import check_inputs
 from optimizer.sim.dynamic import simulate_fleet
 from optimizer.workload import Workload
@@ -82,8 +89,7 @@ def run_part_job(ctx: JobContext) -> PartResult:
             f"the stored latency models changed since the plan was sized: it was priced "
             f"with {part.latency!r}, this worker finds {label!r}; queue the plan again"
         )
-    return run_plan_part(
-        part,
+    inputs = PartInputs(
         workload,
         checked.windows,
         checked.cold_start,
@@ -91,6 +97,7 @@ def run_part_job(ctx: JobContext) -> PartResult:
         request.eval_settings(),
         simulate_fleet,
     )
+    return run_plan_part(part, inputs)
 
 
 def _failure(part: JobPart) -> str:

@@ -17,6 +17,7 @@ from optimizer.plan.outcome import FleetPlan
 from optimizer.plan.parts import (
     CapacityPart,
     FleetPart,
+    PartInputs,
     PartResult,
     PartRunner,
     PlanPart,
@@ -33,6 +34,7 @@ __all__ = [
     "FleetPart",
     "FleetPlan",
     "FleetReplay",
+    "PartInputs",
     "PartResult",
     "PartRunner",
     "PlanError",

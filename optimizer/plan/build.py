@@ -26,6 +26,7 @@ from optimizer.plan.outcome import FleetPlan, TraceSummary, ordering_text
 from optimizer.plan.parts import (
     CapacityPart,
     FleetPart,
+    PartInputs,
     PartResult,
     PartRunner,
     PlanPart,
@@ -161,20 +162,20 @@ def build_plan(
     settings = request.eval_settings()
     windows, cold = checked.windows, checked.cold_start
     part = partial(PlanPart, request, config, latency_info.label)
+    inputs = PartInputs(workload, windows, cold, latency, settings, dynamic)
 
     def in_process(parts: tuple[PlanPart, ...]) -> tuple[PartResult, ...]:
-        inputs = (workload, windows, cold, latency, settings, dynamic)
         if jobs > 1 and len(parts) > 1:
             what = ", ".join(p.describe() for p in parts)
             on_step(f"{what} in {min(jobs, len(parts))} processes")
-            return run_plan_parts(parts, *inputs, jobs=jobs)
+            return run_plan_parts(parts, inputs, jobs=jobs)
         results = []
         for p in parts:
             if p.capacity is not None:
                 on_step(f"capacity of length-mix bucket {p.capacity.bucket + 1}/{len(parts)}")
             else:
                 on_step(f"{p.describe()} on the whole trace")
-            results.append(run_plan_part(p, *inputs, jobs=jobs))
+            results.append(run_plan_part(p, inputs, jobs=jobs))
         return tuple(results)
 
     run = run_parts or in_process

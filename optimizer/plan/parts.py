@@ -161,22 +161,27 @@ class PartResult:
 PartRunner = Callable[[tuple[PlanPart, ...]], tuple[PartResult, ...]]
 
 
-def run_plan_part(
-    part: PlanPart,
-    workload: Workload,
-    windows: tuple[PlanWindow, ...],
-    cold_start: ColdStart,
-    latency: LatencySource,
-    settings: EvalSettings,
-    dynamic: DynamicReplay,
-    *,
-    jobs: int = 1,
-) -> PartResult:
-    """The part run on `workload` (the plan's whole trace, cut into `windows`): a
-    bucket's capacity by `measure_bucket`, a static fleet by `optimizer.sim.simulate`
-    (its replicas over `jobs` forked processes when its router allows it:
-    `optimizer.sim.parallel`, the same per-request results), the fleets that change size
-    by `dynamic`."""
+@dataclass(frozen=True, slots=True)
+class PartInputs:
+    """What every part of one plan runs on: the plan's whole trace cut into `windows`,
+    the cold start, the latency source, the evaluation settings, and the replay of the
+    fleets that change size."""
+
+    workload: Workload
+    windows: tuple[PlanWindow, ...]
+    cold_start: ColdStart
+    latency: LatencySource
+    settings: EvalSettings
+    dynamic: DynamicReplay
+
+
+def run_plan_part(part: PlanPart, inputs: PartInputs, *, jobs: int = 1) -> PartResult:
+    """The part run on `inputs`: a bucket's capacity by `measure_bucket`, a static
+    fleet by `optimizer.sim.simulate` (its replicas over `jobs` forked processes when
+    its router allows it: `optimizer.sim.parallel`, the same per-request results), the
+    fleets that change size by `inputs.dynamic`."""
+    workload, windows = inputs.workload, inputs.windows
+    latency, settings = inputs.latency, inputs.settings
     unit = part.unit
     if part.capacity is not None:
         c = part.capacity
@@ -201,12 +206,12 @@ def run_plan_part(
     assert sized is not None
     replay = replay_dynamic(
         fleet.kind,
-        dynamic,
+        inputs.dynamic,
         workload,
         windows,
         unit,
         sized,
-        cold_start,
+        inputs.cold_start,
         latency,
         settings,
         fleet.note,
@@ -220,20 +225,12 @@ _STAGE: tuple | None = None
 
 def _run_forked(i: int) -> PartResult:
     assert _STAGE is not None
-    parts, *inputs = _STAGE
-    return run_plan_part(parts[i], *inputs)
+    parts, inputs = _STAGE
+    return run_plan_part(parts[i], inputs)
 
 
 def run_plan_parts(
-    parts: tuple[PlanPart, ...],
-    workload: Workload,
-    windows: tuple[PlanWindow, ...],
-    cold_start: ColdStart,
-    latency: LatencySource,
-    settings: EvalSettings,
-    dynamic: DynamicReplay,
-    *,
-    jobs: int = 1,
+    parts: tuple[PlanPart, ...], inputs: PartInputs, *, jobs: int = 1
 ) -> tuple[PartResult, ...]:
     """`run_plan_part` on each of a stage's `parts`, their results in order: over up to
     `jobs` forked processes (Linux; each inherits the trace and the latency tables
@@ -243,10 +240,9 @@ def run_plan_parts(
     global _STAGE
     if not (isinstance(jobs, int) and jobs >= 1):
         raise PlanError(f"--jobs: expected a whole number of processes >= 1, got {jobs!r}")
-    inputs = (workload, windows, cold_start, latency, settings, dynamic)
     if jobs == 1 or len(parts) == 1:
-        return tuple(run_plan_part(p, *inputs, jobs=jobs) for p in parts)
-    _STAGE = (parts, *inputs)
+        return tuple(run_plan_part(p, inputs, jobs=jobs) for p in parts)
+    _STAGE = (parts, inputs)
     try:
         with multiprocessing.get_context("fork").Pool(min(jobs, len(parts))) as pool:
             return tuple(pool.map(_run_forked, range(len(parts)), chunksize=1))

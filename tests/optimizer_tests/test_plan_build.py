@@ -27,7 +27,7 @@ from optimizer.plan import (
 )
 from optimizer.plan.fleets import busiest_window, scheduled_schedule
 from optimizer.plan.lower_bound import LowerBound
-from optimizer.plan.parts import FleetPart, PlanPart, run_plan_parts
+from optimizer.plan.parts import FleetPart, PartInputs, PlanPart, run_plan_parts
 from optimizer.plan.report import attainment_series, plan_html, write_png
 from optimizer.plan.windows import PlanWindow
 from optimizer.search.outcome import LatencyInfo
@@ -283,11 +283,13 @@ def test_a_plan_over_two_processes_is_the_plan_in_one(plan, trace):
     lone = FleetPart(FleetKind.STATIC, "two units", static_units=2)
     part = PlanPart(_request(), UNIT, "linear", fleet=lone)
     checked = check_inputs(_request(), trace)
-    inputs = (trace, checked.windows, checked.cold_start, LAT, _request().eval_settings())
-    one, two = (run_plan_parts((part,), *inputs, simulate_fleet, jobs=j)[0].fleet for j in (1, 2))
+    inputs = PartInputs(
+        trace, checked.windows, checked.cold_start, LAT, _request().eval_settings(), simulate_fleet
+    )
+    one, two = (run_plan_parts((part,), inputs, jobs=j)[0].fleet for j in (1, 2))
     assert one == two
     with pytest.raises(PlanError, match="--jobs"):
-        run_plan_parts((part,), *inputs, simulate_fleet, jobs=0)
+        run_plan_parts((part,), inputs, jobs=0)
 
 
 def test_bad_input_is_refused_before_any_simulation(trace):

@@ -11,6 +11,7 @@ import pytest
 from optimizer.plan import (
     FleetKind,
     FleetPart,
+    PartInputs,
     PartResult,
     PlanError,
     PlanPart,
@@ -38,17 +39,11 @@ def test_parts_run_from_their_documents_make_the_in_process_plan() -> None:
             read = PlanPart.from_dict(json.loads(json.dumps(part.to_dict())))
             assert read == part
             seen.append(read)
-            out.append(
-                run_plan_part(
-                    read,
-                    trace,
-                    checked.windows,
-                    checked.cold_start,
-                    LAT,
-                    request.eval_settings(),
-                    simulate_fleet,
-                )
-            )
+            inputs = PartInputs(
+                trace, checked.windows, checked.cold_start, LAT, request.eval_settings(),
+                simulate_fleet,
+            )  # fmt: skip
+            out.append(run_plan_part(read, inputs))
         return tuple(out)
 
     here = build_plan(request, trace, checked, unit, LAT, info)
