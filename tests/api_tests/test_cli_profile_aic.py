@@ -174,6 +174,7 @@ def test_missing_package_names_the_extra(
     assert "pip install 'servetune[aic]'" in result.output
 
 
+@pytest.mark.usefixtures("wide_console")
 def test_import_fake_package_stores_provenance_and_fits(
     cli_db: str, runner: CliRunner, fake_package: Path, watch_reads
 ) -> None:
