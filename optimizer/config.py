@@ -49,7 +49,7 @@ __all__ = [
     "SpecMethod",
     "SpeculationConfig",
 ]
-from optimizer.engines import CURRENT_VLLM, ENGINES, EngineError, EngineRelease
+from optimizer.engines import ENGINES, EngineError, EngineRelease
 from optimizer.memory import (
     DraftFootprint,
     activation_reserve_bytes,
@@ -168,7 +168,7 @@ class ServingConfig:
         """The engine release that runs this config; vLLM runs speculation with a separate
         draft model or n-gram lookup without async scheduling (`optimizer.engines`)."""
         synchronous = self.speculation.method in (SpecMethod.DRAFT, SpecMethod.NGRAM)
-        return EngineRelease(self.engine, self.engine_version or CURRENT_VLLM, synchronous)
+        return EngineRelease.of(self.engine, self.engine_version, synchronous)
 
     @property
     def checkpoint_quantization(self) -> str:

@@ -1,7 +1,7 @@
-"""Serving engines and their generations: how a release of vLLM runs one step.
+"""Serving engines and their generations: how a release of vLLM or SGLang runs one step.
 
 A deployment names its engine and version (`ServingConfig.engine`, `engine_version`;
-default: `CURRENT_VLLM`). A version belongs to a *generation*, and each generation is
+default: the engine's `CURRENT` line). A version belongs to a *generation*, and each generation is
 priced by its own rules, each from vLLM's source, and its own step overhead,
 calibrated only on measurements of that generation:
 
@@ -13,6 +13,12 @@ calibrated only on measurements of that generation:
 - `vllm-v1-async` (>= 0.14): asynchronous; the same rules, plus the FlashInfer
   all-reduce + RMSNorm fusion from 0.17; overhead calibrated on per-step timings of
   vLLM 0.20.1 on B300.
+- `sglang` (SGLang >= 0.4): its overlap scheduler (asynchronous, on by default), sgl-kernel's
+  fused residual add + RMSNorm and SiLU-and-mul, its own custom all-reduce (measured by
+  AIConfigurator's `comm/sglang` tables, in a CUDA graph and eagerly), CUDA graphs for
+  steps of up to `SGLANG_CUDA_GRAPH_TOKENS` tokens. Not calibrated: no measured SGLang
+  serving run is at hand, so its step costs its kernels alone, no engine overhead, and
+  every output says so (`EngineGeneration.calibrated_on`).
 
 What the rules mean (`StepRules`):
 
@@ -43,8 +49,11 @@ import math
 import re
 from dataclasses import dataclass
 
-ENGINES = ("vllm",)
+ENGINES = ("vllm", "sglang")
 CURRENT_VLLM = "0.20"  # the release line `engine_version` defaults to (its per-step data)
+CURRENT_SGLANG = "0.5.14"  # the release AIConfigurator's SGLang tables measured
+CURRENT = {"vllm": CURRENT_VLLM, "sglang": CURRENT_SGLANG}  # by engine
+ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 # FlashInfer all-reduce + RMSNorm fusion limits (MB of message) by compute capability and
 # TP degree, vLLM 0.17-0.20 (`compilation/collective_fusion.py`); no entry: not fused.
@@ -64,6 +73,12 @@ ALLREDUCE_ONE_SHOT_MB: dict[str, dict[int, float]] = {
 COMPUTE_CAPABILITY = {"h100": "9.0", "h200": "9.0", "gh200": "9.0", "b200": "10.0", "b300": "10.3"}
 
 CUDA_GRAPH_MAX_TOKENS = 512
+# SGLang captures decode batches up to --cuda-graph-max-bs, which it sizes by GPU memory
+# and TP degree; servetune tabulates one table per GPU and TP and takes 256 (its value on
+# 80 GB-class GPUs at small TP). SGLang runs prefill and mixed steps eagerly: servetune's
+# tables are by token count, so a small prefill step is priced as if captured (its
+# all-reduce from the graph table), an approximation that errs on small steps only.
+SGLANG_CUDA_GRAPH_TOKENS = 256
 
 
 # ----------------------------------------------------------------------------- overhead
@@ -176,7 +191,7 @@ class EngineGeneration:
 
     key: str
     title: str
-    first_version: tuple[int, ...]
+    first_version: tuple[int, ...]  # within `engine`'s releases
     rules: StepRules
     overhead: EngineOverhead
     cpu: EngineOverhead
@@ -191,6 +206,8 @@ class EngineGeneration:
     # block boundaries (vLLM's mamba_cache_mode "align", its default then:
     # `optimizer.sim.scheduler.BaseScheduler.aligned_chunk`).
     aligned_hybrid_prefill: bool = False
+    engine: str = "vllm"  # whose releases these are
+    calibrated: bool = True  # False: no measured run priced its overhead (none is added)
 
     def kernel_scale(self, accelerator_family: str) -> float:
         """The kernels' scale on this chip in a sustained forward (1 where unmeasured)."""
@@ -276,7 +293,22 @@ GENERATIONS = (
         aligned_hybrid_prefill=True,
     ),
 )
-_BY_KEY = {g.key: g for g in GENERATIONS}
+SGLANG_CALIBRATION = (
+    "not calibrated: no measured SGLang serving run; a step costs its kernels alone"
+)
+SGLANG = EngineGeneration(
+    key="sglang",
+    title="overlap scheduler",
+    first_version=(0, 4),
+    rules=StepRules(True, True, SGLANG_CUDA_GRAPH_TOKENS, False),
+    overhead=NO_OVERHEAD,
+    cpu=NO_OVERHEAD,
+    async_scheduling=True,
+    calibrated_on=SGLANG_CALIBRATION,
+    engine="sglang",
+    calibrated=False,
+)
+_BY_KEY = {g.key: g for g in (*GENERATIONS, SGLANG)}
 FUSED_NORM_FROM = (0, 17)  # the FlashInfer all-reduce + RMSNorm fusion's first release
 
 
@@ -311,10 +343,22 @@ class EngineRelease:
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise EngineError(
-                f"engine {self.engine!r}: servetune prices {list(ENGINES)} (SGLang launch "
-                "commands are written for the same config, priced as vLLM)"
+                f"engine {self.engine!r}: servetune prices {list(ENGINES)} (TensorRT-LLM's "
+                "kernel tables import, but its step rules are not modelled)"
             )
         parse_version(self.version)
+        if self.engine == "sglang" and self.version_tuple < SGLANG.first_version:
+            raise EngineError(
+                f"engine_version {self.version!r}: servetune prices SGLang from 0.4 on "
+                "(its overlap scheduler)"
+            )
+
+    @classmethod
+    def of(cls, engine: str, version: str | None, synchronous: bool = False) -> EngineRelease:
+        """`engine` at `version` (None: the engine's current line, `CURRENT`)."""
+        if engine not in ENGINES:
+            cls(engine)  # raises the unknown-engine error
+        return cls(engine, version or CURRENT[engine], synchronous)
 
     @property
     def version_tuple(self) -> tuple[int, ...]:
@@ -322,6 +366,8 @@ class EngineRelease:
 
     @property
     def generation(self) -> EngineGeneration:
+        if self.engine == "sglang":
+            return SGLANG
         v = self.version_tuple
         chosen = GENERATIONS[0]
         for g in GENERATIONS:
@@ -352,6 +398,8 @@ class EngineRelease:
     def label(self) -> str:
         """How every output names the pricing: 'vLLM 0.20, V1 with async scheduling'."""
         title = self.generation.title
+        if self.engine == "sglang":
+            return f"SGLang {self.version}, {title} (engine overhead not calibrated)"
         if self.synchronous and self.version_tuple >= _BY_KEY["vllm-v1-async"].first_version:
             title += " (vLLM turns async scheduling off for this speculation)"
         return f"vLLM {self.version}, {title}"

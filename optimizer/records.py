@@ -273,3 +273,6 @@ class ProfileRunInfo:
     device: DeviceInfo
     created_at: datetime
     num_samples: int
+    # whose kernels the tables time ("vllm", "sglang", "trtllm": AIConfigurator's folders);
+    # "" for tables of no serving engine (servetune's profiler, Vidur's)
+    engine: str = ""

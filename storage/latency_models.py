@@ -50,6 +50,7 @@ class LatencyModelInfo:
     created_at: datetime
     schema_version: int  # of the payload
     payload_bytes: int
+    engine: str = ""  # whose kernels it was fitted on ("" for no serving engine's)
 
 
 def _metrics_to_json(metrics: tuple[HoldoutMetric, ...]) -> dict:
@@ -92,6 +93,7 @@ def _info(row: LatencyModelRow | sa.Row, payload_bytes: int) -> LatencyModelInfo
         created_at=row.created_at,
         schema_version=row.schema_version,
         payload_bytes=int(payload_bytes),
+        engine=row.engine,
     )
 
 
@@ -107,8 +109,10 @@ def save_latency_model(
     tp_degrees: tuple[int, ...] = (1,),
     features: tuple[str, ...] = (),
     metrics: tuple[HoldoutMetric, ...] = (),
+    engine: str = "",
 ) -> LatencyModelInfo:
-    """Store a fitted model as the next version of `name` (1 for a new name)."""
+    """Store a fitted model as the next version of `name` (1 for a new name); `engine` is
+    whose kernels it was fitted on ("" for no serving engine's)."""
     if not name or len(name) > 200:
         raise ValueError(f"latency model name must be 1-200 characters, got {name!r}")
     if not payload:
@@ -130,6 +134,7 @@ def save_latency_model(
         created_at=datetime.now(UTC),
         schema_version=schema_version,
         payload=bytes(payload),
+        engine=engine,
     )
     session.add(row)
     session.flush()

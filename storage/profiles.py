@@ -70,6 +70,7 @@ def _info(row: ProfileRunRow | sa.Row) -> ProfileRunInfo:
         device=device_from_json(row.device),
         created_at=row.created_at,
         num_samples=row.num_samples,
+        engine=row.engine,
     )
 
 
@@ -146,14 +147,20 @@ def create_profile_run(
     accelerator: str,
     device: DeviceInfo,
     samples: Sequence[KernelSample],
+    engine: str = "",
 ) -> ProfileRunInfo:
     """Store a run and its samples (units: ms) atomically; return the stored run.
+    `engine`: whose kernels the tables time ("" for no serving engine's).
 
     Raises ValueError naming the first bad field before anything is written.
     """
     _check_text("name", name, 200)
     _check_text("source", source, 32)
     _check_text("accelerator", accelerator, 64)
+    if not isinstance(engine, str) or len(engine) > 16:
+        raise ValueError(
+            f"profile run engine must be a name of at most 16 characters, got {engine!r}"
+        )
     if not isinstance(device, DeviceInfo):
         raise ValueError(f"device must be a DeviceInfo, got {type(device).__name__}")
     cols = _columns(samples)
@@ -165,6 +172,7 @@ def create_profile_run(
         num_samples=len(samples),
         device=device_to_json(device),
         op_summary=_summarise(cols["op"], cols["median_ms"]),
+        engine=engine,
     )
     session.add(row)
     session.flush()

@@ -40,7 +40,12 @@ def _grid(spec: str, device_kind: str) -> ProfileGrid:
 
 
 def _store(
-    name: str, source: str, accelerator: str, device: DeviceInfo, samples: list[KernelSample]
+    name: str,
+    source: str,
+    accelerator: str,
+    device: DeviceInfo,
+    samples: list[KernelSample],
+    engine: str = "",
 ) -> ProfileRunInfo:
     from storage.profiles import create_profile_run
 
@@ -53,6 +58,7 @@ def _store(
                 accelerator=accelerator,
                 device=device,
                 samples=samples,
+                engine=engine,
             )
     except ValueError as exc:
         fail(f"nothing stored: {exc}")
@@ -196,6 +202,7 @@ def import_(
         imported.accelerator,
         imported.device,
         imported.samples,
+        imported.engine,
     )
     console.print(
         f"stored profile run [bold]{stored.id}[/] ({stored.accelerator}): "
@@ -243,6 +250,7 @@ def _import_aiconfigurator_package(gpu: str | None, engine: str, name: str | Non
             imported.accelerator,
             imported.device,
             imported.samples,
+            imported.engine,
         )
         del imported  # one system's samples in memory at a time
         console.print(

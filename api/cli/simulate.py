@@ -229,7 +229,7 @@ def simulate(
     serial = serial_reason(replay, cfg)
     if jobs > 1 and serial is not None:
         err_console.print(f"[yellow]--jobs {jobs}: this fleet runs in one process ({serial})[/]")
-    latency, label = resolve_latency(cfg.model, latency_model)
+    latency, label = resolve_latency(cfg.model, latency_model, config=cfg)
     try:
         if jobs > 1 and serial is None:
             result = simulate_parallel(
@@ -261,9 +261,16 @@ def simulate(
         console.print("[yellow]figures priced by a roofline estimate, not measured kernels[/]")
 
 
-def resolve_latency(model: str, latency_model_id: int | None, *, calibrated: bool = True):
+def resolve_latency(
+    model: str,
+    latency_model_id: int | None,
+    *,
+    calibrated: bool = True,
+    config: ServingConfig | None = None,
+):
     """The latency source for `model`: stored fitted models, else the roofline estimate
-    (with their stored calibrations when `calibrated`)."""
+    (with their stored calibrations when `calibrated`), and its label; with `config`, the
+    label ends with whose kernel tables price that config's engine on each GPU."""
     from api.services.latency import resolve_latency as resolve
     from api.settings import get_settings
     from optimizer.shapes import ShapeError
@@ -279,4 +286,9 @@ def resolve_latency(model: str, latency_model_id: int | None, *, calibrated: boo
             )
     except (LookupError, ShapeError) as exc:
         fail(str(exc))
-    return resolved.source, resolved.label
+    if config is None:
+        return resolved.source, resolved.label
+    parts = (config.replica, config.prefill, config.decode)
+    gpus = [i.accelerator for i in parts if i is not None]
+    tables = resolved.tables_for(gpus, config.engine_release)
+    return resolved.source, f"{resolved.label}; this config: {tables}"

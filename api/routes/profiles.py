@@ -161,6 +161,7 @@ async def import_(
                     accelerator=imported.accelerator,
                     device=imported.device,
                     samples=imported.samples,
+                    engine=imported.engine,
                 )
 
         try:

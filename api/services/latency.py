@@ -1,9 +1,10 @@
 """Which latency model prices a run: stored fitted models first, else the roofline.
 
 `resolve_latency(session, model)` builds the `LatencySource` every command and
-job uses: for each accelerator with a stored fitted latency model, the newest
-one (or the ids the caller names) for the model shape; any other accelerator
-falls back to the roofline estimate, labelled as such. Stored calibrations
+job uses: for each accelerator and engine with a stored fitted latency model, the
+newest one (or the ids the caller names) for the model shape. A deployment is priced
+by its engine's tables, else vLLM's (`optimizer.latency.catalog.model_key`); any
+other accelerator falls back to the roofline estimate, labelled as such. Stored calibrations
 (fitted on observed runs by `servetune calibrate`) of whatever prices an
 accelerator are applied on top.
 
@@ -27,9 +28,10 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from optimizer.engines import EngineOverhead
+from optimizer.engines import ENGINES, EngineOverhead, EngineRelease
+from optimizer.hardware import HardwareError, get_accelerator
 from optimizer.latency.base import LatencySource
-from optimizer.latency.catalog import LatencyCatalog
+from optimizer.latency.catalog import ENGINE_NAMES, LatencyCatalog, model_key
 from optimizer.latency.evaluate import evaluate_holdout
 from optimizer.latency.fit import fit_latency_model
 from optimizer.latency.model import FitOptions, LatencyModel, LatencyModelError
@@ -53,6 +55,7 @@ from storage.validation import CalibrationRecord, latest_calibrations
 FitProgress = Callable[[str], None]
 
 ROOFLINE_ONLY = "roofline estimate (accelerator specs)"
+PRICED_ENGINES = ("", *ENGINES)  # tables of these engines price deployments
 
 
 def _url_of(session: Session) -> str:
@@ -90,16 +93,18 @@ class StoredModel(_EngineHolder):
         super().__init__(database_url)
         self.model_id = info.id
         self.accelerator = info.accelerator
+        self.tables_engine = info.engine
         # Rows are immutable; the creation time guards against a reused id.
         self.cache_key = f"latency-model-{info.id}@{info.created_at.isoformat()}"
 
     def __getstate__(self) -> dict:
         return {**super().__getstate__(), "id": self.model_id, "acc": self.accelerator,
-                "key": self.cache_key}  # fmt: skip
+                "tables": self.tables_engine, "key": self.cache_key}  # fmt: skip
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
         self.model_id, self.accelerator, self.cache_key = state["id"], state["acc"], state["key"]
+        self.tables_engine = state["tables"]
 
     def load(self) -> LatencyModel:
         from storage.db import session_scope
@@ -147,14 +152,51 @@ class ResolvedLatency:
     label: str  # what prices the run, for people
     is_estimate: bool  # True when nothing measured is used
     model_ids: tuple[int, ...] = ()  # stored latency models used
+    catalog: LatencyCatalog | None = None  # the fitted models by accelerator and engine
+
+    def tables_for(self, accelerators: Sequence[str], release: EngineRelease) -> str:
+        """Whose kernel tables price `release` on each accelerator, for people: "h100:
+        SGLang's tables (model #7)", "h100: vLLM's tables: no SGLang tables for h100 (model
+        #3)" or "h100: roofline estimate"."""
+        parts = []
+        for name in dict.fromkeys(a.lower() for a in accelerators):
+            chosen = None
+            if self.catalog is not None:
+                try:
+                    acc = get_accelerator(name)
+                except HardwareError:
+                    acc = None
+                chosen = None if acc is None else self.catalog.choose(acc, release)
+            if chosen is None or acc is None:
+                parts.append(f"{name}: roofline estimate")
+                continue
+            model_id = getattr(chosen.ref, "model_id", None)
+            which = f" (model #{model_id})" if model_id is not None else ""
+            parts.append(f"{name}: {chosen.note(acc, release)}{which}")
+        return "; ".join(parts)
+
+
+def _key(info: LatencyModelInfo) -> str:
+    return model_key(info.accelerator.lower(), info.engine)
 
 
 def _newest_per_accelerator(infos: Sequence[LatencyModelInfo]) -> list[LatencyModelInfo]:
+    """The newest model per accelerator and engine's tables (vLLM's and no engine's
+    together: either prices vLLM)."""
     newest: dict[str, LatencyModelInfo] = {}
     for info in infos:
-        if info.accelerator not in newest or info.id > newest[info.accelerator].id:
-            newest[info.accelerator] = info
-    return sorted(newest.values(), key=lambda i: i.accelerator)
+        if info.engine not in PRICED_ENGINES:
+            continue  # TensorRT-LLM's tables import, but no deployment is priced by them
+        key = _key(info)
+        if key not in newest or info.id > newest[key].id:
+            newest[key] = info
+    return sorted(newest.values(), key=_key)
+
+
+def _describe(info: LatencyModelInfo) -> str:
+    whose = ENGINE_NAMES.get(info.engine)
+    tables = f", {whose}'s tables" if whose else ""
+    return f"{info.accelerator} #{info.id} ({info.name} v{info.version}{tables})"
 
 
 def resolve_latency(
@@ -171,7 +213,8 @@ def resolve_latency(
 
     With `latency_model_ids`, exactly those stored models are used (a missing id
     raises LookupError); otherwise, when `use_stored`, the newest stored model per
-    accelerator. Accelerators without one are priced by the roofline estimate.
+    accelerator and engine's tables. Accelerators without one are priced by the roofline
+    estimate.
     When `calibrated`, the stored calibrations that belong to those sources apply.
     Tables compile later, when a run asks, with `num_threads` native threads.
     `overhead` replaces every fitted model's engine overhead (None: each model's own,
@@ -185,24 +228,24 @@ def resolve_latency(
     else:
         infos = []
     url = _url_of(session)
-    refs = {i.accelerator.lower(): StoredModel(url, i) for i in infos}
+    refs = {_key(i): StoredModel(url, i) for i in infos}
     store = DatabaseTableStore(url, {r.cache_key: r.model_id for r in refs.values()})
-    source: LatencySource = LatencyCatalog(
-        shape, refs, store=store, num_threads=num_threads, overhead=overhead
-    )
+    catalog = LatencyCatalog(shape, refs, store=store, num_threads=num_threads, overhead=overhead)
+    source: LatencySource = catalog
     if infos:
-        used = ", ".join(f"{i.accelerator} #{i.id} ({i.name} v{i.version})" for i in infos)
+        used = ", ".join(_describe(i) for i in infos)
         label = f"fitted latency models: {used}; roofline estimate for other accelerators"
     else:
         label = ROOFLINE_ONLY
     cals = []
     if calibrated:
-        cals = _calibrations(session, shape.name, {i.accelerator.lower(): i.id for i in infos})
+        vllm = {i.accelerator.lower(): i.id for i in infos if _key(i) == i.accelerator.lower()}
+        cals = _calibrations(session, shape.name, vllm)
     if cals:
         source = calibrated_source(source, cals)
         keys = ", ".join(f"calibration {c.id} ({c.accelerator} tp{c.tp})" for c in cals)
         label += f"; calibrated by {keys} from observed runs"
-    return ResolvedLatency(source, label, not infos, tuple(i.id for i in infos))
+    return ResolvedLatency(source, label, not infos, tuple(i.id for i in infos), catalog)
 
 
 def _calibrations(
@@ -271,6 +314,7 @@ def fit_and_store(
             tp_degrees=tuple(tps) or (1,),
             features=feature_names(model),
             metrics=metrics,
+            engine=run.engine,
         )
 
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from api.services.latency import ResolvedLatency, resolve_latency
-from optimizer.engines import CURRENT_VLLM, EngineOverhead, EngineRelease
+from optimizer.engines import EngineOverhead
 from optimizer.latency.base import LatencySource
 from optimizer.search.closed_loop import ClosedLoopEvaluator
 from optimizer.search.evaluation import Evaluator, TrialError
@@ -257,7 +257,7 @@ def run_tuning_job(
     trace = _trace_of(database_url, request)
     check_floors(request, request_lengths(request, trace))  # FloorError: nothing stored
     setup = prepare(request, trace, _resolved(database_url, request, latency, num_threads))
-    release = EngineRelease("vllm", setup.space.engine_version or CURRENT_VLLM)
+    release = setup.space.release
     label = f"{setup.latency.label}; priced as {release.label}"
     engine = make_engine(database_url)
     try:

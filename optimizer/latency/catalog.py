@@ -19,9 +19,12 @@ used.
 
 Each table is priced as the engine release asked for (`optimizer.engines`): its
 step rules (which operators fuse, vLLM's all-reduce, CUDA-graph padding) and its
-overhead. A model fitted on its own whole-step measurements (the CPU profiler's
-mixed iterations, on servetune's reference engine) keeps its own constant and the
-reference engine's (legacy) rules instead.
+overhead, from the kernel tables of that engine where a model was fitted on them
+(`model_key`: SGLang's AIConfigurator tables price an SGLang deployment), else from
+vLLM's (or a profiler's, of no engine), the table's label saying so. A model fitted
+on its own whole-step measurements (the CPU profiler's mixed iterations, on
+servetune's reference engine) keeps its own constant and the reference engine's
+(legacy) rules instead.
 Compilation runs scikit-learn's predictions under `num_threads` native threads
 (OpenMP): more oversubscribes a shared 2-core machine badly, and the results are
 identical. A catalog can be pickled into simulator worker processes (its store
@@ -40,6 +43,7 @@ from typing import Protocol
 
 from optimizer.engines import (
     DEFAULT_RELEASE,
+    ENGINES,
     EngineOverhead,
     EngineRelease,
 )
@@ -98,6 +102,11 @@ class ModelRef(Protocol):
     def accelerator(self) -> str: ...
 
     @property
+    def tables_engine(self) -> str:
+        """Whose kernel tables it was fitted on ("vllm", "sglang", ...; "" for none's)."""
+        ...
+
+    @property
     def cache_key(self) -> str:
         """Identifies the fitted model for the table store ("" = do not store)."""
         ...
@@ -111,6 +120,7 @@ class LoadedModel:
 
     model: LatencyModel
     cache_key: str = ""
+    tables_engine: str = ""  # whose kernel tables it was fitted on ("" for none's)
 
     @property
     def accelerator(self) -> str:
@@ -129,6 +139,34 @@ class TableStore(Protocol):
         """Keep `table` under `key`; `model_key` is its model's `ModelRef.cache_key`
         ("" for the roofline), so a store can drop a model's tables with the model."""
         ...
+
+
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+def model_key(accelerator: str, engine: str) -> str:
+    """A fitted model's key in `LatencyCatalog.models`: the accelerator for a model of
+    vLLM's tables or of no engine's (they price vLLM, and every engine without tables of
+    its own), "<accelerator>@<engine>" for one of another engine's tables."""
+    return accelerator if engine in ("", "vllm") else f"{accelerator}@{engine}"
+
+
+@dataclass(frozen=True, slots=True)
+class ChosenModel:
+    """The fitted model that prices an (accelerator, engine) and whose tables it holds."""
+
+    key: str  # in `LatencyCatalog.models`
+    ref: ModelRef
+    fallback: bool  # the engine has no tables here: vLLM's (or no engine's) price it
+
+    def note(self, acc: Accelerator, engine: EngineRelease) -> str:
+        """Whose tables price it, e.g. "SGLang's tables" or "vLLM's tables: no SGLang
+        tables for h100"."""
+        whose = ENGINE_NAMES.get(self.ref.tables_engine, "")
+        tables = f"{whose}'s tables" if whose else "tables of no serving engine"
+        if not self.fallback:
+            return tables
+        return f"{tables}: no {ENGINE_NAMES[engine.engine]} tables for {acc.name}"
 
 
 def shape_fingerprint(shape: ModelShape) -> str:
@@ -156,10 +194,24 @@ class LatencyCatalog:
     def available(self) -> list[str]:
         return sorted(self.models)
 
-    def _ref(self, acc: Accelerator) -> ModelRef | None:
+    def _ref(self, acc: Accelerator, engine: EngineRelease = DEFAULT_RELEASE) -> ModelRef | None:
+        chosen = self.choose(acc, engine)
+        return None if chosen is None else chosen.ref
+
+    def choose(
+        self, acc: Accelerator, engine: EngineRelease = DEFAULT_RELEASE
+    ) -> ChosenModel | None:
         """The model fitted on this accelerator, else on its chip (an A100 40 GB is priced by
-        an A100's model; GH200 by the H100's)."""
-        return self.models.get(acc.name) or self.models.get(acc.family)
+        an A100's model; GH200 by the H100's), on `engine`'s tables where there is one, else
+        on vLLM's (or on no engine's); None: the roofline prices it."""
+        own = (model_key(acc.name, engine.engine), model_key(acc.family, engine.engine))
+        vllm = (acc.name, acc.family) if engine.engine != "vllm" else ()
+        for keys, fallback in ((own, False), (vllm, True)):
+            for key in keys:
+                ref = self.models.get(key)
+                if ref is not None:
+                    return ChosenModel(key, ref, fallback)
+        return None
 
     def for_instance(
         self,
@@ -178,7 +230,7 @@ class LatencyCatalog:
             acc = get_accelerator(accelerator)
         except HardwareError as exc:
             raise LookupError(f"no latency model for accelerator {accelerator!r}: {exc}") from exc
-        if self._ref(acc) is None and not self.allow_roofline:
+        if self._ref(acc, engine) is None and not self.allow_roofline:
             raise LookupError(
                 f"no fitted latency model for {self.shape.name} on {acc.name} at tp={tp}; "
                 f"fitted for: {self.available()}; roofline fallback is off"
@@ -258,7 +310,8 @@ class LatencyCatalog:
         engine: EngineRelease = DEFAULT_RELEASE,
         layout: ExpertLayout = DENSE_LAYOUT,
     ) -> CompiledStepLatency:
-        ref = self._ref(acc)
+        chosen = self.choose(acc, engine)
+        ref = None if chosen is None else chosen.ref
         store_key = ""
         if self.store is not None:
             store_key = self.store_key(ref, acc, tp, grid, shape, engine, layout)
@@ -277,14 +330,15 @@ class LatencyCatalog:
                     shape, acc, tp, options=options, grid=grid, engine=engine, layout=layout
                 )
             else:
-                owner = acc.name if acc.name in self.models else acc.family
-                model = self._loaded.get(owner)
+                model = self._loaded.get(chosen.key)
                 if model is None:
-                    model = self._loaded[owner] = ref.load()
+                    model = self._loaded[chosen.key] = ref.load()
                 table = compile_learned(
                     shape, model, tp, engine=engine, overhead=self.overhead, accelerator=acc,
                     grid=grid, layout=layout,
                 )  # fmt: skip
+                if engine.engine != "vllm":  # whose tables price another engine
+                    table = replace(table, label=f"{table.label}, {chosen.note(acc, engine)}")
         if store_key and self.store is not None:
             self.store.put(store_key, table, ref.cache_key if ref is not None else "")
         return table
@@ -307,13 +361,17 @@ def build_catalog(
     refs: dict[str, ModelRef] = {}
     for m in models:
         ref = LoadedModel(m) if isinstance(m, LatencyModel) else m
-        refs[get_accelerator(ref.accelerator).name] = ref
+        refs[model_key(get_accelerator(ref.accelerator).name, ref.tables_engine)] = ref
     catalog = LatencyCatalog(
         shape, refs, allow_roofline, store=store, num_threads=num_threads, overhead=overhead,
         default_grid=grid or TableGrid(),
     )  # fmt: skip
-    for acc in refs:
+    for ref in refs.values():
+        if ref.tables_engine not in ("", *ENGINES):
+            continue  # tables of an engine servetune does not price (TensorRT-LLM's)
+        release = EngineRelease.of(ref.tables_engine or "vllm", None)
         for tp in tps:
             if shape.num_heads % tp == 0:
-                catalog.table(get_accelerator(acc), tp, catalog.default_grid)
+                acc = get_accelerator(ref.accelerator)
+                catalog.table(acc, tp, catalog.default_grid, engine=release)
     return catalog

@@ -200,6 +200,7 @@ def baseline_config(space: SearchSpace) -> ServingConfig:
                 num_replicas=1,
                 max_model_len=space.max_model_len,
                 enable_prefix_caching=True in space.prefix_caching,  # vLLM's default: on
+                engine=space.engine,
                 engine_version=space.engine_version,
             )
         except ConfigError as exc:

@@ -89,7 +89,9 @@ class SearchSpace:
     # (off by default: FP8 KV changes the model's numerics, the user's call)
     kv_cache_dtype: tuple[str, ...] = ("auto",)
     quantization: str | None = None  # weights: None as the checkpoint; "fp8" on the fly
-    # the vLLM release the fleet will run (None: the current line); fixed, not searched
+    # the engine the fleet will run ("vllm" or "sglang", `optimizer.engines`) and its release
+    # (None: the engine's current line); fixed, not searched
+    engine: str = "vllm"
     engine_version: str | None = None
     kv_link: KVLinkConfig = field(default_factory=KVLinkConfig)
     prices: tuple[tuple[str, float], ...] = ()  # (accelerator, USD per GPU-hour)
@@ -162,16 +164,17 @@ class SearchSpace:
                 f"kv_cache_dtype: expected distinct values of {list(KV_CACHE_DTYPES)}, got "
                 f"{list(kv)}"
             )
-        if self.engine_version is not None:
-            if not isinstance(self.engine_version, str):
-                raise SearchSpaceError(
-                    f"engine_version: expected a release string such as '0.12.0', got "
-                    f"{self.engine_version!r}"
-                )
-            try:
-                EngineRelease("vllm", self.engine_version)
-            except EngineError as exc:
-                raise SearchSpaceError(str(exc)) from None
+        if self.engine_version is not None and not isinstance(self.engine_version, str):
+            raise SearchSpaceError(
+                f"engine_version: expected a release string such as '0.12.0', got "
+                f"{self.engine_version!r}"
+            )
+        if not isinstance(self.engine, str):
+            raise SearchSpaceError(f"engine: expected a name such as 'vllm', got {self.engine!r}")
+        try:
+            self.release  # noqa: B018 (validates the engine and the version)
+        except EngineError as exc:
+            raise SearchSpaceError(str(exc)) from None
         if ServingMode.DISAGGREGATED in self.modes and self.gpu_budget < 2:
             raise SearchSpaceError("modes: disaggregated serving needs a gpu_budget of at least 2")
         if min(self.tp) > self.gpu_budget:
@@ -215,6 +218,11 @@ class SearchSpace:
             return replace(self, **changes)
         except TypeError as exc:
             raise SearchSpaceError(f"search-space overrides: {exc}") from exc
+
+    @property
+    def release(self) -> EngineRelease:
+        """The engine release every config of the space runs."""
+        return EngineRelease.of(self.engine, self.engine_version)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"schema_version": SPACE_SCHEMA_VERSION}
@@ -329,6 +337,7 @@ def build_config(space: SearchSpace, chooser: Chooser) -> ServingConfig:
         "enable_prefix_caching": caching,
         "kv_cache_dtype": kv_dtype,
         "quantization": space.quantization,
+        "engine": space.engine,
         "engine_version": space.engine_version,
         "kv_link": space.kv_link,
         "max_model_len": space.max_model_len,

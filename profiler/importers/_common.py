@@ -41,6 +41,7 @@ class ImportedProfile:
     accelerator: str  # accelerator preset name, e.g. "h100"
     device: DeviceInfo
     samples: list[KernelSample]
+    engine: str = ""  # whose kernels the tables time (`ProfileRunInfo.engine`)
 
 
 def require_columns(df: pl.DataFrame, columns: Iterable[str], where: Path) -> None:

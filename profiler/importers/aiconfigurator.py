@@ -51,9 +51,13 @@ FP8 checkpoints and `--kv-cache-dtype fp8`):
   two H100s).
 
 Engines: `engine` (default "vllm") picks the <engine> folder of the GEMM and attention
-tables (SGLang's and TensorRT-LLM's have the same columns). vLLM's own tables (its
-all-reduce, the fused MoE layer, the EP all-to-all, the MLA block) are read for "vllm"
-only: their filters name vLLM's kernels. NCCL's tables serve every engine.
+tables (SGLang's and TensorRT-LLM's have the same columns). SGLang's own all-reduce
+(`comm/sglang/<ver>/custom_allreduce_perf.parquet`, backends "sglang_graph" and
+"sglang_eager", the same columns as vLLM's) and its fused MoE layer are read as vLLM's
+are, into the same operators (`vllm_all_reduce` names the engine's own all-reduce). The
+EP all-to-all and the MLA block are read for "vllm" only: SGLang's are other tables
+(DeepEP inside SGLang, MLA kernels rather than the whole block), priced by the roofline
+and listed as such (`Pricing.estimated_ops`). NCCL's tables serve every engine.
 
 Mapping: KV length attended = isl + step (context: step = cached prefix;
 generation: isl = 1, step = tokens already in the cache). Head counts are per
@@ -102,6 +106,12 @@ VLLM_AR_BACKENDS = {
     "vllm_graph": OpKind.VLLM_ALL_REDUCE,
     "vllm_eager": OpKind.VLLM_ALL_REDUCE_EAGER,
 }
+# SGLang's custom all-reduce, the same call and columns: the engine's own all-reduce
+SGLANG_AR_BACKENDS = {
+    "sglang_graph": OpKind.VLLM_ALL_REDUCE,
+    "sglang_eager": OpKind.VLLM_ALL_REDUCE_EAGER,
+}
+ENGINE_AR_BACKENDS = {"vllm": VLLM_AR_BACKENDS, "sglang": SGLANG_AR_BACKENDS}
 
 
 def _version_dirs(root: Path, table: str) -> list[Path]:
@@ -214,20 +224,27 @@ def _nccl_samples(root: Path, spec: dict) -> list[KernelSample]:
     return []
 
 
-def _vllm_all_reduce_samples(root: Path) -> list[KernelSample]:
-    """vLLM's own all-reduce (newest version folder holding the table), bf16 rows."""
-    dirs = _version_dirs(root, "custom_allreduce_perf.parquet")
-    if not dirs:
+def _engine_all_reduce_samples(root: Path, engine: str = "vllm") -> list[KernelSample]:
+    """The engine's own all-reduce (newest version folder whose table holds the engine's
+    backends: SGLang's older folders hold TensorRT-LLM's rows), bf16 rows."""
+    backends = ENGINE_AR_BACKENDS[engine]
+    for d in _version_dirs(root, "custom_allreduce_perf.parquet"):
+        path = d / "custom_allreduce_perf.parquet"
+        if "backend" not in pl.read_parquet_schema(path):
+            continue  # an older layout of another engine's rows
+        df = read_parquet(path, VLLM_AR_COLUMNS).filter(
+            pl.col("op_name") == "all_reduce",
+            pl.col("allreduce_dtype") == "bfloat16",
+            pl.col("backend").is_in(list(backends)),
+        )
+        if df.height:
+            break
+    else:
         return []
-    df = read_parquet(dirs[0] / "custom_allreduce_perf.parquet", VLLM_AR_COLUMNS).filter(
-        pl.col("op_name") == "all_reduce",
-        pl.col("allreduce_dtype") == "bfloat16",
-        pl.col("backend").is_in(list(VLLM_AR_BACKENDS)),
-    )
     rows = df.select("backend", "num_gpus", "message_size", "latency").iter_rows()
     return [
         KernelSample(
-            VLLM_AR_BACKENDS[backend],
+            backends[backend],
             lat,
             lat,
             lat,
@@ -267,9 +284,10 @@ def import_aiconfigurator(
     samples += _attention_samples(ctx_path, OpKind.PREFILL_ATTN)
     samples += _attention_samples(gen_path, OpKind.DECODE_ATTN)
     samples += _nccl_samples(folder / "comm" / "nccl", spec)
+    if engine in ENGINE_AR_BACKENDS:
+        samples += _engine_all_reduce_samples(folder / "comm" / engine, engine)
+        samples += moe_samples(folder, engine=engine)
     if engine == "vllm":
-        samples += _vllm_all_reduce_samples(folder / "comm" / "vllm")
-        samples += moe_samples(folder)
         samples += moe_a2a_samples(folder)
         samples += mla_samples(folder)
     if not samples:
@@ -282,4 +300,6 @@ def import_aiconfigurator(
         memory_gb=round(float(mem) / 1e9, 1) if mem else None,
         compute_capability=str((spec.get("gpu") or {}).get("sm_version") or "") or None,
     )
-    return ImportedProfile(ImportFormat.AICONFIGURATOR.value, accelerator, device, samples)
+    return ImportedProfile(
+        ImportFormat.AICONFIGURATOR.value, accelerator, device, samples, engine=engine
+    )

@@ -28,6 +28,11 @@ Kept:
   that dtype, GPU and split (e.g. bf16: Triton `TritonExperts` on Hopper, FlashInfer
   TRT-LLM `TrtLlmBf16Experts` on Blackwell, FlashInfer CUTLASS for the MiniMax shape),
   so no choice between kernels is made here.
+SGLang (`moe/sglang/<ver>/moe_perf.parquet`, 0.5.14) is read by the same rules: its
+kernels (Triton fused MoE, FlashInfer CUTLASS / TRT-LLM, Marlin) are again one per row
+key; its MXFP4 rows tagged "situ_as_silu" are dropped, as vLLM's Kimi rows are. Its
+wide-EP tables (`wideep_*`, DeepEP inside SGLang) are not read; nor are TensorRT-LLM's.
+
 Dropped: "fp8" (per-tensor FP8 experts, ModelOpt's: one FP8 MoE variant is kept, the
 block-scaled one the published FP8 MoE checkpoints use; the per-tensor rows lack
 DeepSeek's and Kimi's dims, so a fit on them priced DeepSeek-V3's FP8 experts 3x slower
@@ -63,6 +68,8 @@ MOE_DTYPES = {
     "int4_wo": "int4",
 }
 MXFP4_KERNEL_PREFIX = "vllm_gptossmxfp4moe_"  # gpt-oss's MXFP4 MoE (the other is Kimi's)
+# SGLang's MXFP4 rows of a plain-SiLU variant (not gpt-oss's clamped SwiGLU), dropped
+SGLANG_SILU_SUFFIX = "situ_as_silu"
 MOE_COLUMNS = (
     "kernel_source",
     "moe_dtype",
@@ -113,22 +120,34 @@ MOE_DISTRIBUTIONS = ("balanced", "power_law_1.01", "power_law_1.2")
 DEFAULT_MOE_DISTRIBUTION = "power_law_1.01"  # AIConfigurator's default ("power_law")
 
 
-def moe_samples(folder: Path, distribution: str = DEFAULT_MOE_DISTRIBUTION) -> list[KernelSample]:
-    """The fused MoE rows of one GPU folder (none when it has no moe table), of one
-    routing `distribution` (the import keeps DEFAULT_MOE_DISTRIBUTION; the others are
-    for comparisons such as benchmarks/bench_moe_steps.py)."""
+def _mxfp4_kernel(engine: str) -> pl.Expr:
+    """Which MXFP4 rows are gpt-oss's kernel, by engine."""
+    kernel = pl.col("kernel_source")
+    if engine == "vllm":
+        return kernel.str.starts_with(MXFP4_KERNEL_PREFIX)
+    return ~kernel.str.ends_with(SGLANG_SILU_SUFFIX)
+
+
+def moe_samples(
+    folder: Path, distribution: str = DEFAULT_MOE_DISTRIBUTION, engine: str = "vllm"
+) -> list[KernelSample]:
+    """The fused MoE rows of one GPU folder for `engine` (none when it has no moe table),
+    of one routing `distribution` (the import keeps DEFAULT_MOE_DISTRIBUTION; the others
+    are for comparisons such as benchmarks/bench_moe_steps.py)."""
     if distribution not in MOE_DISTRIBUTIONS:
         raise ProfileImportError(
             f"MoE distribution {distribution!r}: expected one of {MOE_DISTRIBUTIONS}"
         )
-    path = _newest(folder / "moe" / "vllm", "moe_perf.parquet")
+    if engine not in ("vllm", "sglang"):
+        return []  # TensorRT-LLM's MoE rows are not read (its step is not priced)
+    path = _newest(folder / "moe" / engine, "moe_perf.parquet")
     if path is None:
         return []
     kernel = pl.col("kernel_source")
     df = read_parquet(path, MOE_COLUMNS).filter(
         pl.col("distribution") == distribution,
         pl.col("moe_dtype").is_in(list(MOE_DTYPES)),
-        (pl.col("moe_dtype") != "w4a16_mxfp4") | kernel.str.starts_with(MXFP4_KERNEL_PREFIX),
+        (pl.col("moe_dtype") != "w4a16_mxfp4") | _mxfp4_kernel(engine),
         pl.col("latency") > 0,
     )
     clashes = (

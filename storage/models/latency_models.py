@@ -29,6 +29,8 @@ class LatencyModelRow(Base):
     )
     shape_name: Mapped[str] = mapped_column(String(200))  # "" when the model is generic
     accelerator: Mapped[str] = mapped_column(String(64))
+    # whose kernels it was fitted on (its profile run's `engine`; "" for no serving engine's)
+    engine: Mapped[str] = mapped_column(String(16), default="", server_default="")
     tp_degrees: Mapped[list] = mapped_column(JSON)
     features: Mapped[list] = mapped_column(JSON)
     metrics: Mapped[dict] = mapped_column(JSON)  # hold-out metrics with schema_version

@@ -21,6 +21,8 @@ class ProfileRunRow(Base):
     # per op: [op, num_samples, min median_ms, max median_ms], with schema_version; written
     # at import (None only if written by an older build: then summarised on read)
     op_summary: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # whose kernels the tables time (`ProfileRunInfo.engine`; "" for no serving engine's)
+    engine: Mapped[str] = mapped_column(String(16), default="", server_default="")
 
 
 class KernelSampleRow(Base):

@@ -8,6 +8,7 @@ import pytest
 from optimizer.config import ConfigError, InstanceConfig, ServingConfig
 from optimizer.config_parts import SpecMethod, SpeculationConfig
 from optimizer.engines import (
+    CURRENT_SGLANG,
     CURRENT_VLLM,
     DEFAULT_RELEASE,
     LEGACY_RULES,
@@ -55,8 +56,25 @@ def test_versions_parse_and_bad_ones_are_refused_with_the_field() -> None:
     inst = InstanceConfig(accelerator="h100", tp=2)
     with pytest.raises(ConfigError, match=r"config\.engine_version: .*'0\.x'"):
         ServingConfig.colocated("qwen3-32b", inst, engine_version="0.x")
-    with pytest.raises(ConfigError, match=r"config\.engine: .*'sglang'"):
-        ServingConfig.colocated("qwen3-32b", inst, engine="sglang")
+    with pytest.raises(ConfigError, match=r"config\.engine: .*'trtllm'.*TensorRT-LLM"):
+        ServingConfig.colocated("qwen3-32b", inst, engine="trtllm")
+    with pytest.raises(ConfigError, match=r"config\.engine_version: .*SGLang from 0\.4"):
+        ServingConfig.colocated("qwen3-32b", inst, engine="sglang", engine_version="0.3.6")
+
+
+def test_sglang_runs_its_own_generation_uncalibrated_and_says_so() -> None:
+    inst = InstanceConfig(accelerator="h100", tp=2)
+    config = ServingConfig.colocated("qwen3-32b", inst, engine="sglang")
+    release = config.engine_release
+    assert release.version == CURRENT_SGLANG and release.generation.key == "sglang"
+    assert release.label == "SGLang 0.5.14, overlap scheduler (engine overhead not calibrated)"
+    g = release.generation
+    assert g.async_scheduling and not g.calibrated and g.overhead == g.cpu == NO_OVERHEAD
+    rules = release.rules
+    assert rules.fused_elementwise and rules.vllm_all_reduce and not rules.fused_allreduce_norm
+    assert rules.cuda_graph_tokens == 256
+    # its tables are not vLLM's: another key, so no compiled table is shared
+    assert release.key != EngineRelease("vllm", "0.20").key
 
 
 def test_the_default_is_the_current_release_line_and_says_so() -> None:
