@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from optimizer.hardware import Accelerator, HardwareError, get_accelerator
+from optimizer.hardware import ACCELERATORS, Accelerator, HardwareError, get_accelerator
 from optimizer.memory import (
     DraftFootprint,
     draft_model_footprint,
@@ -200,17 +200,26 @@ def check_weight_format(quantization: str, acc: Accelerator, where: str) -> None
     - "mxfp4" (gpt-oss): vLLM's Mxfp4Config.get_min_capability() is 80: native on
       Blackwell, weight-only W4A16 (Marlin / Triton) on Hopper and Ampere.
     - "int4" weight-only: the GPTQ/AWQ Marlin kernels (get_min_capability 80): Ampere+.
+      A part with no compute capability (the Intel B60, a spec file that omits it) is
+      refused both: its own kernels for them are not modelled.
+    - "fp8" is never refused: without FP8 tensor cores (A100, B60) FP8 weights run
+      weight-only at the bf16 peak (`fp8_tflops` None), as AIConfigurator measured them.
     """
     if quantization == "fp4" and acc.fp4_tflops is None:
+        with_fp4 = ", ".join(a.name for a in ACCELERATORS.values() if a.fp4_tflops is not None)
         raise ConfigError(
             f"{where}.accelerator: quantization fp4 (NVFP4 W4A4) needs FP4 tensor cores "
-            f"(Blackwell: b200, b300); {acc.name} has none (for 4-bit weights on it use "
-            "mxfp4 or int4, which run weight-only)"
+            f"(Blackwell: {with_fp4}); {acc.name} has none (for 4-bit weights on a CUDA "
+            "GPU of compute capability 8.0 or newer use mxfp4 or int4, which run weight-only)"
         )
     if quantization in ("mxfp4", "int4"):
         cc = acc.capability
         if cc is None or cc < (8, 0):
-            stated = "states no compute_capability" if cc is None else f"is {cc[0]}.{cc[1]}"
+            stated = (
+                "states no compute_capability (not a CUDA GPU, or one whose spec omits it)"
+                if cc is None
+                else f"is {cc[0]}.{cc[1]}"
+            )
             raise ConfigError(
                 f"{where}.accelerator: quantization {quantization} runs on vLLM's Marlin "
                 f"kernels, which need compute capability >= 8.0 (Ampere or newer); "

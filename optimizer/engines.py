@@ -69,8 +69,18 @@ ALLREDUCE_ONE_SHOT_MB: dict[str, dict[int, float]] = {
     "10.0": {2: 32.0, 4: 4.0, 8: 1.0},
     "10.3": {2: 32.0, 4: 4.0, 8: 2.0},
 }
-# Compute capability of the accelerator presets whose chips vLLM fuses for.
-COMPUTE_CAPABILITY = {"h100": "9.0", "h200": "9.0", "gh200": "9.0", "b200": "10.0", "b300": "10.3"}
+# Compute capability of the accelerator presets whose chips vLLM fuses for (vLLM keys the
+# limits by the device's capability: a GB200 reports 10.0 as a B200 does, a GB300 10.3;
+# the RTX PRO 6000's 12.0 has no entry, so it is not fused).
+COMPUTE_CAPABILITY = {
+    "h100": "9.0",
+    "h200": "9.0",
+    "gh200": "9.0",
+    "b200": "10.0",
+    "b300": "10.3",
+    "gb200": "10.0",
+    "gb300": "10.3",
+}
 
 CUDA_GRAPH_MAX_TOKENS = 512
 # SGLang captures decode batches up to --cuda-graph-max-bs, which it sizes by GPU memory

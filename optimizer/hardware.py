@@ -8,6 +8,12 @@ in GiB (`memory_gib`) or bytes (`memory_bytes`), never an ambiguous "GB". Real
 kernels reach a fraction of the peaks, which is why measured profiles take
 precedence. `chip` names the part whose measured latency model prices this one
 (an A100 40 GB is an A100's chip with less memory).
+
+The parts NVIDIA's aiconfigurator-core measures transcribe its `systems/<system>.yaml`
+(peaks, bandwidths, SM version, GPUs per host and per NVLink domain; the map is
+`profiler.importers.aiconfigurator_package.SYSTEMS`, and a test holds each preset to its
+YAML where the package is installed). Each has its own tables there, so each is its own
+`family` (a GB200 is not priced as a B200).
 """
 
 from __future__ import annotations
@@ -41,6 +47,11 @@ class Accelerator:
     # CUDA compute capability ("8.0" A100, "9.0" Hopper, "10.0" B200); None: not a CUDA GPU
     # or not stated (weight-only INT4/MXFP4 kernels need 8.0, `optimizer.config_parts`)
     compute_capability: str | None = field(default=None, kw_only=True)
+    # GPUs in one host (its CUDA_VISIBLE_DEVICES range): where one server's commands run
+    num_gpus_per_node: int = field(default=8, kw_only=True)
+    # GPUs that reach one another at `link_gb_s`: the node, or a rack-wide NVLink domain
+    # (GB200/GB300 NVL72: 72 GPUs over NVSwitch, 4 per host); at least num_gpus_per_node
+    num_gpus_per_domain: int = field(default=8, kw_only=True)
 
     def __post_init__(self) -> None:
         for f in ("bf16_tflops", "memory_gib", "hbm_tb_s", "link_gb_s"):
@@ -53,6 +64,15 @@ class Accelerator:
                 not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0
             ):
                 raise HardwareError(f"{self.name}: {f} must be a positive number, got {value!r}")
+        for f in ("num_gpus_per_node", "num_gpus_per_domain"):
+            value = getattr(self, f)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise HardwareError(f"{self.name}: {f} must be an int >= 1, got {value!r}")
+        if self.num_gpus_per_domain < self.num_gpus_per_node:
+            raise HardwareError(
+                f"{self.name}: num_gpus_per_domain ({self.num_gpus_per_domain}) is smaller "
+                f"than num_gpus_per_node ({self.num_gpus_per_node})"
+            )
         cc = self.compute_capability
         if cc is not None and not _is_capability(cc):
             raise HardwareError(
@@ -141,7 +161,54 @@ ACCELERATORS: dict[str, Accelerator] = {
             fp4_tflops=14000.0,
             compute_capability="10.3",
         ),
-        Accelerator("l40s", 362.0, 44.4, 0.864, 32.0, fp8_tflops=733.0, compute_capability="8.9"),
+        # GB200 / GB300: the Grace-coupled Blackwell GPUs of an NVL72 rack (AIConfigurator's
+        # gb200.yaml / gb300.yaml): 4 GPUs per host, 72 in one NVLink domain (its
+        # num_gpus_per_rack, reached at the same 900 GB/s as within a host). Memory: the
+        # YAML's nvidia-smi totals (189,471 and 284,208 MiB) less the ~0.9% the B200 shows.
+        Accelerator(
+            "gb200",
+            2500.0,
+            183.4,
+            8.0,
+            900.0,
+            fp8_tflops=5000.0,
+            fp4_tflops=10000.0,
+            compute_capability="10.0",
+            num_gpus_per_node=4,
+            num_gpus_per_domain=72,
+        ),
+        Accelerator(
+            "gb300",
+            2500.0,
+            275.0,
+            8.0,
+            900.0,
+            fp8_tflops=5000.0,
+            fp4_tflops=15000.0,
+            compute_capability="10.3",
+            num_gpus_per_node=4,
+            num_gpus_per_domain=72,
+        ),
+        # l40s.yaml: 46,068 MiB (nvidia-smi) less the ~1.4% above; PCIe 4.0 between GPUs.
+        Accelerator("l40s", 362.05, 44.4, 0.864, 32.0, fp8_tflops=733.0, compute_capability="8.9"),
+        # RTX PRO 6000 Blackwell Server Edition (rtx_pro_6000_server.yaml: dense peaks scaled
+        # to its 2,430 MHz SM clock; GDDR7; PCIe Gen5 x16 between GPUs, no NVLink). Memory:
+        # 97,887 MiB (nvidia-smi) less the ~0.9% the B200 shows.
+        Accelerator(
+            "rtx-pro-6000",
+            467.8,
+            94.7,
+            1.792,
+            64.0,
+            fp8_tflops=935.6,
+            fp4_tflops=1871.2,
+            compute_capability="12.0",
+        ),
+        # Intel Arc Pro B60 (b60.yaml), not a CUDA GPU. No FP8 matrix compute: the YAML's
+        # fp8 figure is its bf16 one ("falls back to BF16"), so fp8_tflops stays None (FP8
+        # weights run weight-only, as on an A100). Memory: the YAML's 24 GiB less the same
+        # ~0.9% (no device-reported total was at hand). PCIe 5.0 x8 between cards.
+        Accelerator("b60", 98.304, 23.8, 0.456, 28.4),
         # The CPU this project profiles on in CI; figures are rough, for tiny shapes only.
         # Their weights (tens of MB) stay in the last-level cache, so the bandwidth is the
         # cache's, bounded high: the decode floor must hold on any host (DRAM's 0.02 TB/s
@@ -160,6 +227,9 @@ _ALIASES = {
     "a100-80gb": "a100",
     "a100_40gb": "a100-40gb",
     "a100-sxm4-40gb": "a100-40gb",
+    "rtx_pro_6000_server": "rtx-pro-6000",
+    "rtx_pro_6000": "rtx-pro-6000",
+    "rtx-pro-6000-server": "rtx-pro-6000",
 }
 
 
@@ -180,7 +250,8 @@ def get_accelerator(name: str) -> Accelerator:
 
 def load_accelerator(path: str | Path) -> Accelerator:
     """Read a spec file: name, bf16_tflops, memory_gib or memory_bytes, hbm_tb_s
-    [, fp8_tflops, fp4_tflops, compute_capability, link_gb_s, price_per_hour, chip]."""
+    [, fp8_tflops, fp4_tflops, compute_capability, link_gb_s, price_per_hour, chip,
+    num_gpus_per_node, num_gpus_per_domain]."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

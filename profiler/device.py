@@ -24,7 +24,11 @@ if TYPE_CHECKING:
 _DEVICE_RE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 
 # GPU name fragments -> optimizer.hardware preset names, most specific first.
-_GPU_PRESETS = (
+_GPU_PRESETS = (  # first match wins: "NVIDIA GB200" holds "b200", "NVIDIA GH200" "h200"
+    ("gb200", "gb200"),
+    ("gb300", "gb300"),
+    ("gh200", "gh200"),
+    ("rtx pro 6000", "rtx-pro-6000"),
     ("h200", "h200"),
     ("h100", "h100"),
     ("a100", "a100"),

@@ -17,6 +17,7 @@ from optimizer.records import DeviceInfo, KernelSample, ProfileRunInfo
 from profiler.importers import ImportFormat
 
 if TYPE_CHECKING:
+    from profiler.importers.aiconfigurator_package import AicPackage, SystemChoice
     from profiler.sweep import ProfileGrid
 
 app = typer.Typer(help="Kernel profiles: measure, import, inspect.", no_args_is_help=True)
@@ -212,16 +213,16 @@ def import_(
 
 def _import_aiconfigurator_package(gpu: str | None, engine: str, name: str | None) -> None:
     """`profile import --aiconfigurator`: each chosen system of the installed package is
-    imported, stored and fitted (as `latency fit --profile ID`), one after the other."""
+    imported, stored and fitted (as `latency fit --profile ID`), one after the other. With
+    several (`--gpu all`) a system that fails is reported and the rest still import; the
+    command then exits 1 naming the failed ones."""
     from rich.markup import escape
 
-    from api.cli.latency import fit_profile_run
     from profiler.importers import ProfileImportError
     from profiler.importers.aiconfigurator_package import (
         ALL,
         choose_systems,
         describe_systems,
-        import_system,
         locate_package,
     )
 
@@ -238,26 +239,54 @@ def _import_aiconfigurator_package(gpu: str | None, engine: str, name: str | Non
         console.print(f"skipped {s.system}: {s.reason}")
     if not chosen:
         fail(f"{package.label}: no system holds {engine} tables servetune can import")
+    if len(chosen) == 1:  # one system: its error is the command's
+        _import_system(package, chosen[0], engine, name)
+        return
+    failed: list[str] = []
     for choice in chosen:
-        with console.status(f"importing {package.label} {choice.system} ({engine})"):
-            try:
-                imported = import_system(package, choice, engine)
-            except ProfileImportError as exc:
-                fail(escape(str(exc)))
-        stored = _store(
-            name or f"{package.label}: {choice.system} {engine}",
-            imported.source,
-            imported.accelerator,
-            imported.device,
-            imported.samples,
-            imported.engine,
+        try:  # each system on its own: a failure is reported and the rest still import
+            _import_system(package, choice, engine, name)
+        except typer.Exit:  # `fail` printed why
+            failed.append(choice.system)
+    if failed:
+        fail(
+            f"{len(failed)} of {len(chosen)} systems failed: {', '.join(failed)} "
+            "(the others were stored and fitted)",
+            code=1,
         )
-        del imported  # one system's samples in memory at a time
-        console.print(
-            f"stored profile run [bold]{stored.id}[/] ({stored.accelerator}): "
-            f"{stored.num_samples:,} samples from {package.label} {choice.system} ({engine})"
-        )
-        fit_profile_run(stored.id)
+
+
+def _import_system(
+    package: AicPackage, choice: SystemChoice, engine: str, name: str | None
+) -> None:
+    """One system of the package imported, stored and fitted; exits through `fail`."""
+    from rich.markup import escape
+
+    from api.cli.latency import fit_profile_run
+    from profiler.importers import ProfileImportError
+    from profiler.importers.aiconfigurator_package import import_system
+
+    for note in package.notes(choice.system):
+        console.print(f"note: {note}")
+    with console.status(f"importing {package.label} {choice.system} ({engine})"):
+        try:
+            imported = import_system(package, choice, engine)
+        except ProfileImportError as exc:
+            fail(f"{choice.system}: {escape(str(exc))}")
+    stored = _store(
+        name or f"{package.label}: {choice.system} {engine}",
+        imported.source,
+        imported.accelerator,
+        imported.device,
+        imported.samples,
+        imported.engine,
+    )
+    del imported  # one system's samples in memory at a time
+    console.print(
+        f"stored profile run [bold]{stored.id}[/] ({stored.accelerator}): "
+        f"{stored.num_samples:,} samples from {package.label} {choice.system} ({engine})"
+    )
+    fit_profile_run(stored.id)
 
 
 @app.command("list")

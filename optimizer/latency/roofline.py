@@ -15,7 +15,7 @@ accelerator's `fp8_tflops` when it has FP8 tensor cores, else at its bf16 peak
 16 bits). A fused MoE layer (`OpKind.MOE`) is priced alike from its routed tokens'
 expert GEMMs and the expert weights they touch (`features.work`). Its 4-bit weight
 formats move their packed widths with scales (`features.LOW_BIT_BYTES`); NVFP4 ("fp4",
-W4A4) computes at twice the FP8 peak on Blackwell (B200/B300: FP4 tensor cores), else at
+W4A4) computes at twice the FP8 peak on parts with FP4 tensor cores (`fp4_tflops`), else at
 the FP8 peak; MXFP4 and INT4 as vLLM runs them here are weight-only (dequantised to
 16 bits: the bf16 peak). Expert-parallel dispatch / combine cost their link bytes like
 an all-reduce. Attention over an FP8 KV cache computes at the bf16 peak (only its
@@ -42,8 +42,8 @@ from optimizer.latency.features import (
 from optimizer.records import OpKind
 
 ROOFLINE_LABEL = "roofline estimate"
-FP4_FAMILIES = ("b200", "b300")  # accelerators with FP4 tensor cores (NVIDIA Blackwell)
-FP4_OVER_FP8 = 2.0  # their dense FP4 peak over the FP8 one (vendor figures)
+# dense FP4 peak over the FP8 one on parts with FP4 tensor cores (`fp4_tflops`, Blackwell)
+FP4_OVER_FP8 = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,7 @@ class RooflinePricer:
         if is_fp8(batch):
             return acc.fp8_tflops * 1e12
         if batch.weight_format == "fp4":
-            return acc.fp8_tflops * 1e12 * (FP4_OVER_FP8 if acc.family in FP4_FAMILIES else 1.0)
+            return acc.fp8_tflops * 1e12 * (FP4_OVER_FP8 if acc.fp4_tflops is not None else 1.0)
         return acc.flops_per_s
 
     def predict_ms(self, batch: OpBatch) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Launch commands users paste: vLLM and SGLang flags for a `ServingConfig` (DOMAIN.md §5),
 laid out on nodes so that every command runs as pasted.
 
-Layout. Servers are placed on nodes of `gpus_per_node` GPUs (8 unless told), each GPU
+Layout. Servers are placed on nodes of `gpus_per_node` GPUs (the accelerator's host size,
+`Accelerator.num_gpus_per_node`: 8, or 4 for GB200/GB300, unless told), each GPU
 numbered 0..N-1 on its node; a node holds one GPU type, and instances are packed in
 config order (prefill before decode), first fit. Every server gets its own
 `CUDA_VISIBLE_DEVICES` range of exactly its TP and its own port on its node (vLLM from
@@ -44,8 +45,9 @@ from optimizer.config import (
     ServingConfig,
     ServingMode,
 )
+from optimizer.hardware import get_accelerator
 from optimizer.search.engine_args import sglang_args, vllm_args
-from optimizer.search.placement import GPUS_PER_NODE, Placement, node_size, place
+from optimizer.search.placement import Placement, node_size, place
 from optimizer.shapes import HF_IDS
 
 VLLM_PD_PROXY = "tests/v1/kv_connector/nixl_integration/toy_proxy_server.py"
@@ -300,10 +302,16 @@ def launch_commands(
     *,
     model: str | None = None,
     draft_model: str | None = None,
-    gpus_per_node: int = GPUS_PER_NODE,
+    gpus_per_node: int | None = None,
 ) -> tuple[LaunchCommand, ...]:
     """vLLM then SGLang commands (run one engine's set, not both), each engine's servers
-    before its proxy or router; `model` overrides the Hugging Face id of the shape."""
+    before its proxy or router; `model` overrides the Hugging Face id of the shape.
+    `gpus_per_node` defaults to the smallest host among the config's accelerators
+    (`Accelerator.num_gpus_per_node`: 8, a GB200/GB300 compute tray's 4)."""
+    if gpus_per_node is None:
+        gpus_per_node = min(
+            get_accelerator(p.instance.accelerator).num_gpus_per_node for p in config.roles()
+        )
     lay = _layout(config, model_id(config, model), draft_model, gpus_per_node)
     if config.mode is ServingMode.DISAGGREGATED:
         vllm = _vllm_disaggregated(lay)

@@ -11,17 +11,25 @@ read (aiconfigurator-core 0.12.0):
 Never read: `systems/silicon_sample.csv` (end-to-end serving measurements, servetune's
 external check; `_common.NEVER_READ` refuses it by name wherever it lies).
 
-servetune accelerators map onto systems by SYSTEMS; a system without a servetune
-preset (gb200, h100_pcie, a30, ...) is not imported.
+servetune accelerators map onto systems by SYSTEMS (each preset's figures transcribe its
+system's YAML: `optimizer.hardware`); a system without a servetune preset (h100_pcie, a30,
+l4, a100_pcie: folders without tables in 0.12.0) is not imported. Engines per system in
+0.12.0 (GEMM and attention tables): vLLM, SGLang and TensorRT-LLM for every mapped
+system but b60 (Intel Arc Pro B60), which holds vLLM's only. b60 has no comm/nccl
+tables: its collectives were measured with oneCCL (`comm/oneccl`, not read), so its
+NCCL-style collectives are priced by the roofline (`notes` says so); its vLLM all-reduce
+(`comm/vllm`, eager) is read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from optimizer.hardware import HardwareError, get_accelerator
 from profiler.importers._common import ImportedProfile, ProfileImportError
 from profiler.importers.aiconfigurator import ENGINES, import_aiconfigurator
 
@@ -31,15 +39,18 @@ INSTALL_HINT = "pip install 'servetune[aic]'"
 ALL = "all"
 
 # servetune accelerator preset -> the package's system folder. The package's other
-# systems are other parts (h100_pcie, gb200's Grace-coupled B200, l4, ...) whose figures
-# no servetune preset states.
+# systems (h100_pcie, a30, l4, a100_pcie) hold no tables in 0.12.0 and have no preset.
 SYSTEMS = {
     "a100": "a100_sxm",
     "h100": "h100_sxm",
     "h200": "h200_sxm",
     "b200": "b200_sxm",
     "b300": "b300_sxm",
+    "gb200": "gb200",
+    "gb300": "gb300",
     "l40s": "l40s",
+    "rtx-pro-6000": "rtx_pro_6000_server",
+    "b60": "b60",
 }
 _ACCELERATORS = {system: name for name, system in SYSTEMS.items()}
 # Tables a system must hold for an engine to be imported (importer's required ones).
@@ -80,6 +91,28 @@ class AicPackage:
         """Whether the system holds the engine's GEMM and attention tables."""
         root = self.folder(system)
         return all(_holds(root / op / engine, table) for op, table in _REQUIRED)
+
+    def engines(self, system: str) -> list[str]:
+        """The engines whose GEMM and attention tables the system holds."""
+        return [e for e in ENGINES if self.has_engine(system, e)]
+
+    def notes(self, system: str) -> list[str]:
+        """What an import of the system lacks and how servetune prices it instead."""
+        comm = self.folder(system) / "comm"
+        if _holds(comm / "nccl", "nccl_perf.parquet"):
+            return []
+        others = (
+            sorted(
+                d.name for d in comm.iterdir() if d.is_dir() and d.name not in (*ENGINES, "nccl")
+            )
+            if comm.is_dir()
+            else []
+        )
+        measured = f" (its collectives were measured with {', '.join(others)}, not read)"
+        return [
+            f"{system} has no comm/nccl tables{measured if others else ''}: NCCL's "
+            "all-reduce, all-gather and reduce-scatter are priced by the roofline"
+        ]
 
 
 def _holds(folder: Path, table: str) -> bool:
@@ -157,6 +190,9 @@ def choose_systems(
                 chosen.append(SystemChoice(accelerator, system))
         return chosen, skipped
     system = SYSTEMS.get(key, key if key in _ACCELERATORS else None)
+    if system is None:  # an alias of a mapped preset (rtx_pro_6000, h100-sxm, ...)
+        with contextlib.suppress(HardwareError):
+            system = SYSTEMS.get(get_accelerator(key).name)
     if system is None or system not in present:
         raise ProfileImportError(
             f"--gpu {gpu!r}: {package.label} has no system for it. {describe_systems(package)}"

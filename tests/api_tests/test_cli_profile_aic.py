@@ -2,9 +2,9 @@
 
 Most tests run on a fake package tree put first on sys.path: its `__init__.py` raises
 (the package must be located, never imported), and it holds `silicon_sample.csv`
-files of garbage that no code may open (servetune's external check). One test reads
-the real package (the `aic` extra): skipped without it, mandatory with
-SERVETUNE_REQUIRE_AIC=1.
+files of garbage that no code may open (servetune's external check). The tests marked
+`aic` read the real package (the `aic` extra: its H100 tables, each mapped preset against
+its system YAML): skipped without it, mandatory with SERVETUNE_REQUIRE_AIC=1.
 """
 
 from __future__ import annotations
@@ -18,14 +18,17 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from api.cli import app
+from optimizer.hardware import get_accelerator
 from optimizer.records import OpKind
 from profiler.importers import ProfileImportError
 from profiler.importers._common import NEVER_READ, read_csv, read_parquet
 from profiler.importers.aiconfigurator_package import (
     PACKAGE,
+    SYSTEMS,
     choose_systems,
     import_system,
     locate_package,
@@ -108,9 +111,19 @@ def _attention_rows(phase: str) -> dict:
     return {**rows, **{c: [v] * n for c, v in fixed.items()}, "window_size": [0] * n}
 
 
+def _vllm_tables(system: Path) -> None:
+    """A system folder's vLLM GEMM and attention tables (the fake H100's)."""
+    _table(system / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet", _gemm_rows())
+    attention = system / "attention" / "vllm" / "0.24.0"
+    for phase in ("context", "generation"):
+        _table(attention / f"{phase}_attention_perf.parquet", _attention_rows(phase))
+
+
 def _fake_package(root: Path) -> Path:
     """A site folder holding a tiny aiconfigurator-core: h100_sxm's vLLM GEMM and
-    attention tables, an empty l4 and a gb200 servetune has no preset for."""
+    attention tables; b60's (no comm/nccl: its collectives under comm/oneccl); gb200's
+    whose GEMM table lacks its latency column; an empty l4; and an a30 servetune has no
+    preset for."""
     site = root / "site"
     pkg = site / PACKAGE
     pkg.mkdir(parents=True)
@@ -132,7 +145,13 @@ def _fake_package(root: Path) -> Path:
     for phase in ("context", "generation"):
         _table(attention / f"{phase}_attention_perf.parquet", _attention_rows(phase))
     (data / "l4").mkdir()
-    (data / "gb200" / "gemm" / "vllm" / "0.24.0").mkdir(parents=True)
+    (data / "a30" / "gemm" / "vllm" / "0.24.0").mkdir(parents=True)
+    _vllm_tables(data / "b60")
+    (data / "b60" / "comm" / "oneccl" / "2021.15.9").mkdir(parents=True)
+    _vllm_tables(data / "gb200")
+    broken = _gemm_rows()
+    del broken["latency"]
+    _table(data / "gb200" / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet", broken)
     return site
 
 
@@ -204,7 +223,7 @@ def test_gpu_choices_and_errors(
     unknown = runner.invoke(app, ["profile", "import", "--aiconfigurator", "--gpu", "gh200"])
     assert unknown.exit_code == 2
     assert "--gpu 'gh200'" in unknown.output and "no system for it" in unknown.output
-    assert "gb200, h100_sxm, l4" in unknown.output  # the systems the package has
+    assert "a30, b60, gb200, h100_sxm, l4" in unknown.output  # the systems the package has
     absent = runner.invoke(app, ["profile", "import", "--aiconfigurator", "--gpu", "h200"])
     assert absent.exit_code == 2 and "no system for it" in absent.output
     no_gpu = runner.invoke(app, ["profile", "import", "--aiconfigurator"])
@@ -218,11 +237,42 @@ def test_gpu_choices_and_errors(
     assert neither.exit_code == 2 and "--aiconfigurator --gpu NAME" in neither.output
     assert "no profile runs stored" in runner.invoke(app, ["profile", "list"]).output
     chosen, skipped = choose_systems(locate_package(), "all", "vllm")
-    assert [(c.accelerator, c.system) for c in chosen] == [("h100", "h100_sxm")]
+    assert [(c.accelerator, c.system) for c in chosen] == [
+        ("b60", "b60"),
+        ("gb200", "gb200"),
+        ("h100", "h100_sxm"),
+    ]
     assert {s.system: s.reason for s in skipped} == {
-        "gb200": "no servetune accelerator preset",
+        "a30": "no servetune accelerator preset",
         "l4": "no tables (an empty folder)",
     }
+    for alias in ("h100-sxm", "H100_SXM", "h100"):  # preset aliases name its system
+        chosen, _ = choose_systems(locate_package(), alias, "vllm")
+        assert [c.system for c in chosen] == ["h100_sxm"]
+    assert _never_read(watch_reads) == []
+
+
+@pytest.mark.usefixtures("wide_console")
+def test_all_imports_past_a_failing_system(
+    cli_db: str, runner: CliRunner, fake_package: Path, watch_reads
+) -> None:
+    """--gpu all: gb200's broken table is reported, b60 and h100 still import and fit,
+    and the command exits 1 naming the failure."""
+    result = runner.invoke(app, ["profile", "import", "--aiconfigurator", "--gpu", "all"])
+    assert result.exit_code == 1, result.output
+    assert "skipped a30: no servetune accelerator preset" in result.output
+    assert "note: b60 has no comm/nccl tables (its collectives were measured with oneccl, " in (
+        result.output
+    )
+    assert "error: gb200: " in result.output and "missing columns ['latency']" in result.output
+    assert "stored profile run 1 (b60): 144 samples" in result.output
+    assert "stored profile run 2 (h100): 144 samples" in result.output
+    assert "1 of 3 systems failed: gb200 (the others were stored and fitted)" in result.output
+    runs = runner.invoke(app, ["profile", "list"], terminal_width=200).output
+    assert "h100_sxm vllm" in runs and "b60 vllm" in runs and "gb200" not in runs
+    one = runner.invoke(app, ["profile", "import", "--aiconfigurator", "--gpu", "gb200"])
+    assert one.exit_code == 2 and "error: gb200: " in one.output  # one system: its own error
+    assert PACKAGE not in sys.modules
     assert _never_read(watch_reads) == []
 
 
@@ -241,3 +291,59 @@ def test_real_package_h100_vllm(aic_package, watch_reads) -> None:
     assert imported.device.memory_gb is not None  # the spec YAML beside data/ was read
     assert PACKAGE not in sys.modules
     assert _never_read(watch_reads) == []
+
+
+def _capability(sm_version: int | None) -> str | None:
+    """The YAML's sm_version (100, 89, ...) as a compute capability ("10.0", "8.9")."""
+    return None if sm_version is None else f"{sm_version // 10}.{sm_version % 10}"
+
+
+@pytest.mark.aic
+@pytest.mark.parametrize("name", sorted(SYSTEMS))
+def test_presets_agree_with_the_package_yaml(aic_package, name: str, watch_reads) -> None:
+    """Each preset mapped onto a system states that system's YAML figures: peaks and the
+    link within 1%, bandwidth within 5% (the a100/b200/b300 presets keep the vendor's
+    2.0/8.0/8.0 TB/s against the YAML's 2.039/7.7/7.75), memory the device-reported
+    98-100% of the YAML's total, the SM version, GPUs per host and per link domain (the
+    rack when it is reached at the intra-node bandwidth: NVL72)."""
+    acc = get_accelerator(name)
+    system = SYSTEMS[name]
+    spec = yaml.safe_load(aic_package.spec_path(system).read_text(encoding="utf-8"))
+    gpu, node = spec["gpu"], spec["node"]
+    assert acc.bf16_tflops == pytest.approx(gpu["bfloat16_tc_flops"] / 1e12, rel=0.01)
+    fp8 = gpu.get("fp8_tc_flops")
+    if fp8 is None or fp8 == gpu["bfloat16_tc_flops"]:  # none, or "falls back to BF16" (b60)
+        assert acc.fp8_tflops is None
+    else:
+        assert acc.fp8_tflops == pytest.approx(fp8 / 1e12, rel=0.01)
+    fp4 = gpu.get("fp4_tc_flops")
+    assert acc.fp4_tflops == (None if fp4 is None else pytest.approx(fp4 / 1e12, rel=0.01))
+    assert acc.hbm_tb_s == pytest.approx(gpu["mem_bw"] / 1e12, rel=0.05)
+    assert 0.98 <= acc.hbm_bytes / gpu["mem_capacity"] <= 1.0
+    assert acc.compute_capability == _capability(gpu.get("sm_version"))
+    assert acc.link_gb_s == pytest.approx(node["intra_node_bw"] / 1e9, rel=0.01)
+    assert acc.num_gpus_per_node == node["num_gpus_per_node"]
+    rack = node.get("num_gpus_per_rack")
+    nvlink_rack = rack is not None and node["inter_node_bw"] >= node["intra_node_bw"]
+    assert acc.num_gpus_per_domain == (rack if nvlink_rack else node["num_gpus_per_node"])
+    assert acc.family == name  # its own tables: priced by its own model
+    assert aic_package.has_engine(system, "vllm")
+    assert _never_read(watch_reads) == []
+
+
+@pytest.mark.aic
+def test_real_package_maps_every_system_with_tables(aic_package) -> None:
+    """Every system holding tables is mapped; b60 says its collectives are oneCCL's."""
+    with_tables = [
+        s for s in aic_package.systems() if any(d.is_dir() for d in aic_package.folder(s).iterdir())
+    ]
+    assert sorted(with_tables) == sorted(SYSTEMS.values())
+    assert aic_package.engines("b60") == ["vllm"]
+    assert aic_package.engines("gb200") == ["vllm", "sglang", "trtllm"]
+    assert "measured with oneccl" in aic_package.notes("b60")[0]
+    assert aic_package.notes("gb200") == []
+    for alias in ("rtx_pro_6000", "rtx_pro_6000_server", "rtx-pro-6000"):
+        chosen, _ = choose_systems(aic_package, alias, "vllm")
+        assert [(c.accelerator, c.system) for c in chosen] == [
+            ("rtx-pro-6000", "rtx_pro_6000_server")
+        ]

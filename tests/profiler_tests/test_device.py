@@ -46,6 +46,11 @@ def test_describe_cpu() -> None:
         ("NVIDIA H200", "h200"),
         ("NVIDIA A100-SXM4-80GB", "a100"),
         ("NVIDIA L40S", "l40s"),
+        ("NVIDIA GB200", "gb200"),
+        ("NVIDIA GB300", "gb300"),
+        ("NVIDIA GH200 480GB", "gh200"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
         ("NVIDIA GeForce RTX 4090", "nvidia-geforce-rtx-4090"),
     ],
 )
