@@ -19,6 +19,7 @@ from profiler.importers import ImportFormat
 if TYPE_CHECKING:
     from profiler.importers.aiconfigurator_package import AicPackage, SystemChoice
     from profiler.sweep import ProfileGrid
+    from storage.latency_models import LatencyModelInfo
 
 app = typer.Typer(help="Kernel profiles: measure, import, inspect.", no_args_is_help=True)
 
@@ -240,12 +241,12 @@ def _import_aiconfigurator_package(gpu: str | None, engine: str, name: str | Non
     if not chosen:
         fail(f"{package.label}: no system holds {engine} tables servetune can import")
     if len(chosen) == 1:  # one system: its error is the command's
-        _import_system(package, chosen[0], engine, name)
+        import_package_system(package, chosen[0], engine, name)
         return
     failed: list[str] = []
     for choice in chosen:
         try:  # each system on its own: a failure is reported and the rest still import
-            _import_system(package, choice, engine, name)
+            import_package_system(package, choice, engine, name)
         except typer.Exit:  # `fail` printed why
             failed.append(choice.system)
     if failed:
@@ -256,10 +257,11 @@ def _import_aiconfigurator_package(gpu: str | None, engine: str, name: str | Non
         )
 
 
-def _import_system(
+def import_package_system(
     package: AicPackage, choice: SystemChoice, engine: str, name: str | None
-) -> None:
-    """One system of the package imported, stored and fitted; exits through `fail`."""
+) -> LatencyModelInfo:
+    """One system of the package imported, stored and fitted (the stored model returned);
+    exits through `fail`."""
     from rich.markup import escape
 
     from api.cli.latency import fit_profile_run
@@ -286,7 +288,7 @@ def _import_system(
         f"stored profile run [bold]{stored.id}[/] ({stored.accelerator}): "
         f"{stored.num_samples:,} samples from {package.label} {choice.system} ({engine})"
     )
-    fit_profile_run(stored.id)
+    return fit_profile_run(stored.id)
 
 
 @app.command("list")

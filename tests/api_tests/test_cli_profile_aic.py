@@ -347,3 +347,58 @@ def test_real_package_maps_every_system_with_tables(aic_package) -> None:
         assert [(c.accelerator, c.system) for c in chosen] == [
             ("rtx-pro-6000", "rtx_pro_6000_server")
         ]
+
+
+@pytest.mark.aic
+def test_real_package_h100_sglang_own_all_reduce_and_moe(aic_package, watch_reads) -> None:
+    """SGLang's own all-reduce and fused MoE rows are read from its folders (0.5.14), as the
+    engine's operators; its wide-EP and MLA tables are not (priced by the roofline)."""
+    from profiler.importers.aiconfigurator import _engine_all_reduce_samples
+    from profiler.importers.aiconfigurator_moe import moe_samples
+
+    folder = aic_package.folder("h100_sxm")
+    reduces = _engine_all_reduce_samples(folder / "comm" / "sglang", "sglang")
+    kinds = Counter(s.op for s in reduces)
+    assert set(kinds) == {OpKind.VLLM_ALL_REDUCE, OpKind.VLLM_ALL_REDUCE_EAGER}
+    assert kinds[OpKind.VLLM_ALL_REDUCE] == kinds[OpKind.VLLM_ALL_REDUCE_EAGER] > 30
+    graph = {(s.num_gpus, s.message_bytes): s.median_ms for s in reduces
+             if s.op is OpKind.VLLM_ALL_REDUCE}  # fmt: skip
+    eager = {(s.num_gpus, s.message_bytes): s.median_ms for s in reduces
+             if s.op is OpKind.VLLM_ALL_REDUCE_EAGER}  # fmt: skip
+    small = min(graph)  # a tiny message: a graph replay beats an eager launch
+    assert graph[small] < eager[small]
+    moe = moe_samples(folder, engine="sglang")
+    assert len(moe) > 10_000 and {s.dtype for s in moe} >= {"bfloat16", "fp8", "int4"}
+    assert moe_samples(folder, engine="trtllm") == []
+    assert _never_read(watch_reads) == []
+
+
+def test_quickstart_prices_with_measured_tables_when_it_can(
+    cli_db: str, fake_package: Path, capsys
+) -> None:
+    from api.cli.quickstart import measured_prices
+
+    assert measured_prices(allow_import=False) is None  # nothing stored, no import asked
+    assert "roofline estimate" in capsys.readouterr().out
+    model_id = measured_prices(allow_import=True)  # the fake package's H100 vLLM tables
+    out = capsys.readouterr().out
+    assert model_id == 1 and f"importing aiconfigurator-core {FAKE_VERSION}'s measured" in out
+    assert measured_prices(allow_import=True) == 1  # stored now: no second import
+    out = capsys.readouterr().out
+    assert "stored latency model #1" in out and "importing" not in out
+    assert PACKAGE not in sys.modules
+
+
+def test_quickstart_without_the_extra_says_how_to_get_measured_prices(
+    cli_db: str, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    from api.cli.quickstart import measured_prices
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == PACKAGE else real(name, *a)
+    )
+    assert measured_prices(allow_import=True) is None
+    out = " ".join(capsys.readouterr().out.split())
+    assert "prices: roofline estimate (no measured h100 tables)" in out
+    assert "pip install 'servetune[aic]' && servetune profile import --aiconfigurator" in out
