@@ -158,7 +158,8 @@ def tune(
             "(colocated, disaggregated), tp, max_num_batched_tokens, max_num_seqs, "
             "chunked_prefill, pd_ratios ([[1, 2], ...]), prefix_caching, kv_cache_dtype "
             '(auto, fp8), spec_k; and prices ([["h100", 2.5]], USD per GPU-hour), '
-            "quantization (fp8), engine_version (the vLLM release, e.g. 0.12.0), "
+            "quantization (fp8), engine (vllm or sglang: whose tables and rules price it), "
+            "engine_version (its release, e.g. 0.12.0), "
             "max_model_len, kv_link. E.g. '{\"tp\": [1, 2]}'"
         ),
     ] = None,

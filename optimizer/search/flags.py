@@ -304,8 +304,9 @@ def launch_commands(
     draft_model: str | None = None,
     gpus_per_node: int | None = None,
 ) -> tuple[LaunchCommand, ...]:
-    """vLLM then SGLang commands (run one engine's set, not both), each engine's servers
-    before its proxy or router; `model` overrides the Hugging Face id of the shape.
+    """The commands of the engine the config is priced as (`ServingConfig.engine`), then
+    the other's (run one engine's set, not both; vLLM's and SGLang's), each engine's
+    servers before its proxy or router; `model` overrides the Hugging Face id of the shape.
     `gpus_per_node` defaults to the smallest host among the config's accelerators
     (`Accelerator.num_gpus_per_node`: 8, a GB200/GB300 compute tray's 4)."""
     if gpus_per_node is None:
@@ -319,4 +320,5 @@ def launch_commands(
         vllm = _vllm_moe_colocated(lay)
     else:
         vllm = _vllm_colocated(lay)
-    return (*vllm, *_sglang_commands(lay))
+    sglang = _sglang_commands(lay)
+    return (*sglang, *vllm) if config.engine == "sglang" else (*vllm, *sglang)

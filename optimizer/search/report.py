@@ -167,8 +167,9 @@ _PAGE = Path(__file__).with_name("pareto.html")
 
 def write_html(outcome: TuneOutcome, path: Path) -> Path:
     launch = ""
-    if outcome.recommendation:
-        launch = "\n".join(c.command for c in outcome.recommendation.launch if c.engine == "vllm")
+    if outcome.recommendation and outcome.recommendation.launch:
+        priced = outcome.recommendation.launch[0].engine  # the priced engine's come first
+        launch = "\n".join(c.command for c in outcome.recommendation.launch if c.engine == priced)
     title = f"{outcome.request.model}: Pareto front ({outcome.latency.label})"
 
     def js(value: object) -> str:

@@ -47,6 +47,17 @@ def test_vllm_and_sglang_golden_commands():
     )
 
 
+def test_the_priced_engines_commands_come_first():
+    inst = InstanceConfig(tp=2, max_num_batched_tokens=2048, max_num_seqs=128)
+    vllm_first = launch_commands(ServingConfig.colocated("llama-3.1-8b", inst, num_replicas=2))
+    sglang_cfg = ServingConfig.colocated("llama-3.1-8b", inst, num_replicas=2, engine="sglang")
+    sglang_first = launch_commands(sglang_cfg)
+    assert vllm_first[0].engine == "vllm" and sglang_first[0].engine == "sglang"
+    assert sorted(c.command for c in vllm_first) == sorted(c.command for c in sglang_first)
+    engines = [c.engine for c in sglang_first]
+    assert engines == sorted(engines, key=lambda e: e != "sglang")  # one block each
+
+
 def test_prefix_caching_is_stated_in_both_engines_commands():
     on = ServingConfig.colocated("llama-3.1-8b", InstanceConfig(), enable_prefix_caching=True)
     vllm, sglang = launch_commands(on)
