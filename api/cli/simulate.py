@@ -291,4 +291,4 @@ def resolve_latency(
     parts = (config.replica, config.prefill, config.decode)
     gpus = [i.accelerator for i in parts if i is not None]
     tables = resolved.tables_for(gpus, config.engine_release)
-    return resolved.source, f"{resolved.label}; this config: {tables}"
+    return resolved.source, f"{resolved.label}; this config: {tables}" if tables else resolved.label

@@ -157,7 +157,9 @@ class ResolvedLatency:
     def tables_for(self, accelerators: Sequence[str], release: EngineRelease) -> str:
         """Whose kernel tables price `release` on each accelerator, for people: "h100:
         SGLang's tables (model #7)", "h100: vLLM's tables: no SGLang tables for h100 (model
-        #3)" or "h100: roofline estimate"."""
+        #3)" or "h100: roofline estimate"; "" for a source of the caller's own (no catalog)."""
+        if self.catalog is None:
+            return ""
         parts = []
         for name in dict.fromkeys(a.lower() for a in accelerators):
             chosen = None

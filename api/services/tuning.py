@@ -258,7 +258,9 @@ def run_tuning_job(
     check_floors(request, request_lengths(request, trace))  # FloorError: nothing stored
     setup = prepare(request, trace, _resolved(database_url, request, latency, num_threads))
     release = setup.space.release
-    label = f"{setup.latency.label}; priced as {release.label}"
+    tables = setup.latency.tables_for(setup.space.accelerators, release)
+    which = f"; this search: {tables}" if tables else ""
+    label = f"{setup.latency.label}{which}; priced as {release.label}"
     engine = make_engine(database_url)
     try:
         with session_scope(engine) as s:
