@@ -67,6 +67,7 @@ PRICING_MODULES = (
     "optimizer.latency.compose",
     "optimizer.latency.features",
     "optimizer.latency.gdn",
+    "optimizer.latency.gdn_module",
     "optimizer.latency.iterations",
     "optimizer.latency.launches",
     "optimizer.latency.mla",

@@ -191,8 +191,8 @@ class Pricing:
         names = [op_name(op, self.weight_format(op)) for op in ops if self._source(op)[1] is None]
         if self.shape.mla is not None:
             names = [f"{n}:mla" if n.split(":")[0] in ATTENTION_NAMES else n for n in names]
-        if self.shape.gdn is not None:
-            names += gdn.ESTIMATED
+        if self.shape.gdn is not None:  # all of a GDN op, or beyond its measured grid
+            names += gdn.estimated(self)
         if self.shape.dsa is not None:
             names.append("dsa_indexer")
         return (*names, *moe.estimated_parts(self))

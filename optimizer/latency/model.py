@@ -39,6 +39,7 @@ from optimizer.latency.features import (
     op_format,
     work,
 )
+from optimizer.latency.gdn_module import GDN_OPS, GridRow, measured_grid
 from optimizer.records import KernelSample, OpKind
 
 if TYPE_CHECKING:  # scipy and scikit-learn are imported by the fitting functions only
@@ -85,6 +86,9 @@ class OpModel:
     feature_version: int = FEATURE_VERSION  # residual's feature set (features.FEATURE_VERSION)
     fp8: bool = False  # fitted on FP8 samples (FP8 weights / FP8 KV cache)
     weight_format: str = ""  # fitted on 4-bit weights of this format ("fp4", "mxfp4", "int4")
+    # The shapes measured and the range of their size axis (GDN ops only:
+    # `gdn_module.measured_grid`); pricing trusts the model inside it only
+    grid: tuple[GridRow, ...] = ()
 
     @property
     def format(self) -> str:
@@ -237,6 +241,7 @@ def fit_op_model(
         feature_version=options.feature_version,
         fp8=op_format(batch) == FP8_DTYPE,
         weight_format=batch.weight_format,
+        grid=measured_grid(batch) if batch.op in GDN_OPS else (),
     )
 
 
