@@ -7,12 +7,12 @@ script's output. Usage:
 
     .venv/bin/python benchmarks/bench_gdn_tables.py [--engine vllm|sglang]
 
-Columns: the preset at TP `tp` (per-rank key / value heads), the phase and size (a chunk
-of q prompt tokens of one sequence; b decoding sequences), both prices in microseconds a
-layer, and measured / estimate. The measured prefill includes what the table does not
-hold (the q/k/v copies and the state's gather and scatter by their bytes, and their
-kernels' launches: `gdn.UNMEASURED_KERNELS`); `core` is the table's own kernels alone
-(conv1d + delta rule), as fitted.
+Rows: the preset at TP `tp` (per-rank key / value heads), the phase and size (a chunk of
+q prompt tokens of one sequence; b decoding sequences); per GPU both prices in
+microseconds a layer and measured / estimate. The measured prefill includes what the
+table does not hold (the q/k/v copies and the state's gather and scatter by their bytes,
+and their kernels' launches: `gdn.UNMEASURED_KERNELS`); in brackets the table's own
+kernels alone (conv1d + delta rule), as fitted.
 """
 
 from __future__ import annotations
@@ -69,16 +69,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--engine", default="vllm", choices=("vllm", "sglang"))
     args = parser.parse_args()
-    print("| GPU | preset tp (key/value heads per rank) | phase | size | measured us | "
-          "core us | estimate us | measured / estimate |")  # fmt: skip
-    print("|---|---|---|---:|---:|---:|---:|---:|")
-    for gpu in GPUS:
-        model = fitted(gpu, args.engine)
-        for case, phase, size, meas, est, core in rows(gpu, model):
-            print(
-                f"| {gpu} | {case} | {phase} | {size:.0f} | {1e3 * meas:.1f} | "
-                f"{1e3 * core:.1f} | {1e3 * est:.1f} | {meas / est:.2f} |"
-            )
+    per_gpu = {gpu: rows(gpu, fitted(gpu, args.engine)) for gpu in GPUS}
+    head = " | ".join(f"{gpu.upper()} measured (core) / estimate" for gpu in GPUS)
+    print(f"| preset, tp (key/value heads a rank) | phase | size | {head} |")
+    print("|---|---|---:|" + "---:|" * len(GPUS))
+    for i, (case, phase, size, *_) in enumerate(per_gpu["h100"]):
+        cells = []
+        for gpu in GPUS:
+            _, _, _, meas, est, core = per_gpu[gpu][i]
+            core_part = f" ({1e3 * core:.1f})" if phase.startswith("prefill") else ""
+            cells.append(f"{1e3 * meas:.1f}{core_part} / {1e3 * est:.1f} = {meas / est:.2f}")
+        print(f"| {case} | {phase} | {size:.0f} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
