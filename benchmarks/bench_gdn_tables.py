@@ -51,7 +51,8 @@ def rows(gpu: str, model: LatencyModel) -> list[tuple]:
         shape = get_shape(name)
         roofline = RooflinePricer(get_accelerator(gpu))
         measured, estimate = Pricing(shape, tp, roofline, model), Pricing(shape, tp, roofline)
-        assert gdn.estimated(measured) == ("gdn_prefill:beyond_32768", "gdn_decode:beyond_1024")
+        beyond = ("gdn_prefill:beyond_32768", "gdn_decode:beyond_1024", "gdn_state:float32")
+        assert gdn.estimated(measured) == beyond
         hk, hv, _, _ = gdn.rank_heads(measured)
         case = f"{name} tp{tp} ({hk:.0f}/{hv:.0f})"
         q, b = np.array(CHUNKS), np.array(BATCHES)

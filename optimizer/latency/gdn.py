@@ -23,15 +23,17 @@ Measured where the tables cover the shape: AIConfigurator's GDN tables
 and the chunked delta rule of a prefill, and the conv update and recurrent step of a
 decode, at the Qwen3.5 family's per-GPU head counts. When the learned model holds an op
 whose measured grid has the shape's per-rank (key heads, value heads, key dim, value
-dim), a float32 state and a conv of 4 (`covering`), a chunk of q tokens inside the grid's
-range of q (1 to 32,768 in aiconfigurator-core 0.12) is priced by it, plus the copies to
-contiguous q/k/v and the state's gather and scatter by their bytes with their kernels'
-launches (`UNMEASURED_KERNELS`: the table holds neither), and a decode of b sequences
-inside the grid's range of b (1 to 1,024) by it alone. Outside the range, or with no such
-op (another state dtype: Qwen3-Next keeps a bf16 state), the estimate above prices it,
-and `estimated` lists the op: `gdn_prefill` / `gdn_decode` when the table prices none of
-it, `gdn_prefill:beyond_<q>` / `gdn_decode:beyond_<b>` when it prices up to its grid's
-largest chunk or batch and the estimate the rest. docs/moe.md compares the two.
+dim) and a conv of 4 (`covering`), a chunk of q tokens inside the grid's range of q (1 to
+32,768 in aiconfigurator-core 0.12) is priced by it, plus the copies to contiguous q/k/v
+and the state's gather and scatter by their bytes with their kernels' launches
+(`UNMEASURED_KERNELS`: the table holds neither), and a decode of b sequences inside the
+grid's range of b (1 to 1,024) by it alone. The tables hold a bf16 state; a wider one
+(Qwen3.5's float32) adds its extra bytes, read and written once per sequence, at the
+roofline's rate (`state_excess_ms`, listed as `gdn_state:float32`). Outside the range,
+or with no such op, the estimate above prices it, and `estimated` lists the op:
+`gdn_prefill` / `gdn_decode` when the table prices none of it, `gdn_prefill:beyond_<q>` /
+`gdn_decode:beyond_<b>` when it prices up to its grid's largest chunk or batch and the
+estimate the rest. docs/moe.md compares the two.
 
 What the host spends launching the core's kernels outside CUDA graphs is
 `optimizer.latency.launches`' (20 kernels a layer), and in a prefill step that, not the
@@ -49,6 +51,7 @@ from optimizer.latency.features import OpBatch
 from optimizer.latency.launches import GDN_CORE
 from optimizer.latency.model import LatencyModel, OpModel
 from optimizer.records import OpKind
+from optimizer.shape_parts import DTYPE_BYTES
 
 
 class Pricing(moe.Pricing, Protocol):
@@ -122,11 +125,12 @@ def block_ms(pricing: Pricing, m: np.ndarray) -> np.ndarray:
 def covering(pricing: Pricing, op: OpKind) -> tuple[OpModel, float, float] | None:
     """The learned model of GDN core `op` and the range of its size axis (a prefill's q, a
     decode's sequences) measured at this shape's per-rank heads, or None: no such op, the
-    shape's heads not measured, or a state or conv other than the measured layers'."""
+    shape's heads not measured, or a conv or activation width other than the measured
+    layers'."""
     spec, learned = pricing.shape.gdn, pricing.learned
     if spec is None or learned is None or pricing.shape.dtype_bytes != 2:
         return None
-    if spec.ssm_dtype != gdn_module.STATE_DTYPE or spec.conv_kernel != gdn_module.CONV_KERNEL:
+    if spec.conv_kernel != gdn_module.CONV_KERNEL:
         return None
     model = learned.op_model(op)
     if model is None:
@@ -137,11 +141,17 @@ def covering(pricing: Pricing, op: OpKind) -> tuple[OpModel, float, float] | Non
 
 
 def estimated(pricing: Pricing) -> tuple[str, ...]:
-    """The GDN ops the estimate prices for this shape (see the module docstring)."""
+    """The GDN ops the estimate prices for this shape (see the module docstring), and
+    "gdn_state:<ssm dtype>" when measured cores add a wider state's bytes."""
     names = []
+    measured = False
     for op in (OpKind.GDN_PREFILL, OpKind.GDN_DECODE):
         cover = covering(pricing, op)
+        measured = measured or cover is not None
         names.append(op.value if cover is None else f"{op.value}:beyond_{cover[2]:.0f}")
+    spec = pricing.shape.gdn
+    if measured and spec is not None and DTYPE_BYTES[spec.ssm_dtype] > gdn_module.STATE_BYTES:
+        names.append(f"gdn_state:{spec.ssm_dtype}")
     return tuple(names)
 
 
@@ -151,6 +161,18 @@ def rank_heads(pricing: Pricing) -> tuple[float, float, float, float]:
     assert spec is not None
     hk, hv = spec.num_key_heads / tp, spec.num_value_heads / tp
     return hk, hv, float(spec.key_head_dim), float(spec.value_head_dim)
+
+
+def state_excess_ms(pricing: Pricing, num_seqs: np.ndarray) -> np.ndarray:
+    """What a state wider than the tables' bf16 one adds to `num_seqs` sequences' measured
+    core: the extra bytes of each recurrent state read and written once, at the roofline's
+    rate (no launch: the same kernels run)."""
+    spec = pricing.shape.gdn
+    assert spec is not None
+    _, hv, dk, dv = rank_heads(pricing)
+    extra = max(DTYPE_BYTES[spec.ssm_dtype] - gdn_module.STATE_BYTES, 0.0)
+    moved = 2.0 * np.asarray(num_seqs, dtype=np.float64) * hv * dk * dv * extra
+    return _memory_ms(pricing, moved, 0)
 
 
 def measured_core_ms(pricing: Pricing, model: OpModel, b: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -187,6 +209,7 @@ def chunk_ms(pricing: Pricing, q: np.ndarray) -> np.ndarray:
     model, lo, hi = cover
     inside = (q >= lo) & (q <= hi)
     measured = measured_core_ms(pricing, model, np.ones_like(q), np.clip(q, lo, hi))
+    measured = measured + state_excess_ms(pricing, np.ones_like(q))
     measured = measured + _memory_ms(pricing, copies + 2.0 * state, UNMEASURED_KERNELS)
     return np.where(inside, measured, estimate)
 
@@ -218,7 +241,9 @@ def decode_ms(pricing: Pricing, num_seqs: np.ndarray) -> np.ndarray:
         return estimate
     model, lo, hi = cover
     inside = (b >= lo) & (b <= hi)
-    measured = measured_core_ms(pricing, model, np.clip(b, lo, hi), np.ones_like(b))
+    clipped = np.clip(b, lo, hi)
+    measured = measured_core_ms(pricing, model, clipped, np.ones_like(b))
+    measured = measured + state_excess_ms(pricing, clipped)
     return np.where(inside, measured, estimate)
 
 

@@ -13,8 +13,13 @@ sample:
   (`causal_conv1d_update`) and the packed recurrent step
   (`fused_recurrent_gated_delta_rule_packed_decode`).
 
-Not in them: the projections and the gated norm (GEMMs and an elementwise op, priced as
-such by `optimizer.latency.gdn`), the copies of q/k/v to contiguous tensors and the
+How (AIConfigurator's collector/vllm/collect_gdn.py): bf16 activations and a bf16
+recurrent state (`STATE_DTYPE`; Qwen3.5 serves it in float32, which `gdn` adds the bytes
+of), fresh prompts (a zero initial state, passed whole), q and k L2-normalised before the
+delta rule (vLLM's fused_post_conv_prep does that in serving), the prefill conv1d timed
+eagerly (vLLM 0.24's packed conv refuses CUDA-graph capture), the rest in graphs. Not in
+them: the projections and the gated norm (GEMMs and an elementwise op, priced as such by
+`optimizer.latency.gdn`), the copies and preparation of q/k/v after the conv and the
 state's gather and scatter around the prefill kernels.
 
 `module_work` gives the (FLOPs, bytes) of one instance on one GPU, the roofline axes the
@@ -33,11 +38,11 @@ import numpy as np
 from optimizer.records import OpKind
 
 GDN_OPS = frozenset({OpKind.GDN_PREFILL, OpKind.GDN_DECODE})
-# The measured layers' fixed dims: a conv of 4, the recurrent state in float32 (the
-# Qwen3.5 configs' mamba_ssm_dtype, which the collectors built their layers from)
+# The measured layers' fixed dims: a conv of 4, the recurrent state in bf16 (the
+# collector's activation dtype, not the Qwen3.5 configs' float32 mamba_ssm_dtype)
 CONV_KERNEL = 4
-STATE_DTYPE = "float32"
-STATE_BYTES = 4.0
+STATE_DTYPE = "bfloat16"
+STATE_BYTES = 2.0
 CHUNK = 64  # the chunked delta rule's chunk of tokens
 
 

@@ -136,7 +136,8 @@ def test_the_installed_h100_vllm_table_imports_fits_and_prices_the_397b(aic_pack
     pricing = Pricing(
         get_shape("qwen3.5-397b-a17b"), 4, RooflinePricer(get_accelerator("h100")), model
     )
-    assert gdn.estimated(pricing) == ("gdn_prefill:beyond_32768", "gdn_decode:beyond_1024")
+    beyond = ("gdn_prefill:beyond_32768", "gdn_decode:beyond_1024", "gdn_state:float32")
+    assert gdn.estimated(pricing) == beyond
     prefill = gdn.covering(pricing, OpKind.GDN_PREFILL)
     assert prefill is not None
     q = np.array([256.0, 2048.0, 8192.0])
