@@ -65,6 +65,8 @@ PRICING_MODULES = (
     "optimizer.engines",
     "optimizer.latency.compile",
     "optimizer.latency.compose",
+    "optimizer.latency.dsa",
+    "optimizer.latency.dsa_module",
     "optimizer.latency.features",
     "optimizer.latency.gdn",
     "optimizer.latency.gdn_module",

@@ -60,7 +60,7 @@ class _Batch(Protocol):  # the OpBatch fields used here (features imports this m
 
 # A measured_grid row: (key heads, value heads, key head dim, value head dim, the size
 # axis' smallest and largest measured value)
-GridRow = tuple[float, float, float, float, float, float]
+GridRow = tuple[float, ...]
 
 
 def module_work(batch: _Batch) -> tuple[np.ndarray, np.ndarray]:

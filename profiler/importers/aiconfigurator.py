@@ -14,6 +14,8 @@ Layout read (newest version folder of each table):
   block (optional; `profiler.importers.aiconfigurator_mla`, which says what it keeps)
   <gpu>/linear_attention/<engine>/<ver>/gdn_perf.parquet  a Gated DeltaNet layer's core
   (optional, vLLM and SGLang; `profiler.importers.aiconfigurator_gdn`)
+  <gpu>/sparse_attention/vllm/<ver>/dsa_generation_module_perf.parquet  vLLM's whole
+  DeepSeek-sparse-attention block decoding (optional; `profiler.importers.aiconfigurator_dsa`)
 
 Filters (a bf16 model with a bf16 KV cache, plus the FP8 variants vLLM runs for
 FP8 checkpoints and `--kv-cache-dtype fp8`):
@@ -54,7 +56,7 @@ FP8 checkpoints and `--kv-cache-dtype fp8`):
 
 Engines: `engine` (default "vllm") picks the <engine> folder of the GEMM and attention
 tables (SGLang's and TensorRT-LLM's have the same columns). vLLM's own tables (its
-all-reduce, the fused MoE layer, the EP all-to-all, the MLA block) are read for "vllm"
+all-reduce, the fused MoE layer, the EP all-to-all, the MLA and DSA blocks) are read for "vllm"
 only: their filters name vLLM's kernels. The GDN core's is read for "vllm" and
 "sglang", whose kernels its importer names. NCCL's tables serve every engine.
 
@@ -79,6 +81,7 @@ from profiler.importers._common import (
     read_parquet,
     version_key,
 )
+from profiler.importers.aiconfigurator_dsa import dsa_samples
 from profiler.importers.aiconfigurator_gdn import gdn_samples
 from profiler.importers.aiconfigurator_mla import mla_samples
 from profiler.importers.aiconfigurator_moe import moe_a2a_samples, moe_samples
@@ -253,7 +256,7 @@ def import_aiconfigurator(
 ) -> ImportedProfile:
     """Import one AIConfigurator GPU folder (GEMM, attention and, if present, NCCL, the
     GDN core for vLLM and SGLang and, for vLLM, its all-reduce, the fused MoE layer, the EP
-    all-to-all and the MLA block).
+    all-to-all and the MLA and DSA blocks).
 
     `spec_path` is the system spec YAML (default: `<folder>/<folder name>.yaml`, as the
     shared copy lays it out; the package keeps it beside the data folder)."""
@@ -277,6 +280,7 @@ def import_aiconfigurator(
         samples += moe_samples(folder)
         samples += moe_a2a_samples(folder)
         samples += mla_samples(folder)
+        samples += dsa_samples(folder)
     samples += gdn_samples(folder, engine)
     if not samples:
         raise ProfileImportError(f"{folder}: no bf16/fp16 or fp8 rows found in the tables")
