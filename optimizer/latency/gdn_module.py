@@ -13,14 +13,15 @@ sample:
   (`causal_conv1d_update`) and the packed recurrent step
   (`fused_recurrent_gated_delta_rule_packed_decode`).
 
-How (AIConfigurator's collector/vllm/collect_gdn.py): bf16 activations and a bf16
-recurrent state (`STATE_DTYPE`; Qwen3.5 serves it in float32, which `gdn` adds the bytes
-of), fresh prompts (a zero initial state, passed whole), q and k L2-normalised before the
-delta rule (vLLM's fused_post_conv_prep does that in serving), the prefill conv1d timed
-eagerly (vLLM 0.24's packed conv refuses CUDA-graph capture), the rest in graphs. Not in
-them: the projections and the gated norm (GEMMs and an elementwise op, priced as such by
-`optimizer.latency.gdn`), the copies and preparation of q/k/v after the conv and the
-state's gather and scatter around the prefill kernels.
+How (AIConfigurator's collector/vllm/collect_gdn.py; SGLang's collector not checked):
+bf16 activations and a bf16 recurrent state (`STATE_DTYPE`; Qwen3.5 serves it in
+float32, whose extra bytes `gdn` adds), fresh prompts (a zero initial state, passed
+whole), q and k L2-normalised before the delta rule (vLLM's fused_post_conv_prep does
+that in serving), the prefill conv1d timed eagerly (vLLM 0.24's packed conv refuses
+CUDA-graph capture), the rest in graphs. Not in them: the projections and the gated norm
+(GEMMs and an elementwise op, priced as such by `optimizer.latency.gdn`), the copies and
+preparation of q/k/v after the conv and the state's gather and scatter around the
+prefill kernels.
 
 `module_work` gives the (FLOPs, bytes) of one instance on one GPU, the roofline axes the
 fitted model's base is linear in; `measured_grid` the head counts measured and, for
