@@ -1,16 +1,14 @@
 """DeepSeek sparse attention decodes priced by vLLM's measured DSA block inside its grid
 and by the estimate outside it (`optimizer.latency.dsa`), the block's projections priced
-once either way, and the labels; the importer's mapping on a tiny hand-written table and
-on the installed package's H100 table."""
+once either way, and the labels; then the installed package's H100 table, fitted.
+(The importer's mapping: tests/profiler_tests/test_importers_dsa.py.)"""
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
-import polars as pl
 import pytest
 
 from optimizer.hardware import get_accelerator
@@ -20,7 +18,6 @@ from optimizer.latency.model import FitOptions
 from optimizer.latency.roofline import RooflinePricer
 from optimizer.records import KernelSample, OpKind
 from optimizer.shapes import get_shape
-from profiler.importers._common import ProfileImportError
 from profiler.importers.aiconfigurator_dsa import dsa_samples
 
 H100 = RooflinePricer(get_accelerator("h100"))
@@ -95,68 +92,6 @@ def test_heads_dims_or_formats_not_measured_keep_the_estimate(learned) -> None:
         b, kv = np.array([8.0]), np.array([1024.0])
         assert measured.decode_attn_ms(b, kv) == estimate.decode_attn_ms(b, kv)
         assert measured.layer_ms(b) == estimate.layer_ms(b)
-
-
-def _row(b: int, step: int, latency: float, **over: object) -> dict:
-    row = {
-        "framework": "VLLM",
-        "version": "0.24.0",
-        "device": "NVIDIA H100 80GB HBM3",
-        "op_name": "dsa_generation_module",
-        "kernel_source": "FLASHMLA_SPARSE",
-        "model": "zai-org/GLM-5",
-        "architecture": "GlmMoeDsaForCausalLM",
-        "mla_dtype": "bfloat16",
-        "kv_cache_dtype": "bfloat16",
-        "gemm_type": "fp8_block",
-        "num_heads": 8,
-        "batch_size": b,
-        "isl": 1,
-        "tp_size": 1,
-        "step": step,
-        "latency": latency,
-    }
-    return row | over
-
-
-def _write(tmp_path: Path, rows: list[dict]) -> Path:
-    folder = tmp_path / "h100_sxm"
-    table = folder / "sparse_attention" / "vllm" / "0.24.0"
-    table.mkdir(parents=True)
-    pl.DataFrame(rows).write_parquet(table / "dsa_generation_module_perf.parquet")
-    return folder
-
-
-def test_the_importer_maps_a_row_onto_the_measured_layers_dims(tmp_path: Path) -> None:
-    """GLM-5, 4 sequences over 1,000 keys, FP8 block weights, a 16-bit cache -> dsa_decode
-    of dtype "fp8", kv_len 1,000, n = kv_lora_rank 512, k = hidden 6144, head_dim = 192 +
-    64; an FP8 cache -> dsa_decode_fp8kv; V3.2 -> k 7168, head_dim 192. Dropped: another
-    model, a TP-2 row, fp8 queries."""
-    rows = [
-        _row(4, 1000, 0.2),
-        _row(4, 1000, 0.18, kv_cache_dtype="fp8"),
-        _row(2, 64, 0.15, model="deepseek-ai/DeepSeek-V3.2", gemm_type="bfloat16"),
-        _row(4, 1000, 0.2, model="deepseek-ai/DeepSeek-V3"),
-        _row(4, 1000, 0.2, tp_size=2),
-        _row(4, 1000, 0.2, mla_dtype="fp8"),
-    ]
-    glm, glm_fp8kv, v32 = dsa_samples(_write(tmp_path, rows))
-    assert (glm.op, glm.dtype, glm.median_ms) == (OpKind.DSA_DECODE, "fp8", 0.2)
-    assert (glm.batch_size, glm.num_tokens, glm.q_len, glm.kv_len) == (4, 4, 1, 1000)
-    assert (glm.num_heads, glm.n, glm.k, glm.head_dim) == (8, 512, 6144, 256)
-    assert (glm_fp8kv.op, glm_fp8kv.median_ms) == (OpKind.DSA_DECODE_FP8KV, 0.18)
-    assert (v32.op, v32.dtype, v32.k, v32.head_dim, v32.kv_len) == (
-        OpKind.DSA_DECODE,
-        "bfloat16",
-        7168,
-        192,
-        64,
-    )
-
-
-def test_a_key_measured_twice_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ProfileImportError, match="more than once"):
-        dsa_samples(_write(tmp_path, [_row(4, 1000, 0.2), _row(4, 1000, 0.3)]))
 
 
 def test_the_installed_h100_table_prices_deepseek_v32_decodes(aic_package) -> None:
