@@ -5,6 +5,7 @@ it with the B300 tables (the per-step check of `benchmarks/bench_devset.py`, mir
 the same reader, step pricing and error summary). Usage:
 
     .venv/bin/python benchmarks/bench_moe_steps.py [--routing DISTRIBUTION|all] [--fit]
+        [--gdn-tables]
 
 Runs: `fpm_upfront_qwen36_moe_full_once_*` (TP 1/2/4/8 without EP, `tpN_ep1`, and with
 --enable-expert-parallel, `tpN_epN`; tp8_ep1 recorded no steps) and
@@ -24,16 +25,24 @@ Routing: AIConfigurator measured the fused MoE with balanced routing and two pow
 skews; the import keeps power_law_1.01, AIConfigurator's own default. `--routing` picks
 which rows the MoE op is fitted on (all: one report each), to show how far routing skew
 moves the steps.
+
+GDN: the shared copy of the B300 tables holds no linear_attention folder, so the GDN
+cores are the estimate's (`optimizer.latency.gdn`). `--gdn-tables` adds the installed
+aiconfigurator-core's B300 vLLM GDN tables (`gdn_prefill` / `gdn_decode`, fitted apart
+and added to the model: each op is fitted on its own samples) to show how the measured
+cores move the steps (the step constants stay those fitted with the estimate).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 from pathlib import Path
 
 from step_fit import RELEASE, STEPS, describe, fit_b300, fit_v1_async, moe_folders, table
 
+from optimizer.latency.fit import fit_latency_model
 from optimizer.latency.model import LatencyModel
 from optimizer.parallel import ExpertLayout
 from optimizer.shapes import get_shape
@@ -43,7 +52,9 @@ from optimizer.validation.forward_passes import (
     read_forward_pass_metrics,
     summarize_phases,
 )
+from profiler.importers.aiconfigurator_gdn import gdn_samples
 from profiler.importers.aiconfigurator_moe import MOE_DISTRIBUTIONS
+from profiler.importers.aiconfigurator_package import locate_package
 
 QWEN36_MOE = get_shape("qwen3.6-35b-a3b")
 
@@ -56,10 +67,20 @@ def folder_errors(model: LatencyModel, folder: Path, tp: int, layout: ExpertLayo
     return phase_errors(steps, lambda s: price_step_s(t, s)), t
 
 
-def report(routing: str) -> None:
+def with_gdn_tables(model: LatencyModel) -> LatencyModel:
+    """`model` plus the installed package's B300 vLLM GDN core ops, fitted on their own."""
+    samples = gdn_samples(locate_package().folder("b300_sxm"))
+    gdn = fit_latency_model(samples, accelerator="b300", source="aic")
+    return dataclasses.replace(model, ops={**model.ops, **gdn.ops})
+
+
+def report(routing: str, gdn_tables: bool = False) -> None:
     model = fit_b300(routing)
+    if gdn_tables:
+        model = with_gdn_tables(model)
+    cores = "measured GDN cores" if gdn_tables else "estimated GDN cores"
     print(f"\n== {RELEASE.label}, Qwen3.6-35B-A3B bf16 on B300, MoE fitted on {routing} "
-          f"routing ({QWEN36_MOE.name}) ==")  # fmt: skip
+          f"routing ({QWEN36_MOE.name}), {cores} ==")  # fmt: skip
     worst: dict[str, list[float]] = {}
     held: dict[str, list[float]] = {}
     for folder, tp, layout in moe_folders():
@@ -86,11 +107,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--routing", default="all", choices=[*MOE_DISTRIBUTIONS, "all"])
     parser.add_argument("--fit", action="store_true", help="print the fitted step constants")
+    parser.add_argument(
+        "--gdn-tables", action="store_true", help="price the GDN cores by the package's tables"
+    )
     args = parser.parse_args()
     if args.fit:
         print(f"fitted ({RELEASE.generation.title}, B300): {describe(fit_v1_async(fit_b300()))}")
     for routing in MOE_DISTRIBUTIONS if args.routing == "all" else (args.routing,):
-        report(routing)
+        report(routing, args.gdn_tables)
 
 
 if __name__ == "__main__":

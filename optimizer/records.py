@@ -189,6 +189,16 @@ class OpKind(StrEnum):
     MLA_DECODE = "mla_decode"
     MLA_PREFILL_FP8KV = "mla_prefill_fp8kv"
     MLA_DECODE_FP8KV = "mla_decode_fp8kv"
+    # A Gated DeltaNet layer's core as vLLM runs it (`optimizer.latency.gdn_module`): a
+    # prefill's causal conv1d and chunked delta rule, a decode's conv update and
+    # recurrent step; fields in `optimizer.latency.gdn_module`
+    GDN_PREFILL = "gdn_prefill"
+    GDN_DECODE = "gdn_decode"
+    # vLLM's whole DeepSeek-sparse-attention block decoding (the MLA block with its
+    # lightning indexer and sparse attention; `optimizer.latency.dsa_module`) at a 16-bit
+    # or an FP8 KV cache; fields as the MLA block's
+    DSA_DECODE = "dsa_decode"
+    DSA_DECODE_FP8KV = "dsa_decode_fp8kv"
     MIXED_ITERATION = "mixed_iteration"  # ground truth: one prefill chunk + batch_size decodes
 
 
@@ -223,6 +233,12 @@ class KernelSample:
     GPU) as attention does, n = kv_lora_rank, k = hidden size and head_dim = the
     query/key head width (qk_nope + qk_rope) of the measured layer; dtype names the
     projections' weight format ("bfloat16", "fp8" = 128x128 block-scaled FP8, "fp4").
+    DSA block ops (DSA_DECODE, DSA_DECODE_FP8KV) use the same fields; k (the hidden size)
+    names the measured layer (`optimizer.latency.dsa_module.MEASURED`).
+    Gated DeltaNet core ops (GDN_PREFILL, GDN_DECODE) use batch_size, q_len (decode 1),
+    num_tokens = batch_size x q_len, num_heads = value heads and num_kv_heads = key heads
+    (per GPU), head_dim = the key head width, n = the value head width, k = the model's
+    hidden size (`optimizer.latency.gdn_module`).
     """
 
     op: OpKind

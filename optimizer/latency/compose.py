@@ -191,8 +191,11 @@ class Pricing:
         names = [op_name(op, self.weight_format(op)) for op in ops if self._source(op)[1] is None]
         if self.shape.mla is not None:
             names = [f"{n}:mla" if n.split(":")[0] in ATTENTION_NAMES else n for n in names]
-        if self.shape.gdn is not None:
-            names += gdn.ESTIMATED
+        dsa_decode = dsa.decode_label(self) if self.shape.dsa is not None else None
+        if dsa_decode is not None:  # the measured DSA block decodes inside its grid (`dsa`)
+            names = [dsa_decode if n.startswith("decode_attn") else n for n in names]
+        if self.shape.gdn is not None:  # all of a GDN op, or beyond its measured grid
+            names += gdn.estimated(self)
         if self.shape.dsa is not None:
             names.append("dsa_indexer")
         return (*names, *moe.estimated_parts(self))
@@ -269,11 +272,12 @@ class Pricing:
         nk = self._nk
         ops = (*GEMM_OPS[:2], OpKind.ROPE) if attention else ()
         ops = (*ops, *GEMM_OPS[2:]) if mlp else ops
-        if mla.block_models(self) is not None:  # the MLA block prices them (`mla`)
+        dsa_block = self.shape.dsa is not None and dsa.decode_block(self) is not None
+        if mla.block_models(self) is not None or dsa_block:  # the block prices them
             ops = tuple(op for op in ops if op not in mla.BLOCK_OPS)
         layer = sum(self.price_ms(op, num_tokens=m, **nk(op)) for op in ops)
-        if attention and self.shape.dsa is not None:  # the indexer's projections (`dsa`)
-            layer = layer + self._indexer_projections_ms(m)
+        if attention and self.shape.dsa is not None and not dsa_block:  # the indexer's
+            layer = layer + self._indexer_projections_ms(m)  # projections (`dsa`)
         norm_n = nk(OpKind.NORM)["n"]
         act_n = nk(OpKind.ACTIVATION)["n"]
         if rules.fused_elementwise:
@@ -334,6 +338,13 @@ class Pricing:
         total = total + self.price_ms(OpKind.QKV_PROJ, num_tokens=m, n=dim, k=h)
         return total + self.price_ms(OpKind.QKV_PROJ, num_tokens=m, n=heads, k=h)
 
+    def dsa_projections_ms(self, m: np.ndarray) -> np.ndarray:
+        """A DSA layer's projections over `m` tokens, the measured DSA block's share of the
+        token-parallel work (`dsa`): q/kv and output projections, RoPE, the indexer's."""
+        m = np.asarray(m, dtype=np.float64)
+        total = sum(self.price_ms(op, num_tokens=m, **self._nk(op)) for op in mla.BLOCK_OPS)
+        return total + self._indexer_projections_ms(m)
+
     def one_shot_all_reduce_ms(self, message_bytes: np.ndarray, kind: OpKind) -> np.ndarray:
         """An all-reduce priced by `kind`'s measured latency and bandwidth alone: its time
         for one token's message plus the bytes at the rate it reaches on large messages
@@ -386,7 +397,10 @@ class Pricing:
         if spec is not None:  # each query reads index_topk keys at most, and the indexer
             share = dsa.sparse_share(q, kv, spec.index_topk)
             attention = self._prefill_layer_ms(q, kv) * share
-            return full * (attention + dsa.indexer_prefill_ms(self, q, kv))
+            attention = attention + dsa.indexer_prefill_ms(self, q, kv)
+            if dsa.decode_block(self) is not None:  # its projections left layer_ms
+                attention = attention + self.dsa_projections_ms(q)
+            return full * attention
         if not window:
             return full * self._prefill_layer_ms(q, kv)
         w = float(self.shape.sliding_window)
@@ -411,7 +425,14 @@ class Pricing:
         spec = self.shape.dsa
         if spec is not None:  # index_topk keys at most a sequence, and the indexer
             per = self._decode_layer_ms(b, np.minimum(kv, float(spec.index_topk)), decode_q)
-            return full * (per + dsa.indexer_decode_ms(self, b, kv, decode_q))
+            per = per + dsa.indexer_decode_ms(self, b, kv, decode_q)
+            block = dsa.decode_block(self)
+            if block is None:
+                return full * per
+            seqs = b * float(decode_q)  # K+1 queries a sequence as K+1 sequences (`dsa`)
+            measured = dsa.block_decode_ms(self, block[0], seqs, kv)
+            per = per + self.dsa_projections_ms(seqs)  # outside the grid: the estimate
+            return full * np.where(dsa.decode_inside(block[1], seqs, kv), measured, per)
         per = self._decode_layer_ms(b, kv, decode_q)
         if self.shape.gdn is not None:  # decode_q positions update the state in turn
             linear = self.shape.num_layers - self.shape.num_full_attention_layers

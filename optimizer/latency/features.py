@@ -31,8 +31,11 @@ token's hidden state to or from its experts' ranks. vLLM's whole MLA block (`MLA
 `optimizer.latency.mla_module`) has the work of its projections and latent attention and
 attention's shape features; its weight format is its variant, its KV format its op. NCCL's
 all-gather and reduce-scatter (`GATHER_OPS`) have an all-reduce's features and half its
-traffic. These ops are new: no stored model holds them, so the feature versions are
-unchanged by them.
+traffic. A Gated DeltaNet layer's core (`GDN_OPS`, `optimizer.latency.gdn_module`) has the
+work of its conv and delta rule and attention's shape features; vLLM's whole DSA block
+decoding (`DSA_OPS`, `optimizer.latency.dsa_module`) the MLA block's work with its
+indexer and sparse attention, and variants as the MLA block's. These ops are new: no
+stored model holds them, so the feature versions are unchanged by them.
 
 The residual's feature set is versioned (`FEATURE_VERSION`): a fitted model
 records the version it was trained on and is always priced with it, so models
@@ -53,6 +56,10 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from optimizer.latency.dsa_module import DSA_FP8KV_OPS, DSA_OPS
+from optimizer.latency.dsa_module import module_work as dsa_work
+from optimizer.latency.gdn_module import GDN_OPS
+from optimizer.latency.gdn_module import module_work as gdn_work
 from optimizer.latency.mla_module import MLA_DECODE_OPS, MLA_FP8KV_OPS, MLA_OPS, module_work
 from optimizer.records import KernelSample, OpKind
 
@@ -80,8 +87,8 @@ COLLECTIVE_OPS = ALL_REDUCE_OPS | GATHER_OPS  # priced by group size and message
 MOE_OPS = frozenset({OpKind.MOE})
 A2A_OPS = frozenset({OpKind.MOE_DISPATCH, OpKind.MOE_COMBINE})
 MODELLED_OPS = GEMM_OPS | ELEMENTWISE_OPS | ATTENTION_OPS | COLLECTIVE_OPS | MOE_OPS | A2A_OPS
-MODELLED_OPS |= MLA_OPS
-WEIGHT_OPS = GEMM_OPS | MOE_OPS | MLA_OPS  # operators whose weights have a format
+MODELLED_OPS |= MLA_OPS | GDN_OPS | DSA_OPS
+WEIGHT_OPS = GEMM_OPS | MOE_OPS | MLA_OPS | DSA_OPS  # operators whose weights have a format
 
 FP8_DTYPE = "fp8"  # KernelSample.dtype of FP8 GEMMs (weights) and FP8-KV attention
 FP8_OPS = WEIGHT_OPS | ATTENTION_OPS  # operators that have FP8 variants
@@ -188,7 +195,8 @@ class OpBatch:
     @classmethod
     def from_samples(cls, op: OpKind, samples: Sequence[KernelSample]) -> OpBatch:
         batch = cls._from_rows(op, samples)
-        return replace(batch, kv_dtype_bytes=1.0) if op in MLA_FP8KV_OPS else batch
+        fp8_kv = op in MLA_FP8KV_OPS or op in DSA_FP8KV_OPS
+        return replace(batch, kv_dtype_bytes=1.0) if fp8_kv else batch
 
     @classmethod
     def _from_rows(cls, op: OpKind, samples: Sequence[KernelSample]) -> OpBatch:
@@ -319,6 +327,10 @@ def work(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
         return _moe_work(batch)
     if op in MLA_OPS:
         return module_work(batch)
+    if op in GDN_OPS:
+        return gdn_work(batch)
+    if op in DSA_OPS:
+        return dsa_work(batch)
     if op in A2A_OPS:
         # each token goes to (or comes back from) the ranks of its top-k experts, at most
         # min(top-k, EP) of them, all but 1/EP of it over the link; hidden x 16-bit values
@@ -334,7 +346,7 @@ def token_count(batch: OpBatch) -> np.ndarray:
         return batch.message_bytes
     if batch.op is OpKind.PREFILL_ATTN or batch.op in MLA_OPS - MLA_DECODE_OPS:
         return batch.batch_size * batch.q_len
-    if batch.op in ATTENTION_OPS or batch.op in MLA_DECODE_OPS:
+    if batch.op in ATTENTION_OPS or batch.op in MLA_DECODE_OPS | DSA_OPS:
         return batch.batch_size * batch.kv_len
     return batch.num_tokens
 
@@ -362,7 +374,7 @@ def feature_matrix(batch: OpBatch, version: int = FEATURE_VERSION) -> np.ndarray
             _pad_ratio(m, 128.0),
             _pad_ratio(m, 256.0),
         ]
-    elif batch.op in ATTENTION_OPS or batch.op in MLA_OPS:
+    elif batch.op in ATTENTION_OPS or batch.op in MLA_OPS | GDN_OPS | DSA_OPS:
         cols = [
             np.log2(np.maximum(batch.batch_size, 1.0)),
             np.log2(np.maximum(batch.q_len, 1.0)),

@@ -18,10 +18,26 @@ layer's. On one rank of tp:
 - a decoding sequence (`decode_ms`): the recurrent update reads and writes its state
   and conv window once per step.
 
-No table of ours measures the conv1d or the recurrence: both are estimates, listed by
-`estimated_ops` as `gdn_prefill` and `gdn_decode`. What the host spends launching them
-outside CUDA graphs is `optimizer.latency.launches`' (20 kernels a layer), and in a
-prefill step that, not the GPU, is most of a GDN layer's time.
+Measured where the tables cover the shape: AIConfigurator's GDN tables
+(`optimizer.latency.gdn_module`, imported as `gdn_prefill` / `gdn_decode`) time the conv1d
+and the chunked delta rule of a prefill, and the conv update and recurrent step of a
+decode, at the Qwen3.5 family's per-GPU head counts. When the learned model holds an op
+whose measured grid has the shape's per-rank (key heads, value heads, key dim, value
+dim) and a conv of 4 (`covering`), a chunk of q tokens inside the grid's range of q (1 to
+32,768 in aiconfigurator-core 0.12) is priced by it, plus the copies to contiguous q/k/v
+and the state's gather and scatter by their bytes with their kernels' launches
+(`UNMEASURED_KERNELS`: the table holds neither), and a decode of b sequences inside the
+grid's range of b (1 to 1,024) by it alone. The tables hold a bf16 state; a wider one
+(Qwen3.5's float32) adds its extra bytes, read and written once per sequence, at the
+roofline's rate (`state_excess_ms`, listed as `gdn_state:float32`). Outside the range,
+or with no such op, the estimate above prices it, and `estimated` lists the op:
+`gdn_prefill` / `gdn_decode` when the table prices none of it, `gdn_prefill:beyond_<q>` /
+`gdn_decode:beyond_<b>` when it prices up to its grid's largest chunk or batch and the
+estimate the rest. docs/moe.md compares the two.
+
+What the host spends launching the core's kernels outside CUDA graphs is
+`optimizer.latency.launches`' (20 kernels a layer), and in a prefill step that, not the
+GPU, is most of a GDN layer's time.
 """
 
 from __future__ import annotations
@@ -30,14 +46,19 @@ from typing import Protocol
 
 import numpy as np
 
-from optimizer.latency import moe
+from optimizer.latency import gdn_module, moe
+from optimizer.latency.features import OpBatch
 from optimizer.latency.launches import GDN_CORE
+from optimizer.latency.model import LatencyModel, OpModel
 from optimizer.records import OpKind
+from optimizer.shape_parts import DTYPE_BYTES
 
 
 class Pricing(moe.Pricing, Protocol):
     """What the GDN pricing needs of `compose.Pricing` (which calls it): the MoE's needs,
     and a layer's block ends."""
+
+    learned: LatencyModel | None
 
     def layer_ms(
         self, m: np.ndarray, mlp: bool = True, tp_reduces: int = 2, attention: bool = True
@@ -58,7 +79,10 @@ DELTA_RULE_TOKEN_HEAD_MS = 1.22e-6
 DELTA_RULE_REFERENCE_HBM = 3.35e12  # H100 SXM: a slower memory system runs it slower
 CORE_KERNELS = GDN_CORE  # a prefill chunk's kernels (`launches`), each at least a launch
 DECODE_KERNELS = 2  # causal_conv1d_update and the packed recurrent decode
-ESTIMATED = ("gdn_prefill", "gdn_decode")
+FLA_KERNELS = 8  # the chunked delta rule's kernels in `launches`' count of the core
+# The core's kernels a measured prefill does not hold: all but the conv1d and the delta rule
+UNMEASURED_KERNELS = CORE_KERNELS - 1 - FLA_KERNELS
+ESTIMATED = ("gdn_prefill", "gdn_decode")  # both ops, when no table covers the shape
 
 
 def _rank(pricing: Pricing) -> tuple[int, int, int, float]:
@@ -98,15 +122,96 @@ def block_ms(pricing: Pricing, m: np.ndarray) -> np.ndarray:
     return total + pricing.price_ms(OpKind.NORM, num_tokens=m, n=1.5 * value, k=0)
 
 
+def covering(pricing: Pricing, op: OpKind) -> tuple[OpModel, float, float] | None:
+    """The learned model of GDN core `op` and the range of its size axis (a prefill's q, a
+    decode's sequences) measured at this shape's per-rank heads, or None: no such op, the
+    shape's heads not measured, or a conv or activation width other than the measured
+    layers'."""
+    spec, learned = pricing.shape.gdn, pricing.learned
+    if spec is None or learned is None or pricing.shape.dtype_bytes != 2:
+        return None
+    if spec.conv_kernel != gdn_module.CONV_KERNEL:
+        return None
+    model = learned.op_model(op)
+    if model is None:
+        return None
+    key = rank_heads(pricing)
+    found = gdn_module.grid_range(model.grid, (key[0], key[1], key[2], key[3]))
+    return None if found is None else (model, found[0], found[1])
+
+
+def estimated(pricing: Pricing) -> tuple[str, ...]:
+    """The GDN ops the estimate prices for this shape (see the module docstring), and
+    "gdn_state:<ssm dtype>" when measured cores add a wider state's bytes."""
+    names = []
+    measured = False
+    for op in (OpKind.GDN_PREFILL, OpKind.GDN_DECODE):
+        cover = covering(pricing, op)
+        measured = measured or cover is not None
+        names.append(op.value if cover is None else f"{op.value}:beyond_{cover[2]:.0f}")
+    spec = pricing.shape.gdn
+    if measured and spec is not None and DTYPE_BYTES[spec.ssm_dtype] > gdn_module.STATE_BYTES:
+        names.append(f"gdn_state:{spec.ssm_dtype}")
+    return tuple(names)
+
+
+def rank_heads(pricing: Pricing) -> tuple[float, float, float, float]:
+    """(key heads, value heads, key dim, value dim) on one rank."""
+    spec, tp = pricing.shape.gdn, pricing.tp
+    assert spec is not None
+    hk, hv = spec.num_key_heads / tp, spec.num_value_heads / tp
+    return hk, hv, float(spec.key_head_dim), float(spec.value_head_dim)
+
+
+def state_excess_ms(pricing: Pricing, num_seqs: np.ndarray) -> np.ndarray:
+    """What a state wider than the tables' bf16 one adds to `num_seqs` sequences' measured
+    core: the extra bytes of each recurrent state read and written once, at the roofline's
+    rate (no launch: the same kernels run)."""
+    spec = pricing.shape.gdn
+    assert spec is not None
+    _, hv, dk, dv = rank_heads(pricing)
+    extra = max(DTYPE_BYTES[spec.ssm_dtype] - gdn_module.STATE_BYTES, 0.0)
+    moved = 2.0 * np.asarray(num_seqs, dtype=np.float64) * hv * dk * dv * extra
+    return _memory_ms(pricing, moved, 0)
+
+
+def measured_core_ms(pricing: Pricing, model: OpModel, b: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The learned core model over `b` sequences of `q` tokens each at this shape's heads."""
+    hk, hv, dk, dv = rank_heads(pricing)
+    batch = OpBatch.make(
+        model.op,
+        float(pricing.shape.dtype_bytes),
+        batch_size=b,
+        q_len=q,
+        num_tokens=b * q,
+        num_heads=hv,
+        num_kv_heads=hk,
+        head_dim=dk,
+        n=dv,
+        k=pricing.shape.hidden_size,
+    )
+    return np.maximum(model.predict_ms(batch), 1e-6) * pricing.scale
+
+
 def chunk_ms(pricing: Pricing, q: np.ndarray) -> np.ndarray:
     """One layer's conv1d and chunked delta rule over a prefill chunk of `q` tokens (the
-    module docstring); its cached prefix is in the state, not read."""
+    module docstring); its cached prefix is in the state, not read. Measured inside the
+    table's range of q, the estimate outside it."""
     _, _, conv, state = _rank(pricing)
     q = np.asarray(q, dtype=np.float64)
     act = pricing.shape.dtype_bytes
     copies = q * conv * act * 2.0  # q, k, v made contiguous after the conv
     moved = q * conv * act * 2.0 + 2.0 * state + copies
-    return _memory_ms(pricing, moved, CORE_KERNELS) + delta_rule_ms(pricing, q)
+    estimate = _memory_ms(pricing, moved, CORE_KERNELS) + delta_rule_ms(pricing, q)
+    cover = covering(pricing, OpKind.GDN_PREFILL)
+    if cover is None:
+        return estimate
+    model, lo, hi = cover
+    inside = (q >= lo) & (q <= hi)
+    measured = measured_core_ms(pricing, model, np.ones_like(q), np.clip(q, lo, hi))
+    measured = measured + state_excess_ms(pricing, np.ones_like(q))
+    measured = measured + _memory_ms(pricing, copies + 2.0 * state, UNMEASURED_KERNELS)
+    return np.where(inside, measured, estimate)
 
 
 def delta_rule_ms(pricing: Pricing, q: np.ndarray) -> np.ndarray:
@@ -124,11 +229,22 @@ def delta_rule_ms(pricing: Pricing, q: np.ndarray) -> np.ndarray:
 
 
 def decode_ms(pricing: Pricing, num_seqs: np.ndarray) -> np.ndarray:
-    """One layer's recurrent update for `num_seqs` decoding sequences."""
+    """One layer's recurrent update for `num_seqs` decoding sequences: measured inside the
+    table's range of sequences, the estimate outside it."""
     _, value, conv, state = _rank(pricing)
     b = np.asarray(num_seqs, dtype=np.float64)
     act = pricing.shape.dtype_bytes
-    return _memory_ms(pricing, b * (2.0 * state + conv * act + value * act), DECODE_KERNELS)
+    moved = b * (2.0 * state + conv * act + value * act)
+    estimate = _memory_ms(pricing, moved, DECODE_KERNELS)
+    cover = covering(pricing, OpKind.GDN_DECODE)
+    if cover is None:
+        return estimate
+    model, lo, hi = cover
+    inside = (b >= lo) & (b <= hi)
+    clipped = np.clip(b, lo, hi)
+    measured = measured_core_ms(pricing, model, clipped, np.ones_like(b))
+    measured = measured + state_excess_ms(pricing, clipped)
+    return np.where(inside, measured, estimate)
 
 
 def _memory_ms(pricing: Pricing, moved: np.ndarray, kernels: int) -> np.ndarray:

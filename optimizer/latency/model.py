@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from optimizer.latency import dsa_module, gdn_module
 from optimizer.latency.features import (
     FEATURE_VERSION,
     FP8_DTYPE,
@@ -85,6 +86,10 @@ class OpModel:
     feature_version: int = FEATURE_VERSION  # residual's feature set (features.FEATURE_VERSION)
     fp8: bool = False  # fitted on FP8 samples (FP8 weights / FP8 KV cache)
     weight_format: str = ""  # fitted on 4-bit weights of this format ("fp4", "mxfp4", "int4")
+    # The shapes measured and the ranges of their size axes (GDN and DSA ops only:
+    # `gdn_module.measured_grid`, `dsa_module.measured_grid`); pricing trusts the model
+    # inside it only
+    grid: tuple[tuple[float, ...], ...] = ()
 
     @property
     def format(self) -> str:
@@ -237,7 +242,16 @@ def fit_op_model(
         feature_version=options.feature_version,
         fp8=op_format(batch) == FP8_DTYPE,
         weight_format=batch.weight_format,
+        grid=_measured_grid(batch),
     )
+
+
+def _measured_grid(batch: OpBatch) -> tuple[tuple[float, ...], ...]:
+    if batch.op in gdn_module.GDN_OPS:
+        return gdn_module.measured_grid(batch)
+    if batch.op in dsa_module.DSA_OPS:
+        return dsa_module.measured_grid(batch)
+    return ()
 
 
 def sample_group(sample: KernelSample) -> OpGroup:

@@ -19,7 +19,9 @@ none, its FP8 operators then priced by the roofline; a reader that predates
 the part ignores it, pricing FP8 as it always did. A new number would only
 have made such payloads unreadable to those readers for no gain. A second optional
 part, `low_bit_ops`, holds the 4-bit weight variants (MoE, GEMMs) the same way, each row
-prefixed by its format ("fp4", "mxfp4", "int4").
+prefixed by its format ("fp4", "mxfp4", "int4"). An operator row may end, likewise
+compatibly, in its measured grid (`OpModel.grid`, Gated DeltaNet ops only): rows
+without one load with none, and a reader that predates it ignores the trailing item.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def _rows(ops: dict[OpKind, OpModel]) -> list[tuple]:
             m.num_gpus,
             m.square_attention,
             m.feature_version,
+            *((m.grid,) if m.grid else ()),
         )
         for op, m in ops.items()
     ]
@@ -62,9 +65,10 @@ def _op_models(
     for value, coef, residual, dtype_bytes, num, models, gpus, square, *rest in rows:
         op = OpKind(value)
         features = int(rest[0]) if version >= 3 else 1
+        grid = tuple(tuple(r) for r in rest[1]) if len(rest) > 1 else ()
         ops[op] = OpModel(
             op, coef, residual, dtype_bytes, num, models, gpus, square, features, fp8=fp8,
-            weight_format=weight_format,
+            weight_format=weight_format, grid=grid,
         )  # fmt: skip
     return ops
 

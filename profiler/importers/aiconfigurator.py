@@ -12,6 +12,10 @@ Layout read (newest version folder of each table):
   (the MoE tables: `profiler.importers.aiconfigurator_moe`, which says what it keeps)
   <gpu>/mla/vllm/<ver>/mla_{context,generation}_module_perf.parquet  vLLM's whole MLA
   block (optional; `profiler.importers.aiconfigurator_mla`, which says what it keeps)
+  <gpu>/linear_attention/<engine>/<ver>/gdn_perf.parquet  a Gated DeltaNet layer's core
+  (optional, vLLM and SGLang; `profiler.importers.aiconfigurator_gdn`)
+  <gpu>/sparse_attention/vllm/<ver>/dsa_generation_module_perf.parquet  vLLM's whole
+  DeepSeek-sparse-attention block decoding (optional; `profiler.importers.aiconfigurator_dsa`)
 
 Filters (a bf16 model with a bf16 KV cache, plus the FP8 variants vLLM runs for
 FP8 checkpoints and `--kv-cache-dtype fp8`):
@@ -55,9 +59,10 @@ tables (SGLang's and TensorRT-LLM's have the same columns). SGLang's own all-red
 (`comm/sglang/<ver>/custom_allreduce_perf.parquet`, backends "sglang_graph" and
 "sglang_eager", the same columns as vLLM's) and its fused MoE layer are read as vLLM's
 are, into the same operators (`vllm_all_reduce` names the engine's own all-reduce). The
-EP all-to-all and the MLA block are read for "vllm" only: SGLang's are other tables
+EP all-to-all and the MLA and DSA blocks are read for "vllm" only: SGLang's are other tables
 (DeepEP inside SGLang, MLA kernels rather than the whole block), priced by the roofline
-and listed as such (`Pricing.estimated_ops`). NCCL's tables serve every engine.
+and listed as such (`Pricing.estimated_ops`). The GDN core's table is read for "vllm" and
+"sglang", whose kernels its importer names. NCCL's tables serve every engine.
 
 Mapping: KV length attended = isl + step (context: step = cached prefix;
 generation: isl = 1, step = tokens already in the cache). Head counts are per
@@ -80,6 +85,8 @@ from profiler.importers._common import (
     read_parquet,
     version_key,
 )
+from profiler.importers.aiconfigurator_dsa import dsa_samples
+from profiler.importers.aiconfigurator_gdn import gdn_samples
 from profiler.importers.aiconfigurator_mla import mla_samples
 from profiler.importers.aiconfigurator_moe import moe_a2a_samples, moe_samples
 
@@ -264,8 +271,9 @@ def import_aiconfigurator(
     engine: str = "vllm",
     spec_path: Path | None = None,
 ) -> ImportedProfile:
-    """Import one AIConfigurator GPU folder (GEMM, attention and, if present, NCCL and,
-    for vLLM, its all-reduce, the fused MoE layer, the EP all-to-all and the MLA block).
+    """Import one AIConfigurator GPU folder (GEMM, attention and, if present, NCCL, the
+    GDN core for vLLM and SGLang and, for vLLM, its all-reduce, the fused MoE layer, the EP
+    all-to-all and the MLA and DSA blocks).
 
     `spec_path` is the system spec YAML (default: `<folder>/<folder name>.yaml`, as the
     shared copy lays it out; the package keeps it beside the data folder)."""
@@ -290,6 +298,8 @@ def import_aiconfigurator(
     if engine == "vllm":
         samples += moe_a2a_samples(folder)
         samples += mla_samples(folder)
+        samples += dsa_samples(folder)
+    samples += gdn_samples(folder, engine)
     if not samples:
         raise ProfileImportError(f"{folder}: no bf16/fp16 or fp8 rows found in the tables")
     device_name = str(read_parquet(gemm_path, ("device",))["device"][0])

@@ -287,6 +287,7 @@ def test_real_package_h100_vllm(aic_package, watch_reads) -> None:
     counts = Counter(s.op for s in imported.samples)
     assert {OpKind.GEMM, OpKind.PREFILL_ATTN, OpKind.DECODE_ATTN, OpKind.ALL_REDUCE} <= set(counts)
     assert {OpKind.VLLM_ALL_REDUCE, OpKind.MOE, OpKind.MLA_DECODE} <= set(counts)
+    assert {OpKind.GDN_PREFILL, OpKind.GDN_DECODE, OpKind.DSA_DECODE} <= set(counts)
     assert counts[OpKind.GEMM] > 10_000
     assert imported.device.memory_gb is not None  # the spec YAML beside data/ was read
     assert PACKAGE not in sys.modules
