@@ -7,7 +7,8 @@
 Prints, per table and operator: median and p90 absolute percentage error on a
 random 20% hold-out and on an extrapolation hold-out (largest 10% of token
 counts withheld), FP8 variants ("gemm:fp8": FP8 GEMMs; "decode_attn:fp8",
-"prefill_attn:fp8": attention over an FP8 KV cache) apart from the 16-bit ops,
+"prefill_attn:fp8": attention over an FP8 KV cache) apart from the 16-bit ops, as
+are the 4-bit variants ("gemm:fp4", "moe:int4", "moe:mxfp4"; one check per format),
 then one table of the FP8 figures per GPU beside their 16-bit counterparts;
 the fit time of each GPU's tables (FP8 variants included); compiled lookups per
 second (batch) and per scalar call; the decode floor check (weight bytes / HBM
@@ -79,11 +80,17 @@ def _is_fp8(metric: HoldoutMetric) -> bool:
     return metric.op.endswith(":fp8")
 
 
+def _format(metric: HoldoutMetric) -> str:
+    """The quantised format of a metric's op ("fp8", "fp4", "int4", ...; "" for 16-bit)."""
+    return metric.op.partition(":")[2]
+
+
 def accuracy_table(
     name: str, samples: list[KernelSample], targets: AccuracyTargets, checks: list[Check]
 ) -> tuple[HoldoutMetric, ...]:
     """Per-op hold-out errors (optimizer.latency.evaluate), printed and added to `checks`
-    (16-bit operators and FP8 variants as separate checks)."""
+    (16-bit operators and each quantised format's variants, FP8, FP4, INT4, MXFP4, as
+    separate checks)."""
     metrics = evaluate_holdout(samples)
     print(f"\n{name}")
     print(f"{'op':18s}{'split':>14s}{'rows':>6s} {'median':>8s} {'p90':>8s}")
@@ -93,8 +100,9 @@ def accuracy_table(
             f"{m.op:18s}{m.split.value:>14s}{m.num_rows:6d} {m.median_ape:7.2f}% "
             f"{m.p90_ape:7.2f}%  {_flag(ok)}"
         )
-    for fp8, split in itertools.product((False, True), ("random", "extrapolation")):
-        rows: list[HoldoutMetric] = [m for m in metrics if m.split == split and _is_fp8(m) == fp8]
+    formats = sorted({_format(m) for m in metrics})  # "" (16-bit) first
+    for fmt, split in itertools.product(formats, ("random", "extrapolation")):
+        rows: list[HoldoutMetric] = [m for m in metrics if m.split == split and _format(m) == fmt]
         if not rows:
             continue
         worst = max(rows, key=lambda m: m.median_ape)
@@ -107,7 +115,7 @@ def accuracy_table(
         figure = f"worst median {worst.median_ape:.1f}% ({worst.op}), worst p90 {p90:.1f}%"
         if missed:
             figure += f"; missed: {', '.join(missed)}"
-        what = f"{name}: {'FP8 ' if fp8 else ''}{split} hold-out"
+        what = f"{name}: {fmt.upper() + ' ' if fmt else ''}{split} hold-out"
         checks.append(Check(what, figure, target, not missed))
     return metrics
 
