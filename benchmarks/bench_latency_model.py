@@ -315,7 +315,8 @@ def package_check(systems: list[str], engines: list[str], checks: list[Check]) -
 
 
 def package_table(rows: list[tuple[str, str, HoldoutMetric]]) -> None:
-    """Per (system, engine, op): random hold-out median and p90, extrapolation median."""
+    """Per (system, engine, op): the random hold-out's rows (held), median and p90, the
+    extrapolation hold-out's median and p90."""
     cells = {(system, engine, m.op, m.split.value): m for system, engine, m in rows}
     keys = list(dict.fromkeys((system, engine, m.op) for system, engine, m in rows))
     print(
@@ -324,7 +325,7 @@ def package_table(rows: list[tuple[str, str, HoldoutMetric]]) -> None:
         f"median <= {GPU_TARGETS.extrapolation_median:g}%)"
     )
     print(
-        f"{'system':22s}{'engine':8s}{'op':22s}{'rows':>7s}{'rand med':>9s}{'p90':>8s}"
+        f"{'system':22s}{'engine':8s}{'op':22s}{'held':>7s}{'rand med':>9s}{'p90':>8s}"
         f"{'':6s}{'extrap med':>11s}{'p90':>8s}"
     )
     for system, engine, op in keys:
