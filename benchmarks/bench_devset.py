@@ -156,7 +156,7 @@ def steps_side_by_side(errors: dict[str, dict[str, list[float]]]) -> None:
     for kind in next(iter(errors.values())):
         cells = [e[kind] for e in errors.values()]
         print(f"   {kind:18s}" + "".join(
-            f"{_median_abs(c):10.1%} ({statistics.median(c):+6.1%}) n={len(c):5d}" if c
+            f"{_median_abs(c):11.1%} ({statistics.median(c):+6.1%}) n={len(c):5d}" if c
             else f"{'-':>28s}" for c in cells
         ))  # fmt: skip
 
