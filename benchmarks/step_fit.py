@@ -59,7 +59,10 @@ def fit_b300(
     """The B300 tables fitted as `servetune profile import` + fit does, the MoE op on
     `routing`'s rows. `tables`: "shared" reads the shared copy (profiles/aiconfigurator/
     b300_sxm), "package" the installed aiconfigurator-core's b300_sxm as `servetune profile
-    import --aiconfigurator --gpu b300` does (its spec YAML beside data/)."""
+    import --aiconfigurator --gpu b300` does (its spec YAML beside data/). aiconfigurator-core
+    0.12.0's b300_sxm holds the shared copy's vLLM 0.24.0 tables byte for byte; its spec's
+    `misc.nccl_version` 2.27 names a NCCL table the shared copy lacks (it holds 2.29.2
+    only), so the two differ in their 189 NCCL rows alone (all-gather up to x0.76-x1.64)."""
     from profiler.importers import ImportFormat, import_profile
     from profiler.importers.aiconfigurator_moe import moe_samples
     from profiler.importers.aiconfigurator_package import (
