@@ -29,10 +29,15 @@ def run(cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> tuple[f
 
 
 def prepare_database(
-    url: str | None, workdir: Path, gpus: tuple[str, ...] = ("h100",)
+    url: str | None,
+    workdir: Path,
+    gpus: tuple[str, ...] = ("h100",),
+    package_gpus: tuple[str, ...] = (),
 ) -> tuple[str, dict[str, str]]:
-    """A database holding a fitted model of each of `gpus` (AIConfigurator's tables,
-    imported and fitted when it has none)."""
+    """A database holding a fitted model of each of `gpus` (AIConfigurator's tables, the
+    shared copy's, imported and fitted when it has none) and of each of `package_gpus` (the
+    installed aiconfigurator-core's tables: `profile import --aiconfigurator --gpu G`,
+    which also fits)."""
     from storage.db import make_engine, session_scope, upgrade_database
     from storage.latency_models import list_latency_models
 
@@ -51,4 +56,9 @@ def prepare_database(
                       "--format", "aiconfigurator"], env)  # fmt: skip
         run_id = re.search(r"stored profile run (\d+)", out).group(1)
         run([SERVETUNE, "latency", "fit", "--profile", run_id], env)
+    for gpu in package_gpus:
+        if gpu in have:
+            continue
+        print(f"importing and fitting the installed package's {gpu} tables (once) ...", flush=True)
+        run([SERVETUNE, "profile", "import", "--aiconfigurator", "--gpu", gpu], env)
     return url, env

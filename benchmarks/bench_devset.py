@@ -2,6 +2,7 @@
 engine generation that ran it (`optimizer.engines`). Usage:
 
     .venv/bin/python benchmarks/bench_devset.py [--database URL] [--only SECTION] [--fit]
+        [--aic-package | --tables shared|package|both]
 
 Sections (`--only steps|closed-loop|offline|online`; all by default):
 
@@ -35,7 +36,13 @@ Sections (`--only steps|closed-loop|offline|online`; all by default):
 async generation's on the per-step timings (benchmarks/step_fit.py), the synchronous V1
 overhead on the development runs' training half, V0's on the offline batches' training
 half. The database (a temporary SQLite one unless given) gets the AIConfigurator A100,
-H100 and B300 tables imported and fitted once.
+H100 and B300 tables imported and fitted once (with `--only steps`, the B300 ones alone).
+
+B300 tables: the shared copy's (profiles/aiconfigurator/b300_sxm) by default;
+`--aic-package` imports the installed aiconfigurator-core's instead (`servetune profile
+import --aiconfigurator --gpu b300`); `--tables both` runs the steps section on each (the
+package's in a database of its own) and ends with their per-step-type figures side by
+side.
 """
 
 from __future__ import annotations
@@ -104,10 +111,12 @@ def _line(label: str, errs: list[float], target: float | None = None) -> str:
 # ----------------------------------------------------------------------------- steps
 
 
-def steps_section(url: str, fit: bool) -> None:
+def steps_section(url: str, fit: bool, tables: str = "shared") -> dict[str, list[float]]:
+    """Per step type (and "mixed, one chunk"), the signed errors of every TP degree."""
     from api.services.tuning import stored_latency
 
-    print("\n== per-step timings: vLLM 0.20.1 (V1, async scheduling), Qwen3-32B, B300 ==")
+    print(f"\n== per-step timings: vLLM 0.20.1 (V1, async scheduling), Qwen3-32B, B300 "
+          f"({tables} tables) ==")  # fmt: skip
     source = stored_latency(url, "qwen3-32b").source
     reach = TableReach(8192, 256, 8192, 32768)
     by_phase: dict[StepPhase, list[float]] = defaultdict(list)
@@ -135,7 +144,21 @@ def steps_section(url: str, fit: bool) -> None:
     if fit:  # the async generation's constants, fitted as engines.py holds them
         from step_fit import describe, fit_b300, fit_v1_async
 
-        print(f" fitted (V1 async, B300): {describe(fit_v1_async(fit_b300()))}")
+        fitted = describe(fit_v1_async(fit_b300(tables=tables)))
+        print(f" fitted (V1 async, B300, {tables} tables): {fitted}")
+    return {p.value: by_phase[p] for p in StepPhase} | {"mixed, one chunk": single}
+
+
+def steps_side_by_side(errors: dict[str, dict[str, list[float]]]) -> None:
+    """Per step type, each B300 table source's median |error| (signed median), n."""
+    print("\n per step type, all TP degrees: median |error| (signed median) per B300 tables")
+    print(f"   {'step type':18s}" + "".join(f"{src + ' tables':>28s}" for src in errors))
+    for kind in next(iter(errors.values())):
+        cells = [e[kind] for e in errors.values()]
+        print(f"   {kind:18s}" + "".join(
+            f"{_median_abs(c):11.1%} ({statistics.median(c):+6.1%}) n={len(c):5d}" if c
+            else f"{'-':>28s}" for c in cells
+        ))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- closed loop
@@ -473,6 +496,12 @@ def main() -> int:
     parser.add_argument("--database", default=None, help="a database with fitted models")
     parser.add_argument("--only", choices=("steps", "closed-loop", "offline", "online"))
     parser.add_argument("--fit", action="store_true", help="also print the fitted constants")
+    parser.add_argument("--tables", default="shared", choices=("shared", "package", "both"),
+                        help="the B300 tables: the shared copy's, the installed package's, or "
+                        "each for the steps section, side by side")  # fmt: skip
+    parser.add_argument("--aic-package", dest="tables", action="store_const", const="package",
+                        help="the installed aiconfigurator-core's B300 tables "
+                        "(--tables package)")  # fmt: skip
     parser.add_argument("--closed-loop-csv", type=Path, default=CLOSED_LOOP,
                         help="a sample file of AIConfigurator's schema for the closed-loop "
                         "section (default: the development set)")  # fmt: skip
@@ -481,16 +510,24 @@ def main() -> int:
         print(f"measured data not found: {OBS}", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory() as tmp:
-        gpus = {"h100", "a100", "b300"}
+        gpus = {"b300"} if args.only == "steps" else {"h100", "a100", "b300"}
         if args.only in (None, "closed-loop") and args.closed_loop_csv != CLOSED_LOOP:
             systems = {r.gpu for r in closed_loop_runs_of(args.closed_loop_csv)}
             gpus |= {GPU_OF_SYSTEM[s] for s in systems if s in GPU_OF_SYSTEM}
             gpus = {g for g in gpus if (AICONFIGURATOR / f"{g}_sxm").is_dir()}  # else roofline
-        url, env = prepare_database(args.database, Path(tmp), gpus=tuple(sorted(gpus)))
+        package_gpus = ("b300",) if args.tables == "package" else ()
+        shared_gpus = tuple(sorted(gpus - set(package_gpus)))
+        url, env = prepare_database(args.database, Path(tmp), shared_gpus, package_gpus)
         env = {**env, **{k: v for k, v in os.environ.items() if k.startswith("SERVETUNE_")}}
         env["SERVETUNE_DATABASE_URL"] = url
         if args.only in (None, "steps"):
-            steps_section(url, args.fit)
+            first = "package" if args.tables == "package" else "shared"
+            errors = {first: steps_section(url, args.fit, first)}
+            if args.tables == "both":
+                (Path(tmp) / "package").mkdir()
+                other, _ = prepare_database(None, Path(tmp) / "package", (), ("b300",))
+                errors["package"] = steps_section(other, args.fit, "package")
+                steps_side_by_side(errors)
         if args.only in (None, "closed-loop"):
             closed_loop_section(url, env, args.fit, args.closed_loop_csv)
         if args.only in (None, "offline"):

@@ -1,11 +1,14 @@
 """Latency model accuracy and speed on real GPU tables (issue 3, "Accuracy and speed").
 
     .venv/bin/python benchmarks/bench_latency_model.py [--cpu] [--data ../shared/data]
+    .venv/bin/python benchmarks/bench_latency_model.py --aic-package [--systems h100,b300]
+        [--engines vllm,sglang,trtllm]
 
 Prints, per table and operator: median and p90 absolute percentage error on a
 random 20% hold-out and on an extrapolation hold-out (largest 10% of token
 counts withheld), FP8 variants ("gemm:fp8": FP8 GEMMs; "decode_attn:fp8",
-"prefill_attn:fp8": attention over an FP8 KV cache) apart from the 16-bit ops,
+"prefill_attn:fp8": attention over an FP8 KV cache) apart from the 16-bit ops, as
+are the 4-bit variants ("gemm:fp4", "moe:int4", "moe:mxfp4"; one check per format),
 then one table of the FP8 figures per GPU beside their 16-bit counterparts;
 the fit time of each GPU's tables (FP8 variants included); compiled lookups per
 second (batch) and per scalar call; the decode floor check (weight bytes / HBM
@@ -20,6 +23,15 @@ fit <= 60 s; >= 1M lookups/s; CPU ops <= 10% median; mixed <= 15% median.
 Fits are single-threaded; fit times are given as wall and CPU seconds (the
 machine is shared: compare CPU seconds when the load average is high). Ends
 with one summary table: every target, its figure, ok or MISS.
+
+With --aic-package it reads the installed aiconfigurator-core instead of the shared copy:
+every system `choose_systems(package, "all", engine)` takes for each engine of --engines
+(default all three; --systems keeps some: servetune accelerators or system folders),
+imported in memory as `servetune profile import --aiconfigurator` imports it (no
+database), the rows per operator it holds (SGLang's and TensorRT-LLM's: GEMM, attention
+and NCCL only; vLLM's own all-reduce, MoE and MLA tables are read for vLLM alone), then
+the per-op hold-out errors against the same targets, one table of every (system, engine,
+op) and the summary.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ import argparse
 import itertools
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,11 +80,17 @@ def _is_fp8(metric: HoldoutMetric) -> bool:
     return metric.op.endswith(":fp8")
 
 
+def _format(metric: HoldoutMetric) -> str:
+    """The quantised format of a metric's op ("fp8", "fp4", "int4", ...; "" for 16-bit)."""
+    return metric.op.partition(":")[2]
+
+
 def accuracy_table(
     name: str, samples: list[KernelSample], targets: AccuracyTargets, checks: list[Check]
 ) -> tuple[HoldoutMetric, ...]:
     """Per-op hold-out errors (optimizer.latency.evaluate), printed and added to `checks`
-    (16-bit operators and FP8 variants as separate checks)."""
+    (16-bit operators and each quantised format's variants, FP8, FP4, INT4, MXFP4, as
+    separate checks)."""
     metrics = evaluate_holdout(samples)
     print(f"\n{name}")
     print(f"{'op':18s}{'split':>14s}{'rows':>6s} {'median':>8s} {'p90':>8s}")
@@ -81,8 +100,9 @@ def accuracy_table(
             f"{m.op:18s}{m.split.value:>14s}{m.num_rows:6d} {m.median_ape:7.2f}% "
             f"{m.p90_ape:7.2f}%  {_flag(ok)}"
         )
-    for fp8, split in itertools.product((False, True), ("random", "extrapolation")):
-        rows: list[HoldoutMetric] = [m for m in metrics if m.split == split and _is_fp8(m) == fp8]
+    formats = sorted({_format(m) for m in metrics})  # "" (16-bit) first
+    for fmt, split in itertools.product(formats, ("random", "extrapolation")):
+        rows: list[HoldoutMetric] = [m for m in metrics if m.split == split and _format(m) == fmt]
         if not rows:
             continue
         worst = max(rows, key=lambda m: m.median_ape)
@@ -95,7 +115,7 @@ def accuracy_table(
         figure = f"worst median {worst.median_ape:.1f}% ({worst.op}), worst p90 {p90:.1f}%"
         if missed:
             figure += f"; missed: {', '.join(missed)}"
-        what = f"{name}: {'FP8 ' if fp8 else ''}{split} hold-out"
+        what = f"{name}: {fmt.upper() + ' ' if fmt else ''}{split} hold-out"
         checks.append(Check(what, figure, target, not missed))
     return metrics
 
@@ -244,6 +264,86 @@ def cpu_check(checks: list[Check]) -> None:
     )
 
 
+def _versions(folder: Path) -> str:
+    """The version folders under `folder`, newest (the one the importer reads) first."""
+    from profiler.importers._common import version_key
+
+    names = [d.name for d in folder.iterdir() if d.is_dir()] if folder.is_dir() else []
+    return ", ".join(sorted(names, key=version_key, reverse=True)) or "none"
+
+
+def package_check(systems: list[str], engines: list[str], checks: list[Check]) -> None:
+    """--aic-package: each (system, engine) of the installed package imported in memory,
+    its rows per operator, its per-op hold-out errors (`accuracy_table`), then one table
+    of them all."""
+    from profiler.importers.aiconfigurator_package import (
+        choose_engine_systems,
+        import_system,
+        locate_package,
+    )
+
+    package = locate_package()
+    chosen, skipped = choose_engine_systems(package, engines, systems)
+    print(f"{package.label} at {package.systems_dir}: {len(chosen)} (system, engine) pairs")
+    for engine, skip in skipped:
+        print(f"  skipped {skip.system} ({engine}): {skip.reason}")
+    rows: list[tuple[str, str, HoldoutMetric]] = []
+    for pair in chosen:
+        system, engine = pair.choice.system, pair.engine
+        folder = package.folder(system)
+        wall, cpu = time.perf_counter(), time.process_time()
+        imported = import_system(package, pair.choice, engine)
+        counts = Counter(s.op.value for s in imported.samples)
+        gemm, attention = (
+            _versions(folder / "gemm" / engine),
+            _versions(folder / "attention" / engine),
+        )
+        print(
+            f"\n{system} {engine} ({imported.device.name}): gemm {gemm}; attention {attention}; "
+            "rows per op: " + ", ".join(f"{op} {n:,}" for op, n in sorted(counts.items()))
+        )
+        metrics = accuracy_table(
+            f"{package.label} {system} {engine}", imported.samples, GPU_TARGETS, checks
+        )
+        del imported  # one system's samples in memory at a time
+        print(
+            f"hold-out fits of {system} {engine}: {time.perf_counter() - wall:.0f} s wall, "
+            f"{time.process_time() - cpu:.0f} s CPU"
+        )
+        rows += [(system, engine, m) for m in metrics]
+    package_table(rows)
+
+
+def package_table(rows: list[tuple[str, str, HoldoutMetric]]) -> None:
+    """Per (system, engine, op): the random hold-out's rows (held), median and p90, the
+    extrapolation hold-out's median and p90."""
+    cells = {(system, engine, m.op, m.split.value): m for system, engine, m in rows}
+    keys = list(dict.fromkeys((system, engine, m.op) for system, engine, m in rows))
+    print(
+        f"\nper (system, engine, op) hold-out errors (targets: random median <= "
+        f"{GPU_TARGETS.random_median:g}%, p90 <= {GPU_TARGETS.random_p90:g}%; extrapolation "
+        f"median <= {GPU_TARGETS.extrapolation_median:g}%)"
+    )
+    print(
+        f"{'system':22s}{'engine':8s}{'op':22s}{'held':>7s}{'rand med':>9s}{'p90':>8s}"
+        f"{'':6s}{'extrap med':>11s}{'p90':>8s}"
+    )
+    for system, engine, op in keys:
+        line = f"{system:22s}{engine:8s}{op:22s}"
+        rand = cells.get((system, engine, op, "random"))
+        far = cells.get((system, engine, op, "extrapolation"))
+        line += f"{rand.num_rows:7d}" if rand else f"{'':7s}"
+        if rand:
+            line += f"{rand.median_ape:8.2f}%{rand.p90_ape:7.2f}% {_flag(GPU_TARGETS.met(rand)):5s}"
+        else:
+            line += f"{'-':>9s}{'-':>8s}{'':6s}"
+        if far:
+            line += f"{far.median_ape:10.2f}%{far.p90_ape:7.2f}% {_flag(GPU_TARGETS.met(far))}"
+        else:
+            line += f"{'-':>11s}"
+        print(line)
+
+
 def summary(checks: list[Check]) -> None:
     print(f"\nSUMMARY (load average now {os.getloadavg()[0]:.2f})")
     width = max(len(c.what) for c in checks)
@@ -256,9 +356,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--cpu", action="store_true", help="also profile the tiny shape on CPU")
+    parser.add_argument(
+        "--aic-package",
+        action="store_true",
+        help="the installed aiconfigurator-core's tables instead of the shared copy",
+    )
+    parser.add_argument(
+        "--systems", default="all", help="with --aic-package: comma-separated, or all"
+    )
+    parser.add_argument(
+        "--engines", default="vllm,sglang,trtllm", help="with --aic-package: comma-separated"
+    )
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     checks: list[Check] = []
+    if args.aic_package:
+        package_check(args.systems.split(","), args.engines.split(","), checks)
+        summary(checks)
+        return
     aic = args.data / "profiles" / "aiconfigurator"
     models = {}
     fp8_metrics = {}

@@ -5,7 +5,7 @@ it with the B300 tables (the per-step check of `benchmarks/bench_devset.py`, mir
 the same reader, step pricing and error summary). Usage:
 
     .venv/bin/python benchmarks/bench_moe_steps.py [--routing DISTRIBUTION|all] [--fit]
-        [--gdn-tables]
+        [--gdn-tables] [--aic-package | --tables shared|package|both]
 
 Runs: `fpm_upfront_qwen36_moe_full_once_*` (TP 1/2/4/8 without EP, `tpN_ep1`, and with
 --enable-expert-parallel, `tpN_epN`; tp8_ep1 recorded no steps) and
@@ -31,6 +31,11 @@ cores are the estimate's (`optimizer.latency.gdn`). `--gdn-tables` adds the inst
 aiconfigurator-core's B300 vLLM GDN tables (`gdn_prefill` / `gdn_decode`, fitted apart
 and added to the model: each op is fitted on its own samples) to show how the measured
 cores move the steps (the step constants stay those fitted with the estimate).
+
+Tables: the shared copy's B300 folder (profiles/aiconfigurator/b300_sxm) by default;
+`--aic-package` takes the installed aiconfigurator-core's b300_sxm instead (as `servetune
+profile import --aiconfigurator --gpu b300` reads it), `--tables both` runs each and ends
+with their per-step-type figures side by side.
 """
 
 from __future__ import annotations
@@ -40,7 +45,16 @@ import dataclasses
 import statistics
 from pathlib import Path
 
-from step_fit import RELEASE, STEPS, describe, fit_b300, fit_v1_async, moe_folders, table
+from step_fit import (
+    RELEASE,
+    STEPS,
+    TABLES,
+    describe,
+    fit_b300,
+    fit_v1_async,
+    moe_folders,
+    table,
+)
 
 from optimizer.latency.fit import fit_latency_model
 from optimizer.latency.model import LatencyModel
@@ -74,13 +88,17 @@ def with_gdn_tables(model: LatencyModel) -> LatencyModel:
     return dataclasses.replace(model, ops={**model.ops, **gdn.ops})
 
 
-def report(routing: str, gdn_tables: bool = False) -> None:
-    model = fit_b300(routing)
+# per step type: (median over folders, worst folder, median over the DP + EP runs)
+PhaseFigures = dict[str, tuple[float, float, float]]
+
+
+def report(routing: str, tables: str = "shared", gdn_tables: bool = False) -> PhaseFigures:
+    model = fit_b300(routing, tables=tables)
     if gdn_tables:
         model = with_gdn_tables(model)
-    cores = "measured GDN cores" if gdn_tables else "estimated GDN cores"
-    print(f"\n== {RELEASE.label}, Qwen3.6-35B-A3B bf16 on B300, MoE fitted on {routing} "
-          f"routing ({QWEN36_MOE.name}), {cores} ==")  # fmt: skip
+    cores = "measured GDN cores" if gdn_tables or tables == "package" else "estimated GDN cores"
+    print(f"\n== {RELEASE.label}, Qwen3.6-35B-A3B bf16 on B300 ({tables} tables, {cores}), "
+          f"MoE fitted on {routing} routing ({QWEN36_MOE.name}) ==")  # fmt: skip
     worst: dict[str, list[float]] = {}
     held: dict[str, list[float]] = {}
     for folder, tp, layout in moe_folders():
@@ -97,10 +115,28 @@ def report(routing: str, gdn_tables: bool = False) -> None:
             if layout.dp > 1:
                 held.setdefault(e.phase.value, []).append(e.median_abs_error)
     print(f" roofline-priced: {', '.join(t.estimated_ops) or 'none'}")
+    figures: PhaseFigures = {}
     for phase, values in worst.items():
-        print(f"  {phase:8s} median over folders {statistics.median(values):6.1%}, worst "
-              f"{max(values):6.1%}; over the DP + EP runs (out of the fit) "
-              f"{statistics.median(held[phase]):6.1%} (target <= 10%)")  # fmt: skip
+        figures[phase] = (statistics.median(values), max(values), statistics.median(held[phase]))
+        print(f"  {phase:8s} median over folders {figures[phase][0]:6.1%}, worst "
+              f"{figures[phase][1]:6.1%}; over the DP + EP runs (out of the fit) "
+              f"{figures[phase][2]:6.1%} (target <= 10%)")  # fmt: skip
+    return figures
+
+
+def side_by_side(figures: dict[tuple[str, str], PhaseFigures]) -> None:
+    """Per routing and step type, each table source's figures (median |error| per folder:
+    median over folders, worst, median over the DP + EP runs)."""
+    sources = list(dict.fromkeys(src for _, src in figures))
+    print("\nper step type, median |error| per folder: median over folders / worst / DP + EP")
+    print(f"{'routing':18s}{'step':9s}" + "".join(f"{src + ' tables':>26s}" for src in sources))
+    for routing in dict.fromkeys(r for r, _ in figures):
+        phases = dict.fromkeys(p for src in sources for p in figures.get((routing, src), {}))
+        for phase in phases:
+            cells = [figures.get((routing, src), {}).get(phase) for src in sources]
+            print(f"{routing:18s}{phase:9s}" + "".join(
+                f"{c[0]:10.1%} /{c[1]:6.1%} /{c[2]:6.1%}" if c else f"{'-':>26s}" for c in cells
+            ))  # fmt: skip
 
 
 def main() -> None:
@@ -110,11 +146,24 @@ def main() -> None:
     parser.add_argument(
         "--gdn-tables", action="store_true", help="price the GDN cores by the package's tables"
     )
+    parser.add_argument("--tables", default="shared", choices=[*TABLES, "both"],
+                        help="the B300 tables: the shared copy's, the installed package's, "
+                        "or each side by side")  # fmt: skip
+    parser.add_argument("--aic-package", dest="tables", action="store_const", const="package",
+                        help="the installed aiconfigurator-core's B300 tables "
+                        "(--tables package)")  # fmt: skip
     args = parser.parse_args()
+    sources = TABLES if args.tables == "both" else (args.tables,)
     if args.fit:
-        print(f"fitted ({RELEASE.generation.title}, B300): {describe(fit_v1_async(fit_b300()))}")
+        for src in sources:
+            fitted = describe(fit_v1_async(fit_b300(tables=src)))
+            print(f"fitted ({RELEASE.generation.title}, B300, {src} tables): {fitted}")
+    figures: dict[tuple[str, str], PhaseFigures] = {}
     for routing in MOE_DISTRIBUTIONS if args.routing == "all" else (args.routing,):
-        report(routing, args.gdn_tables)
+        for src in sources:
+            figures[routing, src] = report(routing, src, args.gdn_tables)
+    if len(sources) > 1:
+        side_by_side(figures)
 
 
 if __name__ == "__main__":

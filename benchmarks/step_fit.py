@@ -50,14 +50,37 @@ REACH = TableReach(8192, 256, 8192, 32768)
 STEPS = "fpm_metrics_detail.csv"
 
 
-def fit_b300(routing: str = DEFAULT_MOE_DISTRIBUTION, max_iter: int = 100) -> LatencyModel:
+TABLES = ("shared", "package")  # where the B300 tables come from (`fit_b300`)
+
+
+def fit_b300(
+    routing: str = DEFAULT_MOE_DISTRIBUTION, max_iter: int = 100, *, tables: str = "shared"
+) -> LatencyModel:
     """The B300 tables fitted as `servetune profile import` + fit does, the MoE op on
-    `routing`'s rows."""
+    `routing`'s rows. `tables`: "shared" reads the shared copy (profiles/aiconfigurator/
+    b300_sxm), "package" the installed aiconfigurator-core's b300_sxm as `servetune profile
+    import --aiconfigurator --gpu b300` does (its spec YAML beside data/). aiconfigurator-core
+    0.12.0's b300_sxm holds the shared copy's vLLM 0.24.0 tables byte for byte; its spec's
+    `misc.nccl_version` 2.27 names a NCCL table the shared copy lacks (it holds 2.29.2
+    only), so the two differ in their 189 NCCL rows alone (all-gather up to x0.76-x1.64)."""
     from profiler.importers import ImportFormat, import_profile
     from profiler.importers.aiconfigurator_moe import moe_samples
+    from profiler.importers.aiconfigurator_package import (
+        choose_systems,
+        import_system,
+        locate_package,
+    )
 
-    folder = AICONFIGURATOR / "b300_sxm"
-    samples = import_profile(folder, ImportFormat.AICONFIGURATOR).samples
+    if tables == "package":
+        package = locate_package()
+        choice = choose_systems(package, "b300", "vllm")[0][0]
+        folder = package.folder(choice.system)
+        samples = import_system(package, choice, "vllm").samples
+    elif tables == "shared":
+        folder = AICONFIGURATOR / "b300_sxm"
+        samples = import_profile(folder, ImportFormat.AICONFIGURATOR).samples
+    else:
+        raise ValueError(f"tables {tables!r}: expected one of {TABLES}")
     if routing != DEFAULT_MOE_DISTRIBUTION:
         samples = [s for s in samples if s.op is not OpKind.MOE] + moe_samples(folder, routing)
     return fit_latency_model(samples, accelerator="b300", options=FitOptions(max_iter=max_iter))

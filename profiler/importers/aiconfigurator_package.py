@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import importlib.util
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,3 +214,39 @@ def import_system(package: AicPackage, choice: SystemChoice, engine: str) -> Imp
         engine=engine,
         spec_path=package.spec_path(choice.system),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSystem:
+    """One system's tables for one engine."""
+
+    engine: str
+    choice: SystemChoice
+
+
+def choose_engine_systems(
+    package: AicPackage, engines: Sequence[str], systems: Sequence[str] = (ALL,)
+) -> tuple[list[EngineSystem], list[tuple[str, SkippedSystem]]]:
+    """Per engine, in order, the systems `choose_systems(package, "all", engine)` chooses,
+    kept to those `systems` names (servetune accelerators or system folders; "all": every
+    one); and the (engine, system) pairs skipped with why (a named system that lacks the
+    engine's tables among them).
+
+    Raises ProfileImportError for an unknown engine or a name the package has no system
+    for."""
+    keys = {s.lower() for s in systems}
+    every = ALL in keys
+    wanted = {SYSTEMS.get(key, key) for key in keys - {ALL}}  # system folders
+    unknown = sorted(wanted - set(package.systems()))
+    if unknown:
+        raise ProfileImportError(
+            f"systems {unknown}: {package.label} has no system for them. "
+            f"{describe_systems(package)}"
+        )
+    chosen: list[EngineSystem] = []
+    skipped: list[tuple[str, SkippedSystem]] = []
+    for engine in engines:
+        picked, left = choose_systems(package, ALL, engine)
+        chosen += [EngineSystem(engine, c) for c in picked if every or c.system in wanted]
+        skipped += [(engine, s) for s in left if every or s.system in wanted]
+    return chosen, skipped

@@ -29,6 +29,7 @@ from profiler.importers._common import NEVER_READ, read_csv, read_parquet
 from profiler.importers.aiconfigurator_package import (
     PACKAGE,
     SYSTEMS,
+    choose_engine_systems,
     choose_systems,
     import_system,
     locate_package,
@@ -272,6 +273,33 @@ def test_all_imports_past_a_failing_system(
     assert "h100_sxm vllm" in runs and "b60 vllm" in runs and "gb200" not in runs
     one = runner.invoke(app, ["profile", "import", "--aiconfigurator", "--gpu", "gb200"])
     assert one.exit_code == 2 and "error: gb200: " in one.output  # one system: its own error
+    assert PACKAGE not in sys.modules
+    assert _never_read(watch_reads) == []
+
+
+def test_engine_systems_of_the_fake_package(fake_package: Path, watch_reads) -> None:
+    """The (system, engine) pairs benchmarks/bench_latency_model.py --aic-package fits: per
+    engine what choose_systems(package, "all", engine) takes, kept to the named systems."""
+    package = locate_package()
+    chosen, skipped = choose_engine_systems(package, ("vllm", "sglang"))
+    assert [(p.engine, p.choice.accelerator, p.choice.system) for p in chosen] == [
+        ("vllm", "h100", "h100_sxm")
+    ]
+    reasons = {(engine, s.system): s.reason for engine, s in skipped}
+    assert set(reasons) == {(e, s) for e in ("vllm", "sglang") for s in ("gb200", "l4")} | {
+        ("sglang", "h100_sxm")
+    }
+    assert reasons["sglang", "h100_sxm"] == "no sglang GEMM and attention tables"
+    assert reasons["vllm", "l4"] == "no tables (an empty folder)"
+    named, left = choose_engine_systems(package, ("vllm", "sglang"), ("h100",))
+    assert [(p.engine, p.choice.system) for p in named] == [("vllm", "h100_sxm")]
+    assert [(engine, s.system) for engine, s in left] == [("sglang", "h100_sxm")]
+    by_folder, _ = choose_engine_systems(package, ("vllm",), ("H100_SXM", "l4"))
+    assert [p.choice.system for p in by_folder] == ["h100_sxm"]
+    with pytest.raises(ProfileImportError, match=r"\['h200_sxm'\]: .* no system for them"):
+        choose_engine_systems(package, ("vllm",), ("h200",))
+    with pytest.raises(ProfileImportError, match="expected one of"):
+        choose_engine_systems(package, ("tgi",))
     assert PACKAGE not in sys.modules
     assert _never_read(watch_reads) == []
 
