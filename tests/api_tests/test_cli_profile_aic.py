@@ -283,14 +283,15 @@ def test_engine_systems_of_the_fake_package(fake_package: Path, watch_reads) -> 
     package = locate_package()
     chosen, skipped = choose_engine_systems(package, ("vllm", "sglang"))
     assert [(p.engine, p.choice.accelerator, p.choice.system) for p in chosen] == [
-        ("vllm", "h100", "h100_sxm")
-    ]
+        ("vllm", "b60", "b60"), ("vllm", "gb200", "gb200"), ("vllm", "h100", "h100_sxm")
+    ]  # fmt: skip
     reasons = {(engine, s.system): s.reason for engine, s in skipped}
-    assert set(reasons) == {(e, s) for e in ("vllm", "sglang") for s in ("gb200", "l4")} | {
-        ("sglang", "h100_sxm")
+    assert set(reasons) == {(e, s) for e in ("vllm", "sglang") for s in ("a30", "l4")} | {
+        ("sglang", s) for s in ("b60", "gb200", "h100_sxm")
     }
     assert reasons["sglang", "h100_sxm"] == "no sglang GEMM and attention tables"
     assert reasons["vllm", "l4"] == "no tables (an empty folder)"
+    assert reasons["vllm", "a30"] == "no servetune accelerator preset"
     named, left = choose_engine_systems(package, ("vllm", "sglang"), ("h100",))
     assert [(p.engine, p.choice.system) for p in named] == [("vllm", "h100_sxm")]
     assert [(engine, s.system) for engine, s in left] == [("sglang", "h100_sxm")]
