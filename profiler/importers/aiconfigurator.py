@@ -160,7 +160,27 @@ def _gemm_samples(path: Path) -> list[KernelSample]:
     ]
 
 
-def _attention_samples(path: Path, op: OpKind) -> list[KernelSample]:
+# SGLang's Blackwell tables time one shape with several attention backends; kept: the one
+# SGLang runs by default, first of this order (trtllm_mha on Blackwell, fa3 on Hopper,
+# flashinfer elsewhere), as its server picks it for a standard-attention model.
+SGLANG_ATTENTION_PREFERENCE = ("trtllm_mha", "fa3", "flashinfer", "flash_attention", "triton")
+_ATTN_KEY = (
+    "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "attn_dtype",
+    "kv_cache_dtype", "step", "window_size", "beam_width",
+)  # fmt: skip
+
+
+def _one_backend(df: pl.DataFrame, engine: str) -> pl.DataFrame:
+    """One row per shape: the engine's default backend where a shape was timed with several
+    (SGLang's B200/B300/GB200/GB300 tables; vLLM's hold one kernel per shape)."""
+    if engine != "sglang" or "kernel_source" not in df.columns:
+        return df
+    order = {k: i for i, k in enumerate(SGLANG_ATTENTION_PREFERENCE)}
+    rank = pl.col("kernel_source").replace_strict(order, default=len(order))
+    return df.sort(rank).unique(subset=list(_ATTN_KEY), keep="first", maintain_order=True)
+
+
+def _attention_samples(path: Path, op: OpKind, engine: str = "vllm") -> list[KernelSample]:
     df = read_parquet(path, ATTN_COLUMNS)
     if (
         "window_size" not in df.columns
@@ -173,6 +193,7 @@ def _attention_samples(path: Path, op: OpKind) -> list[KernelSample]:
         pl.col("window_size") == 0,
         pl.col("beam_width") == 1,
     ).with_columns(pl.when(kv == FP8).then(pl.lit(FP8)).otherwise(pl.col("attn_dtype")).alias("dt"))
+    df = _one_backend(df, engine)
     cols = ("batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim")
     out = []
     for b, isl, step, heads, kv_heads, head_dim, lat, dtype in df.select(
@@ -289,8 +310,8 @@ def import_aiconfigurator(
     samples = _gemm_samples(gemm_path)
     ctx_path = _newest(folder / "attention" / engine, "context_attention_perf.parquet")
     gen_path = _newest(folder / "attention" / engine, "generation_attention_perf.parquet")
-    samples += _attention_samples(ctx_path, OpKind.PREFILL_ATTN)
-    samples += _attention_samples(gen_path, OpKind.DECODE_ATTN)
+    samples += _attention_samples(ctx_path, OpKind.PREFILL_ATTN, engine)
+    samples += _attention_samples(gen_path, OpKind.DECODE_ATTN, engine)
     samples += _nccl_samples(folder / "comm" / "nccl", spec)
     if engine in ENGINE_AR_BACKENDS:
         samples += _engine_all_reduce_samples(folder / "comm" / engine, engine)
